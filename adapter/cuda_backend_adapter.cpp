@@ -1,0 +1,347 @@
+// ExecuTorch BackendInterface "CudaBackend" on top of the executorch_cuda C API.
+//
+// Only type translation lives here: every decision (streams, output placement,
+// memory) is made by libexecutorch_cuda.so. Linking this library is enough to
+// register the backend: a static initializer calls register_backend().
+
+#include <executorch_cuda.h>
+
+#include <executorch/runtime/backend/interface.h>
+#include <executorch/runtime/core/error.h>
+#include <executorch/runtime/core/evalue.h>
+#include <executorch/runtime/core/exec_aten/util/tensor_util.h>
+#include <executorch/runtime/platform/log.h>
+
+#include <array>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <variant>
+#include <vector>
+
+namespace {
+
+using executorch::aten::SizesType;
+using executorch::aten::Tensor;
+using executorch::runtime::ArrayRef;
+using executorch::runtime::Backend;
+using executorch::runtime::BackendExecutionContext;
+using executorch::runtime::BackendInitContext;
+using executorch::runtime::BackendInterface;
+using executorch::runtime::BackendOption;
+using executorch::runtime::BackendOptionContext;
+using executorch::runtime::CompileSpec;
+using executorch::runtime::DelegateHandle;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+using executorch::runtime::FreeableBuffer;
+using executorch::runtime::kMaxOptionValueLength;
+using executorch::runtime::Result;
+using executorch::runtime::Span;
+
+using OptionString = std::array<char, kMaxOptionValueLength>;
+
+// Maps a failed status to an ExecuTorch error, logging the library's message.
+Error to_error(EtCudaStatus status) {
+  ET_LOG(Error, "CudaBackend: %s", et_cuda_last_error());
+  switch (status) {
+    case ET_CUDA_STATUS_OK:
+      return Error::Ok;
+    case ET_CUDA_STATUS_INVALID_ARGUMENT:
+      return Error::InvalidArgument;
+    case ET_CUDA_STATUS_INVALID_PROGRAM:
+      return Error::InvalidProgram;
+    case ET_CUDA_STATUS_NO_DEVICE:
+      return Error::NotSupported;
+    case ET_CUDA_STATUS_OUT_OF_MEMORY:
+      return Error::MemoryAllocationFailed;
+    default:
+      return Error::Internal;
+  }
+}
+
+// The DelegateHandle: the library's handle plus, per output, the buffer the
+// runtime planned for it. When outputs are left on the device the ETensor is
+// repointed at library memory; remembering the planned buffer lets a later
+// execute that copies to host write into it rather than into stale device
+// memory, and keeps the capacity known after a dynamic-shape resize shrinks
+// nbytes() (ETensor does not expose its capacity).
+struct Delegate {
+  EtCudaHandle* handle = nullptr;
+  size_t num_inputs = 0;
+  size_t num_outputs = 0;
+  struct PlannedOutput {
+    void* data = nullptr;      // planned buffer
+    uint64_t capacity = 0;     // its size in bytes
+    void* installed = nullptr; // device pointer we last pointed the ETensor at
+  };
+  std::vector<PlannedOutput> outputs;
+};
+
+std::mutex live_mutex;
+std::unordered_set<Delegate*> live_delegates;
+
+// Fills the shape fields of an EtCudaTensor from an ETensor.
+Error describe(const Tensor& t, void* data, uint64_t nbytes, EtCudaTensor& out) {
+  if (t.dim() > ET_CUDA_MAX_DIMS) {
+    ET_LOG(Error, "CudaBackend: tensor rank %zd exceeds %d", static_cast<ssize_t>(t.dim()), ET_CUDA_MAX_DIMS);
+    return Error::InvalidArgument;
+  }
+  out = EtCudaTensor{};
+  out.data = data;
+  out.nbytes = nbytes;
+  out.dtype = static_cast<int32_t>(t.scalar_type());
+  out.ndim = static_cast<int32_t>(t.dim());
+  for (ssize_t d = 0; d < t.dim(); ++d) {
+    out.sizes[d] = t.size(d);
+    out.strides[d] = t.strides()[d];
+  }
+  return Error::Ok;
+}
+
+// Reads the two named-data keys: from the processed payload "<so_key>\n<weights_key>"
+// when it is non-empty, else "<method>_so_blob" / "<method>_weights_blob".
+Error blob_keys(const FreeableBuffer* processed, ArrayRef<CompileSpec> specs,
+                std::string& method, std::string& so_key, std::string& weights_key) {
+  for (const CompileSpec& spec : specs) {
+    if (std::strcmp(spec.key, "method_name") == 0) {
+      method.assign(static_cast<const char*>(spec.value.buffer), spec.value.nbytes);
+    }
+  }
+  if (processed != nullptr && processed->size() > 0) {
+    std::string payload(static_cast<const char*>(processed->data()), processed->size());
+    const size_t nl = payload.find('\n');
+    if (nl == std::string::npos || nl == 0 || nl + 1 == payload.size() ||
+        payload.find('\n', nl + 1) != std::string::npos) {
+      ET_LOG(Error, "CudaBackend: processed payload (%zu bytes) is not \"<so_key>\\n<weights_key>\"",
+             payload.size());
+      return Error::InvalidArgument;
+    }
+    so_key = payload.substr(0, nl);
+    weights_key = payload.substr(nl + 1);
+    return Error::Ok;
+  }
+  if (method.empty()) {
+    ET_LOG(Error, "CudaBackend: no method_name compile spec and an empty processed payload");
+    return Error::InvalidArgument;
+  }
+  so_key = method + "_so_blob";
+  weights_key = method + "_weights_blob";
+  return Error::Ok;
+}
+
+class CudaBackend final : public BackendInterface {
+ public:
+  bool is_available() const override {
+    return true;
+  }
+
+  Result<DelegateHandle*> init(BackendInitContext& context, FreeableBuffer* processed,
+                               ArrayRef<CompileSpec> compile_specs) const override {
+    std::string method, so_key, weights_key;
+    Error err = blob_keys(processed, compile_specs, method, so_key, weights_key);
+    if (processed != nullptr) {
+      processed->Free();
+    }
+    if (err != Error::Ok) {
+      return err;
+    }
+    const auto* named_data = context.get_named_data_map();
+    if (named_data == nullptr) {
+      ET_LOG(Error, "CudaBackend: no named data map to read '%s' from", so_key.c_str());
+      return Error::InvalidArgument;
+    }
+    Result<FreeableBuffer> so_blob = named_data->get_data(so_key.c_str());
+    if (!so_blob.ok()) {
+      ET_LOG(Error, "CudaBackend: named data key '%s' not found (error 0x%x)", so_key.c_str(),
+             static_cast<unsigned>(so_blob.error()));
+      return so_blob.error();
+    }
+    Result<FreeableBuffer> weights_blob = named_data->get_data(weights_key.c_str());
+    if (!weights_blob.ok()) {
+      ET_LOG(Error, "CudaBackend: named data key '%s' not found (error 0x%x); was the .ptd file passed?",
+             weights_key.c_str(), static_cast<unsigned>(weights_blob.error()));
+      return weights_blob.error();
+    }
+
+    EtCudaInitArgs args{};
+    args.so_data = static_cast<const uint8_t*>(so_blob->data());
+    args.so_len = so_blob->size();
+    args.weights_data = static_cast<const uint8_t*>(weights_blob->data());
+    args.weights_len = weights_blob->size();
+    args.method_name = method.empty() ? nullptr : method.c_str();
+    args.so_key = so_key.c_str();
+    args.use_backend_options = true;
+    args.mode = ET_CUDA_EXEC_MODE_FROM_OPTIONS;
+    EtCudaHandle* handle = nullptr;
+    const EtCudaStatus status = et_cuda_init(&args, &handle);
+    // The library copied what it needs.
+    so_blob->Free();
+    weights_blob->Free();
+    if (status != ET_CUDA_STATUS_OK) {
+      return to_error(status);
+    }
+
+    auto* delegate = new Delegate;
+    delegate->handle = handle;
+    EtCudaStatus s1 = et_cuda_num_inputs(handle, &delegate->num_inputs);
+    EtCudaStatus s2 = s1 == ET_CUDA_STATUS_OK ? et_cuda_num_outputs(handle, &delegate->num_outputs) : s1;
+    if (s2 != ET_CUDA_STATUS_OK) {
+      err = to_error(s2);
+      et_cuda_destroy(handle);
+      delete delegate;
+      return err;
+    }
+    delegate->outputs.resize(delegate->num_outputs);
+    std::lock_guard<std::mutex> lock(live_mutex);
+    live_delegates.insert(delegate);
+    return delegate;
+  }
+
+  Error execute(BackendExecutionContext& /*context*/, DelegateHandle* opaque,
+                Span<EValue*> args) const override {
+    auto* delegate = static_cast<Delegate*>(opaque);
+    const size_t n_in = delegate->num_inputs;
+    const size_t n_out = delegate->num_outputs;
+    if (args.size() != n_in + n_out) {
+      ET_LOG(Error, "CudaBackend: got %zu arguments, the method has %zu inputs and %zu outputs",
+             args.size(), n_in, n_out);
+      return Error::InvalidArgument;
+    }
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (!args[i]->isTensor()) {
+        ET_LOG(Error, "CudaBackend: argument %zu is not a tensor (tag %d)", i,
+               static_cast<int>(args[i]->tag));
+        return Error::InvalidArgument;
+      }
+    }
+
+    std::vector<EtCudaTensor> ins(n_in), outs(n_out);
+    for (size_t i = 0; i < n_in; ++i) {
+      const Tensor& t = args[i]->toTensor();
+      Error err = describe(t, const_cast<void*>(t.const_data_ptr()), t.nbytes(), ins[i]);
+      if (err != Error::Ok) {
+        return err;
+      }
+    }
+    for (size_t i = 0; i < n_out; ++i) {
+      const Tensor& t = args[n_in + i]->toTensor();
+      Delegate::PlannedOutput& planned = delegate->outputs[i];
+      void* data = t.mutable_data_ptr();
+      if (data != planned.installed && data != planned.data) {
+        // First execute, or the runtime/user gave the output a new buffer.
+        planned.data = data;
+        planned.capacity = t.nbytes();
+      }
+      Error err = describe(t, planned.data, planned.capacity, outs[i]);
+      if (err != Error::Ok) {
+        return err;
+      }
+    }
+
+    const EtCudaStatus status = et_cuda_execute(delegate->handle, ins.data(), n_in, outs.data(), n_out,
+                                                ET_CUDA_OUTPUT_PLACEMENT_FROM_OPTIONS);
+    if (status != ET_CUDA_STATUS_OK) {
+      return to_error(status);
+    }
+
+    for (size_t i = 0; i < n_out; ++i) {
+      const Tensor& t = args[n_in + i]->toTensor();
+      const EtCudaTensor& out = outs[i];
+      if (out.ndim != t.dim()) {
+        ET_LOG(Error, "CudaBackend: output %zu has rank %d, the program expects %zd", i, out.ndim,
+               static_cast<ssize_t>(t.dim()));
+        return Error::Internal;
+      }
+      std::array<SizesType, ET_CUDA_MAX_DIMS> sizes{};
+      bool same = true;
+      for (int32_t d = 0; d < out.ndim; ++d) {
+        sizes[d] = static_cast<SizesType>(out.sizes[d]);
+        same = same && sizes[d] == t.size(d);
+      }
+      if (!same) {
+        Error err = executorch::runtime::resize_tensor(t, {sizes.data(), static_cast<size_t>(out.ndim)});
+        if (err != Error::Ok) {
+          ET_LOG(Error, "CudaBackend: cannot resize output %zu to the shape the model produced", i);
+          return err;
+        }
+      }
+      Delegate::PlannedOutput& planned = delegate->outputs[i];
+      if (out.data != t.mutable_data_ptr()) {
+        // Device placement (or back to the planned buffer after one).
+        Error err = executorch::runtime::internal::set_tensor_data(t, out.data, t.nbytes());
+        if (err != Error::Ok) {
+          ET_LOG(Error, "CudaBackend: cannot point output %zu at its data", i);
+          return err;
+        }
+      }
+      planned.installed = out.data == planned.data ? nullptr : out.data;
+    }
+    return Error::Ok;
+  }
+
+  void destroy(DelegateHandle* opaque) const override {
+    auto* delegate = static_cast<Delegate*>(opaque);
+    {
+      std::lock_guard<std::mutex> lock(live_mutex);
+      if (live_delegates.erase(delegate) == 0) {
+        ET_LOG(Error, "CudaBackend: destroy of an unknown or already destroyed handle %p ignored", opaque);
+        return;
+      }
+    }
+    if (et_cuda_destroy(delegate->handle) != ET_CUDA_STATUS_OK) {
+      ET_LOG(Error, "CudaBackend: %s", et_cuda_last_error());
+    }
+    delete delegate;
+  }
+
+  Error set_option(BackendOptionContext& /*context*/, const Span<BackendOption>& options) override {
+    for (const BackendOption& option : options) {
+      EtCudaStatus status = ET_CUDA_STATUS_OK;
+      if (const bool* b = std::get_if<bool>(&option.value)) {
+        status = et_cuda_set_option_bool(option.key, *b);
+      } else if (const int* i = std::get_if<int>(&option.value)) {
+        status = et_cuda_set_option_int(option.key, *i);
+      } else if (const auto* s = std::get_if<OptionString>(&option.value)) {
+        const std::string value(s->data(), strnlen(s->data(), s->size()));
+        status = et_cuda_set_option_str(option.key, value.c_str());
+      }
+      if (status != ET_CUDA_STATUS_OK) {
+        ET_LOG(Error, "CudaBackend: option '%s': %s", option.key, et_cuda_last_error());
+        return Error::InvalidArgument;
+      }
+    }
+    return Error::Ok;
+  }
+
+  Error get_option(BackendOptionContext& /*context*/, Span<BackendOption>& options) override {
+    for (BackendOption& option : options) {
+      bool b = false;
+      int64_t i = 0;
+      OptionString s{};
+      // A key has exactly one type: the other two getters fail.
+      if (et_cuda_get_option_bool(option.key, &b) == ET_CUDA_STATUS_OK) {
+        option.value = b;
+      } else if (et_cuda_get_option_int(option.key, &i) == ET_CUDA_STATUS_OK) {
+        option.value = static_cast<int>(i);
+      } else if (et_cuda_get_option_str(option.key, s.data(), s.size()) == ET_CUDA_STATUS_OK) {
+        option.value = s;
+      }
+      // Unknown keys are left as they are.
+    }
+    return Error::Ok;
+  }
+};
+
+CudaBackend backend_instance;
+const bool registered = [] {
+  const Error err = executorch::runtime::register_backend(Backend{"CudaBackend", &backend_instance});
+  if (err != Error::Ok) {
+    ET_LOG(Error, "CudaBackend: registration failed (error 0x%x): is another CudaBackend linked in?",
+           static_cast<unsigned>(err));
+  }
+  return err == Error::Ok;
+}();
+
+}  // namespace

@@ -1,0 +1,253 @@
+//! Opening an AOTInductor `.so` from memory.
+//!
+//! Before the first `dlopen`: the CUDA runtime is made resolvable process-wide
+//! (the `.so` imports `cudaMalloc`, `cudaSetDevice`, ... with no `DT_NEEDED`
+//! entry for `libcudart`), and this library is promoted to the global scope
+//! (the `.so` resolves `aoti_torch_*` from there, also when we were opened
+//! `RTLD_LOCAL`, e.g. by Python's ctypes).
+//!
+//! Each `.so` is written to an anonymous `memfd` (no predictable path in
+//! `/tmp`; a private 0700 directory is the fallback where memfd is missing)
+//! and opened `RTLD_NOW | RTLD_LOCAL`, so two programs' identical symbol
+//! names never collide. The generated `.so` carries libstdc++ pieces with
+//! unique symbols, which makes glibc mark it no-delete: `dlclose` would
+//! never unmap it. So one copy per distinct `.so` (keyed by SHA-256) is
+//! kept for the life of the process and reused by later handles.
+
+use crate::error::{Error, Result};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::ffi::{c_void, CStr, CString};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// An opened `.so` (never closed; see the module docs).
+#[derive(Debug)]
+pub struct Library {
+    handle: *mut c_void,
+    pub sha256: [u8; 32],
+}
+
+// SAFETY: a dlopen handle may be used from any thread.
+unsafe impl Send for Library {}
+// SAFETY: as above.
+unsafe impl Sync for Library {}
+
+impl Library {
+    /// Look up a symbol; `None` when absent.
+    pub fn symbol(&self, name: &str) -> Option<*mut c_void> {
+        let c = CString::new(name).ok()?;
+        // SAFETY: a live handle and a NUL-terminated name.
+        let p = unsafe { libc::dlsym(self.handle, c.as_ptr()) };
+        (!p.is_null()).then_some(p)
+    }
+}
+
+fn dlerror() -> String {
+    // SAFETY: dlerror returns a thread-local string or null.
+    let p = unsafe { libc::dlerror() };
+    if p.is_null() {
+        return "unknown dlopen error".into();
+    }
+    // SAFETY: non-null NUL-terminated string owned by libc.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// Environment variable naming the CUDA runtime library to use.
+pub const CUDART_ENV: &str = "ET_CUDA_CUDART";
+
+static RUNTIME_READY: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+
+/// Make `libcudart` and this library resolvable from the global scope (once).
+pub fn prepare_process() -> Result<()> {
+    RUNTIME_READY
+        .get_or_init(|| {
+            load_cudart()?;
+            promote_self()
+        })
+        .clone()
+        .map_err(Error::LoadFailed)
+}
+
+fn load_cudart() -> std::result::Result<(), String> {
+    let mut tried = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    if let Ok(p) = std::env::var(CUDART_ENV) {
+        if !p.is_empty() {
+            names.push(p);
+        }
+    }
+    names.extend(["libcudart.so.13", "libcudart.so.12", "libcudart.so"].map(String::from));
+    for n in names {
+        let c = CString::new(n.clone()).map_err(|_| format!("{CUDART_ENV} contains a NUL byte"))?;
+        // SAFETY: NUL-terminated name; RTLD_GLOBAL so the `.so`'s cuda* imports resolve.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        if !h.is_null() {
+            log::info!("CUDA runtime: {n}");
+            return Ok(());
+        }
+        tried.push(format!("{n} ({})", dlerror()));
+    }
+    Err(format!(
+        "the CUDA runtime library is missing; the AOTInductor .so needs it. Searched: {}. Set {CUDART_ENV} to its path",
+        tried.join("; ")
+    ))
+}
+
+fn promote_self() -> std::result::Result<(), String> {
+    let probe = crate::ffi::shim::aoti_torch_empty_strided as *const c_void;
+    // SAFETY: all-zero Dl_info is valid; dladdr fills it.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: probe is an address inside this library.
+    let found = unsafe { libc::dladdr(probe, &mut info) } != 0 && !info.dli_fname.is_null();
+    if found {
+        // SAFETY: re-opening an already loaded object with RTLD_NOLOAD only changes its scope.
+        let h = unsafe {
+            libc::dlopen(
+                info.dli_fname,
+                libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_GLOBAL,
+            )
+        };
+        if !h.is_null() {
+            return Ok(());
+        }
+    }
+    // Linked statically into an executable: the symbols must be exported from it.
+    let name = c"aoti_torch_empty_strided";
+    // SAFETY: RTLD_DEFAULT lookup of a NUL-terminated name.
+    if !unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }.is_null() {
+        return Ok(());
+    }
+    Err("the aoti_torch_* shim symbols are not in the global scope: link libexecutorch_cuda.so, or export them from the executable (-rdynamic)".into())
+}
+
+static CACHE: Mutex<Option<HashMap<[u8; 32], Arc<Library>>>> = Mutex::new(None);
+
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(bytes);
+    h.finalize().into()
+}
+
+pub fn hex(d: &[u8]) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Open the validated `.so` bytes, or reuse the copy opened earlier.
+pub fn open(bytes: &[u8], digest: [u8; 32]) -> Result<Arc<Library>> {
+    prepare_process()?;
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    let map = cache.get_or_insert_with(HashMap::new);
+    if let Some(l) = map.get(&digest) {
+        return Ok(l.clone());
+    }
+    let handle = open_from_memory(bytes, &hex(&digest[..8]))?;
+    let lib = Arc::new(Library {
+        handle,
+        sha256: digest,
+    });
+    map.insert(digest, lib.clone());
+    Ok(lib)
+}
+
+/// Number of distinct `.so` files opened so far (for tests and diagnostics).
+pub fn cached_libraries() -> usize {
+    let cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    cache.as_ref().map_or(0, |m| m.len())
+}
+
+fn dlopen_path(path: &CStr) -> Result<*mut c_void> {
+    // SAFETY: NUL-terminated path of a file we just wrote.
+    let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if h.is_null() {
+        let e = dlerror();
+        let hint = if e.contains("executable stack") {
+            " (the .so asks for an executable stack, which this C library refuses)"
+        } else if e.contains("GLIBC_") {
+            " (the .so needs a newer C library than this machine has)"
+        } else {
+            ""
+        };
+        return Err(Error::LoadFailed(format!("dlopen of the .so failed: {e}{hint}")));
+    }
+    Ok(h)
+}
+
+fn write_all(fd: i32, bytes: &[u8]) -> Result<()> {
+    let mut off = 0;
+    while off < bytes.len() {
+        // SAFETY: writing from a valid slice to an fd we own.
+        let n = unsafe { libc::write(fd, bytes[off..].as_ptr().cast(), bytes.len() - off) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(Error::LoadFailed(format!("writing the .so failed: {e}")));
+        }
+        off += n as usize;
+    }
+    Ok(())
+}
+
+fn open_from_memory(bytes: &[u8], tag: &str) -> Result<*mut c_void> {
+    let name = CString::new(format!("aoti-{tag}.so")).unwrap_or_default();
+    // SAFETY: NUL-terminated name; flags are constants.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd >= 0 {
+        let r = write_all(fd, bytes).and_then(|_| {
+            let path = CString::new(format!("/proc/self/fd/{fd}")).unwrap_or_default();
+            dlopen_path(&path)
+        });
+        // SAFETY: our fd; the mapping made by dlopen survives closing it.
+        unsafe { libc::close(fd) };
+        return r;
+    }
+    open_from_private_dir(bytes, tag)
+}
+
+/// Fallback without memfd: a fresh 0700 directory from `mkdtemp`, removed right after `dlopen`.
+fn open_from_private_dir(bytes: &[u8], tag: &str) -> Result<*mut c_void> {
+    let base = std::env::temp_dir().join("et-cuda-XXXXXX");
+    let mut tmpl = CString::new(base.to_string_lossy().into_owned())
+        .map_err(|_| Error::LoadFailed("temporary directory path contains NUL".into()))?
+        .into_bytes_with_nul();
+    // SAFETY: a writable NUL-terminated template.
+    let dir = unsafe { libc::mkdtemp(tmpl.as_mut_ptr().cast()) };
+    if dir.is_null() {
+        return Err(Error::LoadFailed(format!(
+            "mkdtemp failed: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: mkdtemp returned the template, NUL-terminated.
+    let dir = unsafe { CStr::from_ptr(dir) }.to_string_lossy().into_owned();
+    let path = format!("{dir}/aoti-{tag}.so");
+    let r = std::fs::write(&path, bytes)
+        .map_err(|e| Error::LoadFailed(format!("writing {path} failed: {e}")))
+        .and_then(|_| dlopen_path(&CString::new(path.clone()).unwrap_or_default()));
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir(&dir);
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha256_known_value() {
+        assert_eq!(
+            hex(&sha256(b"abc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn memfd_open_reports_dlopen_errors() {
+        // Valid-looking headers but nothing a loader can map: a clean error, no crash.
+        let so = crate::aoti::elf::tests_support::tiny_so();
+        let e = open_from_memory(&so, "test").unwrap_err();
+        assert!(matches!(e, Error::LoadFailed(_)), "{e}");
+        assert!(e.to_string().contains("dlopen"), "{e}");
+    }
+}

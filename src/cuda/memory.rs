@@ -1,0 +1,291 @@
+//! Memory: the library's stream-ordered device pool, device allocations
+//! that are freed on the stream they were allocated on, pinned host staging
+//! buffers, and counted copies.
+//!
+//! Device memory never goes through `cuMemAlloc`/`cuMemFree`: allocation is
+//! `cuMemAllocFromPoolAsync` on the current stream and freeing is
+//! `cuMemFreeAsync` on the stream the allocation recorded, so freeing an
+//! intermediate tensor never synchronizes. The pool's release threshold is
+//! "keep everything", so steady-state executes reuse memory instead of going
+//! back to the driver; `destroy` trims it.
+
+use super::stream::{self, CudaStream};
+use super::{check, device, driver_error, ContextGuard, DeviceState};
+use crate::error::{Error, Result};
+use crate::stats::{self, Counters, Event};
+use cudarc::driver::{result, sys};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// Create the library's memory pool on `ordinal` (its context is current).
+pub(super) fn create_pool(ordinal: i32) -> Result<sys::CUmemoryPool> {
+    // SAFETY: all-zero is a valid bit pattern for this plain C struct.
+    let mut props: sys::CUmemPoolProps = unsafe { std::mem::zeroed() };
+    props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.handleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
+    props.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = ordinal;
+    // SAFETY: `props` is a valid, initialized pool description.
+    let pool = unsafe { result::mem_pool::create(&props) }
+        .map_err(|e| driver_error(e, "cuMemPoolCreate"))?;
+    let mut threshold: u64 = u64::MAX;
+    // SAFETY: the attribute's value type is u64.
+    unsafe {
+        result::mem_pool::set_attribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut threshold as *mut u64).cast(),
+        )
+    }
+    .map_err(|e| driver_error(e, "cuMemPoolSetAttribute(RELEASE_THRESHOLD)"))?;
+    Ok(pool)
+}
+
+/// Bytes the pool of `d` holds from the driver now.
+pub fn pool_reserved_bytes(d: &DeviceState) -> Result<u64> {
+    let mut v: u64 = 0;
+    // SAFETY: the attribute's value type is u64.
+    unsafe {
+        result::mem_pool::get_attribute(
+            d.pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+            (&mut v as *mut u64).cast(),
+        )
+    }
+    .map_err(|e| driver_error(e, "cuMemPoolGetAttribute"))?;
+    Ok(v)
+}
+
+/// Give the pool's unused memory back to the driver.
+pub fn trim_pool(d: &DeviceState) -> Result<()> {
+    // SAFETY: a live pool.
+    unsafe { result::mem_pool::trim_to(d.pool, 0) }.map_err(|e| driver_error(e, "cuMemPoolTrimTo"))
+}
+
+/// Device memory from the pool, freed (stream-ordered) on the stream it was allocated on.
+#[derive(Debug)]
+pub struct DeviceAlloc {
+    ptr: sys::CUdeviceptr,
+    nbytes: usize,
+    device: Arc<DeviceState>,
+    stream_raw: sys::CUstream,
+    /// Keeps our stream alive until the free is queued.
+    _stream: Option<Arc<CudaStream>>,
+    owner: Option<Arc<Counters>>,
+}
+
+// SAFETY: a device address and driver handles, usable from any thread.
+unsafe impl Send for DeviceAlloc {}
+// SAFETY: as above.
+unsafe impl Sync for DeviceAlloc {}
+
+impl DeviceAlloc {
+    pub fn ptr(&self) -> sys::CUdeviceptr {
+        self.ptr
+    }
+    pub fn nbytes(&self) -> usize {
+        self.nbytes
+    }
+}
+
+/// Allocate `nbytes` on `device`, ordered on `stream` (raw; `owner` keeps ours alive).
+pub fn alloc_on_stream(
+    device: Arc<DeviceState>,
+    nbytes: usize,
+    stream_raw: sys::CUstream,
+    owner_stream: Option<Arc<CudaStream>>,
+) -> Result<DeviceAlloc> {
+    let _g = ContextGuard::device(&device)?;
+    // SAFETY: live pool and stream; the memory is uninitialized, as documented for empty_strided.
+    let ptr = unsafe { result::mem_pool::alloc_async(device.pool, nbytes, stream_raw) }.map_err(
+        |e| {
+            let err = driver_error(e, "cuMemAllocFromPoolAsync");
+            match err {
+                Error::OutOfMemory(m) => Error::OutOfMemory(format!(
+                    "{m}: {nbytes} bytes on cuda:{}",
+                    device.ordinal
+                )),
+                other => other,
+            }
+        },
+    )?;
+    let owner = stats::current();
+    stats::record_for(owner.as_ref(), Event::PoolAlloc(nbytes as u64));
+    Ok(DeviceAlloc {
+        ptr,
+        nbytes,
+        device,
+        stream_raw,
+        _stream: owner_stream,
+        owner,
+    })
+}
+
+/// Allocate on this thread's current stream for `ordinal`.
+pub fn alloc_on_current_stream(ordinal: i32, nbytes: usize) -> Result<DeviceAlloc> {
+    let d = device(ordinal)?;
+    let cur = stream::current(ordinal);
+    alloc_on_stream(d, nbytes, cur.raw, cur.owner)
+}
+
+impl Drop for DeviceAlloc {
+    fn drop(&mut self) {
+        match ContextGuard::device(&self.device) {
+            Ok(_g) => {
+                // SAFETY: allocated from the pool on `stream_raw`, freed once, in stream order.
+                if let Err(e) = unsafe { result::free_async(self.ptr, self.stream_raw) } {
+                    log::error!(
+                        "cuMemFreeAsync of {} bytes failed: {e:?}",
+                        self.nbytes
+                    );
+                }
+            }
+            Err(e) => log::error!("leaking {} device bytes: {e}", self.nbytes),
+        }
+        stats::record_for(self.owner.as_ref(), Event::PoolFree(self.nbytes as u64));
+    }
+}
+
+/// Page-locked host memory (`cuMemHostAlloc`), used as staging for async copies.
+#[derive(Debug)]
+pub struct PinnedBuffer {
+    ptr: *mut u8,
+    cap: usize,
+    device: Arc<DeviceState>,
+    owner: Option<Arc<Counters>>,
+}
+
+// SAFETY: plain page-locked bytes owned by this value.
+unsafe impl Send for PinnedBuffer {}
+
+impl PinnedBuffer {
+    pub fn new(device: Arc<DeviceState>, cap: usize) -> Result<PinnedBuffer> {
+        let cap = cap.max(256).next_power_of_two();
+        let _g = ContextGuard::device(&device)?;
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        check(
+            unsafe { sys::cuMemHostAlloc(&mut p, cap, sys::CU_MEMHOSTALLOC_PORTABLE) },
+            "cuMemHostAlloc",
+        )
+        .map_err(|e| match e {
+            Error::OutOfMemory(m) => Error::OutOfMemory(format!("{m}: {cap} pinned bytes")),
+            o => o,
+        })?;
+        let owner = stats::current();
+        stats::record_for(owner.as_ref(), Event::DriverAlloc(cap as u64));
+        Ok(PinnedBuffer {
+            ptr: p.cast(),
+            cap,
+            device,
+            owner,
+        })
+    }
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        if let Ok(_g) = ContextGuard::device(&self.device) {
+            // SAFETY: allocated by cuMemHostAlloc, freed once; callers made sure no copy uses it.
+            let _ = unsafe { sys::cuMemFreeHost(self.ptr.cast()) };
+        }
+        stats::record_for(self.owner.as_ref(), Event::DriverFree(self.cap as u64));
+    }
+}
+
+/// Asynchronous host-to-device copy on `stream` (the host memory must stay
+/// valid and unchanged until the copy ran: use pinned staging).
+///
+/// # Safety
+/// `src` must be readable for `n` bytes and `dst` a device allocation of at least `n` bytes.
+pub unsafe fn copy_htod_async(
+    dst: sys::CUdeviceptr,
+    src: *const c_void,
+    n: usize,
+    stream: sys::CUstream,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    stats::record(Event::HtoD(n as u64));
+    // SAFETY: forwarded contract.
+    check(
+        unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src, n, stream) },
+        "cuMemcpyHtoDAsync",
+    )
+}
+
+/// Asynchronous device-to-host copy on `stream`.
+///
+/// # Safety
+/// `dst` must be writable for `n` bytes until the copy ran; `src` a device range of `n` bytes.
+pub unsafe fn copy_dtoh_async(
+    dst: *mut c_void,
+    src: sys::CUdeviceptr,
+    n: usize,
+    stream: sys::CUstream,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    stats::record(Event::DtoH(n as u64));
+    // SAFETY: forwarded contract.
+    check(
+        unsafe { sys::cuMemcpyDtoHAsync_v2(dst, src, n, stream) },
+        "cuMemcpyDtoHAsync",
+    )
+}
+
+/// Asynchronous device-to-device copy on `stream`.
+///
+/// # Safety
+/// Both ranges must be device memory of at least `n` bytes.
+pub unsafe fn copy_dtod_async(
+    dst: sys::CUdeviceptr,
+    src: sys::CUdeviceptr,
+    n: usize,
+    stream: sys::CUstream,
+) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    stats::record(Event::DtoD(n as u64));
+    // SAFETY: forwarded contract.
+    check(
+        unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, n, stream) },
+        "cuMemcpyDtoDAsync",
+    )
+}
+
+/// Synchronous (pageable) device-to-host copy, as upstream does: blocks the host.
+///
+/// # Safety
+/// As for [`copy_dtoh_async`].
+pub unsafe fn copy_dtoh_blocking(dst: *mut c_void, src: sys::CUdeviceptr, n: usize) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    stats::record(Event::DtoH(n as u64));
+    stats::record(Event::HostWait);
+    // SAFETY: forwarded contract.
+    check(unsafe { sys::cuMemcpyDtoH_v2(dst, src, n) }, "cuMemcpyDtoH")
+}
+
+/// Synchronous (pageable) host-to-device copy, as upstream does.
+///
+/// # Safety
+/// As for [`copy_htod_async`].
+pub unsafe fn copy_htod_blocking(dst: sys::CUdeviceptr, src: *const c_void, n: usize) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    stats::record(Event::HtoD(n as u64));
+    // SAFETY: forwarded contract.
+    check(unsafe { sys::cuMemcpyHtoD_v2(dst, src, n) }, "cuMemcpyHtoD")
+}

@@ -1,0 +1,261 @@
+//! The CUDA layer, on cudarc's driver API with dynamic loading (so the crate
+//! builds and runs, without a GPU, on machines with no CUDA installed).
+//!
+//! Layering follows cudarc: `cudarc::driver::sys` (raw) and
+//! `cudarc::driver::result` (`Result`-returning) underneath, and here RAII
+//! types: [`DeviceState`] (primary context + memory pool of one device),
+//! [`ContextGuard`], [`stream::CudaStream`], [`memory::DeviceAlloc`],
+//! [`memory::PinnedBuffer`], [`event::Event`].
+
+pub mod event;
+pub mod memory;
+pub mod stream;
+
+pub use memory::{alloc_on_current_stream, DeviceAlloc};
+pub use stream::CudaStream;
+
+use crate::error::{Error, Result};
+use cudarc::driver::{result, sys};
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Turn a driver error into our error, naming the call.
+pub fn check(r: sys::CUresult, what: &str) -> Result<()> {
+    if r == sys::CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    Err(driver_error(result::DriverError(r), what))
+}
+
+pub fn driver_error(e: result::DriverError, what: &str) -> Error {
+    let name = e
+        .error_name()
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| format!("{:?}", e.0));
+    let msg = format!("{what} failed: {name}");
+    match e.0 {
+        sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory(msg),
+        sys::CUresult::CUDA_ERROR_NO_DEVICE
+        | sys::CUresult::CUDA_ERROR_INVALID_DEVICE
+        | sys::CUresult::CUDA_ERROR_NOT_INITIALIZED => Error::NoDevice(msg),
+        _ => Error::Cuda(msg),
+    }
+}
+
+static DRIVER: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+
+/// Load and initialize the CUDA driver once. Without `libcuda` or without a
+/// device this is a `NoDevice` error, never a panic: cudarc panics on a
+/// missing library, so its presence is checked first.
+pub fn driver() -> Result<()> {
+    DRIVER
+        .get_or_init(|| {
+            // SAFETY: only tries to dlopen libcuda; no driver call is made.
+            if !unsafe { sys::is_culib_present() } {
+                return Err("no CUDA driver: libcuda.so could not be loaded (is an NVIDIA driver installed?)".into());
+            }
+            match std::panic::catch_unwind(result::init) {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(format!("no CUDA device: cuInit failed: {e:?}")),
+                Err(_) => Err("no CUDA driver: libcuda lacks a required symbol".into()),
+            }
+        })
+        .clone()
+        .map_err(Error::NoDevice)
+}
+
+/// Number of CUDA devices visible to the process.
+pub fn device_count() -> Result<i32> {
+    driver()?;
+    result::device::get_count().map_err(|e| driver_error(e, "cuDeviceGetCount"))
+}
+
+/// One device: its primary context (retained for the life of the process, the
+/// same context the CUDA runtime and the `.so` use) and the library's
+/// stream-ordered memory pool.
+#[derive(Debug)]
+pub struct DeviceState {
+    pub ordinal: i32,
+    pub device: sys::CUdevice,
+    pub ctx: sys::CUcontext,
+    pub pool: sys::CUmemoryPool,
+}
+
+// SAFETY: driver handles are usable from any thread.
+unsafe impl Send for DeviceState {}
+// SAFETY: as above; the handles are never mutated after creation.
+unsafe impl Sync for DeviceState {}
+
+static DEVICES: Mutex<Vec<Option<Arc<DeviceState>>>> = Mutex::new(Vec::new());
+
+/// The state of device `ordinal`, created on first use. Fails with a clear
+/// error naming the device count when the ordinal does not exist.
+pub fn device(ordinal: i32) -> Result<Arc<DeviceState>> {
+    let n = device_count()?;
+    if ordinal < 0 || ordinal >= n {
+        return Err(Error::NoDevice(format!(
+            "no CUDA device {ordinal}: this machine has {n} device(s)"
+        )));
+    }
+    let mut devs = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
+    let idx = ordinal as usize;
+    if devs.len() <= idx {
+        devs.resize(idx + 1, None);
+    }
+    if let Some(d) = &devs[idx] {
+        return Ok(d.clone());
+    }
+    let dev = result::device::get(ordinal).map_err(|e| driver_error(e, "cuDeviceGet"))?;
+    // SAFETY: `dev` is a valid device; the retained primary context is kept for the process.
+    let ctx = unsafe { result::primary_ctx::retain(dev) }
+        .map_err(|e| driver_error(e, "cuDevicePrimaryCtxRetain"))?;
+    let pool = {
+        let _g = ContextGuard::bind(ctx)?;
+        memory::create_pool(ordinal)?
+    };
+    let st = Arc::new(DeviceState {
+        ordinal,
+        device: dev,
+        ctx,
+        pool,
+    });
+    devs[idx] = Some(st.clone());
+    Ok(st)
+}
+
+/// Binds a context to the calling thread and restores the previous one when
+/// dropped (so the caller's context, and the runtime's current device, are
+/// left as they were).
+pub struct ContextGuard {
+    prev: Option<sys::CUcontext>,
+    changed: bool,
+}
+
+impl ContextGuard {
+    pub fn bind(ctx: sys::CUcontext) -> Result<ContextGuard> {
+        let prev = result::ctx::get_current().map_err(|e| driver_error(e, "cuCtxGetCurrent"))?;
+        let changed = prev != Some(ctx);
+        if changed {
+            // SAFETY: `ctx` is a retained primary context.
+            unsafe { result::ctx::set_current(ctx) }
+                .map_err(|e| driver_error(e, "cuCtxSetCurrent"))?;
+        }
+        Ok(ContextGuard { prev, changed })
+    }
+
+    pub fn device(d: &DeviceState) -> Result<ContextGuard> {
+        ContextGuard::bind(d.ctx)
+    }
+}
+
+impl Drop for ContextGuard {
+    fn drop(&mut self) {
+        if self.changed {
+            let prev = self.prev.unwrap_or(std::ptr::null_mut());
+            // SAFETY: restoring the context that was current before (or none).
+            if let Err(e) = unsafe { result::ctx::set_current(prev) } {
+                log::warn!("could not restore the caller's CUDA context: {e:?}");
+            }
+        }
+    }
+}
+
+/// The ordinal of the device whose context is current on this thread (0 if none).
+pub fn current_device_ordinal() -> i32 {
+    if driver().is_err() {
+        return 0;
+    }
+    let mut dev: sys::CUdevice = 0;
+    // SAFETY: out-pointer to a local.
+    let r = unsafe { sys::cuCtxGetDevice(&mut dev) };
+    if r == sys::CUresult::CUDA_SUCCESS {
+        dev
+    } else {
+        0
+    }
+}
+
+/// Where a pointer's memory lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PointerKind {
+    /// Ordinary (pageable) host memory, unknown to CUDA.
+    Pageable,
+    /// Page-locked host memory registered with CUDA.
+    Pinned,
+    /// Device memory of the given ordinal (managed memory counts as device).
+    Device(i32),
+}
+
+/// Look up what kind of memory `ptr` is.
+pub fn pointer_kind(ptr: *const c_void) -> Result<PointerKind> {
+    driver()?;
+    if ptr.is_null() {
+        return Ok(PointerKind::Pageable);
+    }
+    let mut mem_type: u32 = 0;
+    // SAFETY: out-pointer to a local u32 of the attribute's type.
+    let r = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut mem_type as *mut u32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            ptr as sys::CUdeviceptr,
+        )
+    };
+    match r {
+        sys::CUresult::CUDA_SUCCESS => {}
+        // Not a CUDA allocation: pageable host memory.
+        sys::CUresult::CUDA_ERROR_INVALID_VALUE => return Ok(PointerKind::Pageable),
+        other => {
+            return Err(driver_error(
+                result::DriverError(other),
+                "cuPointerGetAttribute",
+            ))
+        }
+    }
+    if mem_type == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32 {
+        return Ok(PointerKind::Pinned);
+    }
+    let mut ordinal: i32 = -1;
+    // SAFETY: out-pointer to a local i32 of the attribute's type.
+    let r = unsafe {
+        sys::cuPointerGetAttribute(
+            (&mut ordinal as *mut i32).cast(),
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            ptr as sys::CUdeviceptr,
+        )
+    };
+    check(r, "cuPointerGetAttribute(DEVICE_ORDINAL)")?;
+    Ok(PointerKind::Device(ordinal))
+}
+
+/// Whether `ptr` is device memory.
+pub fn is_device_pointer(ptr: *const c_void) -> Result<bool> {
+    Ok(matches!(pointer_kind(ptr)?, PointerKind::Device(_)))
+}
+
+/// Free and total device memory of `ordinal`, from the driver.
+pub fn mem_info(ordinal: i32) -> Result<(usize, usize)> {
+    let d = device(ordinal)?;
+    let _g = ContextGuard::device(&d)?;
+    result::mem_get_info().map_err(|e| driver_error(e, "cuMemGetInfo"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_driver_is_an_error_not_a_panic() {
+        // On a machine without a GPU this must be a clear NoDevice error; on a
+        // GPU machine it succeeds. Either way it must not panic.
+        match device_count() {
+            Ok(n) => assert!(n >= 0),
+            Err(e) => {
+                assert!(matches!(e, Error::NoDevice(_)), "{e}");
+                assert!(e.to_string().contains("no CUDA"), "{e}");
+            }
+        }
+        assert!(device(-1).is_err());
+        assert!(device(1 << 20).is_err());
+    }
+}

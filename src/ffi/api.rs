@@ -1,0 +1,387 @@
+//! The `et_cuda_*` C API: the backend lifecycle, options and counters.
+//! Each function is a thin wrapper: check pointers, call the Rust API in
+//! [`crate::delegate`] / [`crate::options`], map the result to a status.
+
+use super::{boundary, c_str, non_null, slice_from, slice_from_mut, write_out};
+use crate::delegate::{CudaHandle, ExecMode, InitParams, OutputPlacement};
+use crate::error::{EtCudaStatus, Error};
+use crate::stats::EtCudaStats;
+use std::ffi::{c_char, c_void};
+
+/// Largest tensor rank accepted by the C API.
+pub const ET_CUDA_MAX_DIMS: usize = 16;
+
+/// Opaque backend handle for one loaded method.
+///
+/// Ownership: created by `et_cuda_init` (a Rust `Box`), owned by the caller,
+/// released exactly once with `et_cuda_destroy`. Calls on one handle from
+/// several threads are serialized by the handle's own lock.
+pub struct EtCudaHandle {
+    pub(crate) inner: CudaHandle,
+}
+
+/// How outputs are delivered by `et_cuda_execute`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EtCudaOutputPlacement {
+    /// Decide from the `skip_copy_output_to_cpu_for_method` option and the handle's method name.
+    FromOptions = 0,
+    /// Copy each output into the caller's `data` (host or device memory, looked up); `nbytes` is its capacity.
+    Copy = 1,
+    /// Leave outputs on the device: `data` is set to device memory owned by the handle, valid until the
+    /// handle's next execute or destroy.
+    Device = 2,
+}
+
+/// Execution mode of a handle. Only `Default` is meant for production; the others reproduce older
+/// behaviour for benchmarks.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EtCudaExecMode {
+    /// Take the mode from the `execution_mode` option when `use_backend_options` is set, else `Default`.
+    FromOptions = 0,
+    /// Stream-ordered, no host waits unless outputs go to host memory.
+    Default = 1,
+    /// Synchronize the stream at the end of every execute.
+    SyncAlways = 2,
+    /// What ExecuTorch 1.2 does: `AOTInductorModelContainerRun`, synchronize, pageable copies.
+    Upstream12 = 3,
+}
+
+/// A tensor passed to or returned from `et_cuda_execute`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct EtCudaTensor {
+    /// Element memory: host or device (the library looks it up).
+    pub data: *mut c_void,
+    /// Bytes available at `data` (inputs: at least the tensor's bytes; outputs: capacity).
+    pub nbytes: u64,
+    /// c10 ScalarType code (float32 = 6, bfloat16 = 15, ...).
+    pub dtype: i32,
+    /// Rank, at most `ET_CUDA_MAX_DIMS`.
+    pub ndim: i32,
+    /// Sizes; for outputs rewritten with the real sizes after execute.
+    pub sizes: [i64; ET_CUDA_MAX_DIMS],
+    /// Strides in elements; for outputs rewritten after execute.
+    pub strides: [i64; ET_CUDA_MAX_DIMS],
+}
+
+/// Arguments of `et_cuda_init`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct EtCudaInitArgs {
+    /// The AOTInductor `.so` bytes (copied; may be freed after init returns).
+    pub so_data: *const u8,
+    pub so_len: usize,
+    /// The weights blob (copied to the device; may be freed after init returns). May be null with length 0.
+    pub weights_data: *const u8,
+    pub weights_len: usize,
+    /// Method name (used by `skip_copy_output_to_cpu_for_method`); may be null.
+    pub method_name: *const c_char,
+    /// Named-data key of the `.so`; when it has the form `<sha256 hex>_so_blob` the bytes are
+    /// checked against that hash. May be null.
+    pub so_key: *const c_char,
+    /// When true, `device_index`, `use_shared_stream` and a `FromOptions` mode come from the
+    /// process-wide backend options (`et_cuda_set_option_*`).
+    pub use_backend_options: bool,
+    /// CUDA device ordinal.
+    pub device_index: i32,
+    /// Share one stream (per device) with every other handle that asks for it; the stream is
+    /// destroyed with the last handle using it.
+    pub use_shared_stream: bool,
+    /// Execution mode.
+    pub mode: EtCudaExecMode,
+}
+
+/// Library version, a static NUL-terminated string.
+#[no_mangle]
+pub extern "C" fn et_cuda_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/// This thread's last error message ("" after a successful call). The pointer is valid until the
+/// next `et_cuda_*` or `aoti_torch_*` call on this thread.
+#[no_mangle]
+pub extern "C" fn et_cuda_last_error() -> *const c_char {
+    crate::error::last_error_ptr()
+}
+
+/// Number of CUDA devices. Fails with `NoDevice` when there is no driver.
+#[no_mangle]
+pub extern "C" fn et_cuda_device_count(out_count: *mut i32) -> EtCudaStatus {
+    boundary("et_cuda_device_count", || {
+        let n = crate::cuda::device_count()?;
+        // SAFETY: out-pointer checked by write_out.
+        unsafe { write_out(out_count, n, "out_count") }
+    })
+}
+
+/// Load a method: validate and open the `.so`, create its container on the device, load the weights.
+/// On success `*out_handle` owns a new handle; on failure it is set to null.
+#[no_mangle]
+pub extern "C" fn et_cuda_init(
+    args: *const EtCudaInitArgs,
+    out_handle: *mut *mut EtCudaHandle,
+) -> EtCudaStatus {
+    if !out_handle.is_null() {
+        // SAFETY: non-null out-pointer supplied by the caller.
+        unsafe { out_handle.write(std::ptr::null_mut()) };
+    }
+    boundary("et_cuda_init", || {
+        if out_handle.is_null() {
+            return Err(Error::InvalidArgument("out_handle is null".into()));
+        }
+        // SAFETY: pointers come from the caller; each is null-checked.
+        let (a, so, weights, method, so_key) = unsafe {
+            let a = non_null(args, "args")?;
+            let so = slice_from(a.so_data, a.so_len, "so_data")?;
+            let weights = slice_from(a.weights_data, a.weights_len, "weights_data")?;
+            let method = c_str(a.method_name, "method_name", true)?;
+            let so_key = c_str(a.so_key, "so_key", true)?;
+            (a, so, weights, method, so_key)
+        };
+        let params = InitParams {
+            so,
+            weights,
+            method_name: method.unwrap_or("").to_string(),
+            so_key: so_key.map(str::to_string),
+            use_backend_options: a.use_backend_options,
+            device_index: a.device_index,
+            use_shared_stream: a.use_shared_stream,
+            mode: ExecMode::from_c(a.mode),
+        };
+        let inner = CudaHandle::init(params)?;
+        let h = Box::into_raw(Box::new(EtCudaHandle { inner }));
+        // SAFETY: checked non-null above.
+        unsafe { out_handle.write(h) };
+        Ok(())
+    })
+}
+
+/// Destroy a handle made by `et_cuda_init`: deletes its container and frees everything it owns,
+/// including outputs left on the device. Null is accepted and ignored. Destroying the same handle
+/// twice is undefined behaviour (the adapter guards against it).
+#[no_mangle]
+pub extern "C" fn et_cuda_destroy(handle: *mut EtCudaHandle) -> EtCudaStatus {
+    boundary("et_cuda_destroy", || {
+        if handle.is_null() {
+            return Ok(());
+        }
+        // SAFETY: the handle came from Box::into_raw in et_cuda_init and is destroyed once.
+        let h = unsafe { Box::from_raw(handle) };
+        h.inner.destroy()
+    })
+}
+
+/// Number of inputs of the method.
+#[no_mangle]
+pub extern "C" fn et_cuda_num_inputs(handle: *const EtCudaHandle, out: *mut usize) -> EtCudaStatus {
+    boundary("et_cuda_num_inputs", || {
+        // SAFETY: null-checked handle and out-pointer.
+        unsafe {
+            let h = non_null(handle, "handle")?;
+            write_out(out, h.inner.num_inputs(), "out")
+        }
+    })
+}
+
+/// Number of outputs of the method.
+#[no_mangle]
+pub extern "C" fn et_cuda_num_outputs(
+    handle: *const EtCudaHandle,
+    out: *mut usize,
+) -> EtCudaStatus {
+    boundary("et_cuda_num_outputs", || {
+        // SAFETY: null-checked handle and out-pointer.
+        unsafe {
+            let h = non_null(handle, "handle")?;
+            write_out(out, h.inner.num_outputs(), "out")
+        }
+    })
+}
+
+/// Run the method. Inputs may live in host or device memory. Outputs are delivered as `placement`
+/// says; their `ndim`/`sizes`/`strides` are rewritten with the real shape (dynamic shapes). The host
+/// waits at most once, and only when some output is copied into host memory.
+#[no_mangle]
+pub extern "C" fn et_cuda_execute(
+    handle: *mut EtCudaHandle,
+    inputs: *const EtCudaTensor,
+    num_inputs: usize,
+    outputs: *mut EtCudaTensor,
+    num_outputs: usize,
+    placement: EtCudaOutputPlacement,
+) -> EtCudaStatus {
+    boundary("et_cuda_execute", || {
+        // SAFETY: null-checked; arrays of the stated lengths per the caller's contract.
+        let (h, ins, outs) = unsafe {
+            (
+                non_null(handle, "handle")?,
+                slice_from(inputs, num_inputs, "inputs")?,
+                slice_from_mut(outputs, num_outputs, "outputs")?,
+            )
+        };
+        let placement = OutputPlacement::from_c(placement);
+        h.inner.execute(ins, outs, placement)
+    })
+}
+
+/// The handle's CUDA stream (a `CUstream` / `cudaStream_t`), borrowed: valid while the handle lives.
+#[no_mangle]
+pub extern "C" fn et_cuda_handle_stream(
+    handle: *const EtCudaHandle,
+    out_stream: *mut *mut c_void,
+) -> EtCudaStatus {
+    boundary("et_cuda_handle_stream", || {
+        // SAFETY: null-checked handle and out-pointer.
+        unsafe {
+            let h = non_null(handle, "handle")?;
+            write_out(out_stream, h.inner.stream_raw(), "out_stream")
+        }
+    })
+}
+
+/// Block until all work queued on the handle's stream has finished (counted as a host wait).
+#[no_mangle]
+pub extern "C" fn et_cuda_synchronize(handle: *const EtCudaHandle) -> EtCudaStatus {
+    boundary("et_cuda_synchronize", || {
+        // SAFETY: null-checked handle.
+        let h = unsafe { non_null(handle, "handle")? };
+        h.inner.synchronize()
+    })
+}
+
+/// Copy `nbytes` from `src` to `dst` (each host or device memory, looked up) in the order of the
+/// handle's stream. Waits for the copy only when `dst` is host memory. With a null `handle` the copy
+/// runs on the device's default stream and always waits (for tools and tests).
+#[no_mangle]
+pub extern "C" fn et_cuda_memcpy(
+    handle: *const EtCudaHandle,
+    dst: *mut c_void,
+    src: *const c_void,
+    nbytes: usize,
+) -> EtCudaStatus {
+    boundary("et_cuda_memcpy", || {
+        if handle.is_null() {
+            return crate::delegate::memcpy_blocking(dst, src, nbytes);
+        }
+        // SAFETY: non-null handle from et_cuda_init; the buffers are the caller's contract.
+        let h = unsafe { non_null(handle, "handle")? };
+        h.inner.memcpy(dst, src, nbytes)
+    })
+}
+
+/// Whether `ptr` is CUDA device memory. Fails with `NoDevice` when there is no driver.
+#[no_mangle]
+pub extern "C" fn et_cuda_is_device_pointer(ptr: *const c_void, out: *mut bool) -> EtCudaStatus {
+    boundary("et_cuda_is_device_pointer", || {
+        let v = crate::cuda::is_device_pointer(ptr)?;
+        // SAFETY: out-pointer checked by write_out.
+        unsafe { write_out(out, v, "out") }
+    })
+}
+
+/// Counters of one handle, or process-wide when `handle` is null.
+#[no_mangle]
+pub extern "C" fn et_cuda_stats(handle: *const EtCudaHandle, out: *mut EtCudaStats) -> EtCudaStatus {
+    boundary("et_cuda_stats", || {
+        let s = if handle.is_null() {
+            crate::stats::global().snapshot()
+        } else {
+            // SAFETY: non-null handle from et_cuda_init.
+            unsafe { &*handle }.inner.stats()
+        };
+        // SAFETY: out-pointer checked by write_out.
+        unsafe { write_out(out, s, "out") }
+    })
+}
+
+/// Set a boolean backend option. Unknown keys are ignored (Ok); a known key of another type is
+/// `InvalidArgument`.
+#[no_mangle]
+pub extern "C" fn et_cuda_set_option_bool(key: *const c_char, value: bool) -> EtCudaStatus {
+    boundary("et_cuda_set_option_bool", || {
+        // SAFETY: NUL-terminated key per the caller's contract.
+        let k = unsafe { c_str(key, "key", false)? }.unwrap_or("");
+        crate::options::set(k, crate::options::Value::Bool(value))
+    })
+}
+
+/// Set an integer backend option (see `et_cuda_set_option_bool` for the rules).
+#[no_mangle]
+pub extern "C" fn et_cuda_set_option_int(key: *const c_char, value: i64) -> EtCudaStatus {
+    boundary("et_cuda_set_option_int", || {
+        // SAFETY: NUL-terminated key per the caller's contract.
+        let k = unsafe { c_str(key, "key", false)? }.unwrap_or("");
+        crate::options::set(k, crate::options::Value::Int(value))
+    })
+}
+
+/// Set a string backend option (see `et_cuda_set_option_bool` for the rules).
+#[no_mangle]
+pub extern "C" fn et_cuda_set_option_str(key: *const c_char, value: *const c_char) -> EtCudaStatus {
+    boundary("et_cuda_set_option_str", || {
+        // SAFETY: NUL-terminated strings per the caller's contract.
+        let (k, v) = unsafe {
+            (
+                c_str(key, "key", false)?.unwrap_or(""),
+                c_str(value, "value", false)?.unwrap_or(""),
+            )
+        };
+        crate::options::set(k, crate::options::Value::Str(v.to_string()))
+    })
+}
+
+/// Read a boolean option. `UnknownOption` for keys this backend does not know.
+#[no_mangle]
+pub extern "C" fn et_cuda_get_option_bool(key: *const c_char, out: *mut bool) -> EtCudaStatus {
+    boundary("et_cuda_get_option_bool", || {
+        // SAFETY: NUL-terminated key; out-pointer checked by write_out.
+        let k = unsafe { c_str(key, "key", false)? }.unwrap_or("");
+        let v = crate::options::get_bool(k)?;
+        unsafe { write_out(out, v, "out") }
+    })
+}
+
+/// Read an integer option. `UnknownOption` for keys this backend does not know.
+#[no_mangle]
+pub extern "C" fn et_cuda_get_option_int(key: *const c_char, out: *mut i64) -> EtCudaStatus {
+    boundary("et_cuda_get_option_int", || {
+        // SAFETY: NUL-terminated key; out-pointer checked by write_out.
+        let k = unsafe { c_str(key, "key", false)? }.unwrap_or("");
+        let v = crate::options::get_int(k)?;
+        unsafe { write_out(out, v, "out") }
+    })
+}
+
+/// Read a string option into `buf` (NUL-terminated, truncated to `buf_len - 1` bytes).
+/// `UnknownOption` for keys this backend does not know.
+#[no_mangle]
+pub extern "C" fn et_cuda_get_option_str(
+    key: *const c_char,
+    buf: *mut c_char,
+    buf_len: usize,
+) -> EtCudaStatus {
+    boundary("et_cuda_get_option_str", || {
+        // SAFETY: NUL-terminated key; `buf` has `buf_len` writable bytes per the caller's contract.
+        let k = unsafe { c_str(key, "key", false)? }.unwrap_or("");
+        let v = crate::options::get_str(k)?;
+        if buf_len == 0 {
+            return Err(Error::InvalidArgument("buf_len is 0".into()));
+        }
+        let dst = unsafe { slice_from_mut(buf.cast::<u8>(), buf_len, "buf")? };
+        let n = v.len().min(buf_len - 1);
+        dst[..n].copy_from_slice(&v.as_bytes()[..n]);
+        dst[n] = 0;
+        Ok(())
+    })
+}
+
+/// Reset every backend option to its default (for tests).
+#[no_mangle]
+pub extern "C" fn et_cuda_reset_options() -> EtCudaStatus {
+    boundary("et_cuda_reset_options", || {
+        crate::options::reset();
+        Ok(())
+    })
+}

@@ -1,0 +1,236 @@
+//! Counters: host waits, allocations and bytes copied, per handle and
+//! process-wide. Every increment goes to the process-wide set and to the
+//! set of the handle whose execute is running on this thread, if any.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// A snapshot of the counters (C layout, returned by `et_cuda_stats`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EtCudaStats {
+    /// Completed `et_cuda_execute` calls.
+    pub executes: u64,
+    /// Host-blocking waits made by the library (stream/event synchronize).
+    pub host_waits: u64,
+    /// Allocations that went to the driver outside the stream-ordered pool (pinned host buffers,
+    /// `cuMemAlloc`).
+    pub driver_allocs: u64,
+    /// Stream-ordered allocations from the library's device memory pool.
+    pub pool_allocs: u64,
+    /// Stream-ordered frees to the pool.
+    pub pool_frees: u64,
+    /// Library-owned allocations alive now (device and host).
+    pub live_allocs: u64,
+    /// Bytes in library-owned allocations alive now.
+    pub live_bytes: u64,
+    /// Bytes copied host to device.
+    pub bytes_htod: u64,
+    /// Bytes copied device to host.
+    pub bytes_dtoh: u64,
+    /// Bytes copied device to device.
+    pub bytes_dtod: u64,
+    /// Host time spent inside `et_cuda_execute`, summed (nanoseconds).
+    pub execute_host_ns: u64,
+    /// Of that, host time spent inside the container's run call (nanoseconds).
+    pub run_host_ns: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Counters {
+    executes: AtomicU64,
+    host_waits: AtomicU64,
+    driver_allocs: AtomicU64,
+    pool_allocs: AtomicU64,
+    pool_frees: AtomicU64,
+    live_allocs: AtomicU64,
+    live_bytes: AtomicU64,
+    bytes_htod: AtomicU64,
+    bytes_dtoh: AtomicU64,
+    bytes_dtod: AtomicU64,
+    execute_host_ns: AtomicU64,
+    run_host_ns: AtomicU64,
+}
+
+/// What happened, for [`record`].
+#[derive(Debug, Clone, Copy)]
+pub enum Event {
+    Execute,
+    HostWait,
+    DriverAlloc(u64),
+    DriverFree(u64),
+    HostAlloc(u64),
+    HostFree(u64),
+    PoolAlloc(u64),
+    PoolFree(u64),
+    HtoD(u64),
+    DtoH(u64),
+    DtoD(u64),
+    /// Host nanoseconds of one execute and of its run call.
+    Timing { execute_ns: u64, run_ns: u64 },
+}
+
+impl Counters {
+    pub fn apply(&self, e: Event) {
+        match e {
+            Event::Execute => {
+                self.executes.fetch_add(1, Relaxed);
+            }
+            Event::HostWait => {
+                self.host_waits.fetch_add(1, Relaxed);
+            }
+            Event::DriverAlloc(n) => {
+                self.driver_allocs.fetch_add(1, Relaxed);
+                self.live_allocs.fetch_add(1, Relaxed);
+                self.live_bytes.fetch_add(n, Relaxed);
+            }
+            Event::HostAlloc(n) => {
+                self.live_allocs.fetch_add(1, Relaxed);
+                self.live_bytes.fetch_add(n, Relaxed);
+            }
+            Event::HostFree(n) => {
+                self.live_allocs.fetch_sub(1, Relaxed);
+                self.live_bytes.fetch_sub(n, Relaxed);
+            }
+            Event::PoolAlloc(n) => {
+                self.pool_allocs.fetch_add(1, Relaxed);
+                self.live_allocs.fetch_add(1, Relaxed);
+                self.live_bytes.fetch_add(n, Relaxed);
+            }
+            Event::DriverFree(n) => {
+                self.live_allocs.fetch_sub(1, Relaxed);
+                self.live_bytes.fetch_sub(n, Relaxed);
+            }
+            Event::PoolFree(n) => {
+                self.pool_frees.fetch_add(1, Relaxed);
+                self.live_allocs.fetch_sub(1, Relaxed);
+                self.live_bytes.fetch_sub(n, Relaxed);
+            }
+            Event::HtoD(n) => {
+                self.bytes_htod.fetch_add(n, Relaxed);
+            }
+            Event::DtoH(n) => {
+                self.bytes_dtoh.fetch_add(n, Relaxed);
+            }
+            Event::DtoD(n) => {
+                self.bytes_dtod.fetch_add(n, Relaxed);
+            }
+            Event::Timing { execute_ns, run_ns } => {
+                self.execute_host_ns.fetch_add(execute_ns, Relaxed);
+                self.run_host_ns.fetch_add(run_ns, Relaxed);
+            }
+        }
+    }
+
+    pub fn snapshot(&self) -> EtCudaStats {
+        EtCudaStats {
+            executes: self.executes.load(Relaxed),
+            host_waits: self.host_waits.load(Relaxed),
+            driver_allocs: self.driver_allocs.load(Relaxed),
+            pool_allocs: self.pool_allocs.load(Relaxed),
+            pool_frees: self.pool_frees.load(Relaxed),
+            live_allocs: self.live_allocs.load(Relaxed),
+            live_bytes: self.live_bytes.load(Relaxed),
+            bytes_htod: self.bytes_htod.load(Relaxed),
+            bytes_dtoh: self.bytes_dtoh.load(Relaxed),
+            bytes_dtod: self.bytes_dtod.load(Relaxed),
+            execute_host_ns: self.execute_host_ns.load(Relaxed),
+            run_host_ns: self.run_host_ns.load(Relaxed),
+        }
+    }
+}
+
+static GLOBAL: Counters = Counters {
+    executes: AtomicU64::new(0),
+    host_waits: AtomicU64::new(0),
+    driver_allocs: AtomicU64::new(0),
+    pool_allocs: AtomicU64::new(0),
+    pool_frees: AtomicU64::new(0),
+    live_allocs: AtomicU64::new(0),
+    live_bytes: AtomicU64::new(0),
+    bytes_htod: AtomicU64::new(0),
+    bytes_dtoh: AtomicU64::new(0),
+    bytes_dtod: AtomicU64::new(0),
+    execute_host_ns: AtomicU64::new(0),
+    run_host_ns: AtomicU64::new(0),
+};
+
+pub fn global() -> &'static Counters {
+    &GLOBAL
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Arc<Counters>>> = const { RefCell::new(None) };
+}
+
+/// Count `e` process-wide and for the handle active on this thread.
+pub fn record(e: Event) {
+    GLOBAL.apply(e);
+    CURRENT.with(|c| {
+        if let Some(h) = c.borrow().as_ref() {
+            h.apply(e)
+        }
+    });
+}
+
+/// Count `e` process-wide and for `owner` (used when an allocation is freed
+/// outside the execute that made it).
+pub fn record_for(owner: Option<&Arc<Counters>>, e: Event) {
+    GLOBAL.apply(e);
+    if let Some(h) = owner {
+        h.apply(e)
+    }
+}
+
+/// The handle counters active on this thread, if any.
+pub fn current() -> Option<Arc<Counters>> {
+    CURRENT.with(|c| c.borrow().clone())
+}
+
+/// Makes `c` the active handle counters on this thread until dropped.
+pub struct Scope {
+    prev: Option<Arc<Counters>>,
+}
+
+impl Scope {
+    pub fn enter(c: &Arc<Counters>) -> Scope {
+        let prev = CURRENT.with(|cur| cur.borrow_mut().replace(c.clone()));
+        Scope { prev }
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        let prev = self.prev.take();
+        CURRENT.with(|cur| *cur.borrow_mut() = prev);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handle_and_global_counters() {
+        let h = Arc::new(Counters::default());
+        let before = global().snapshot();
+        {
+            let _s = Scope::enter(&h);
+            record(Event::HostWait);
+            record(Event::PoolAlloc(64));
+            record(Event::HtoD(10));
+        }
+        record(Event::HostWait); // outside the scope: global only
+        record_for(Some(&h), Event::PoolFree(64));
+        let s = h.snapshot();
+        assert_eq!(s.host_waits, 1);
+        assert_eq!(s.pool_allocs, 1);
+        assert_eq!(s.pool_frees, 1);
+        assert_eq!(s.live_allocs, 0);
+        assert_eq!(s.live_bytes, 0);
+        assert_eq!(s.bytes_htod, 10);
+        let after = global().snapshot();
+        assert!(after.host_waits >= before.host_waits + 2);
+    }
+}

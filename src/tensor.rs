@@ -1,0 +1,461 @@
+//! The tensor model behind `AtenTensorHandle`: dtype (c10 `ScalarType`
+//! codes), device, sizes, strides, storage offset, and a shared storage that
+//! is either owned (freed when the last view goes) or borrowed.
+
+use crate::cuda::DeviceAlloc;
+use crate::error::{invalid, Error, Result};
+use crate::stats::{self, Event};
+use std::alloc::Layout;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// c10 `ScalarType` codes.
+pub mod dtype {
+    pub const UINT8: i32 = 0;
+    pub const INT8: i32 = 1;
+    pub const INT16: i32 = 2;
+    pub const INT32: i32 = 3;
+    pub const INT64: i32 = 4;
+    pub const FLOAT16: i32 = 5;
+    pub const FLOAT32: i32 = 6;
+    pub const FLOAT64: i32 = 7;
+    pub const COMPLEX32: i32 = 8;
+    pub const COMPLEX64: i32 = 9;
+    pub const COMPLEX128: i32 = 10;
+    pub const BOOL: i32 = 11;
+    pub const BFLOAT16: i32 = 15;
+    pub const FLOAT8_E5M2: i32 = 23;
+    pub const FLOAT8_E4M3FN: i32 = 24;
+    pub const FLOAT8_E5M2FNUZ: i32 = 25;
+    pub const FLOAT8_E4M3FNUZ: i32 = 26;
+    pub const UINT16: i32 = 27;
+    pub const UINT32: i32 = 28;
+    pub const UINT64: i32 = 29;
+}
+
+/// Bytes per element of a dtype code, `None` for codes this backend does not know.
+pub fn element_size(code: i32) -> Option<usize> {
+    use dtype::*;
+    Some(match code {
+        UINT8 | INT8 | BOOL | FLOAT8_E5M2 | FLOAT8_E4M3FN | FLOAT8_E5M2FNUZ | FLOAT8_E4M3FNUZ => 1,
+        INT16 | FLOAT16 | BFLOAT16 | UINT16 => 2,
+        INT32 | FLOAT32 | COMPLEX32 | UINT32 => 4,
+        INT64 | FLOAT64 | COMPLEX64 | UINT64 => 8,
+        COMPLEX128 => 16,
+        _ => return None,
+    })
+}
+
+/// Element size or a clear error.
+pub fn checked_element_size(code: i32) -> Result<usize> {
+    element_size(code).ok_or_else(|| Error::InvalidArgument(format!("unknown dtype code {code}")))
+}
+
+/// c10 `DeviceType` codes used by the shim.
+pub mod device_type {
+    pub const CPU: i32 = 0;
+    pub const CUDA: i32 = 1;
+    pub const XPU: i32 = 12;
+    pub const MPS: i32 = 13;
+    pub const META: i32 = 14;
+    pub const PRIVATEUSE1: i32 = 20;
+}
+
+/// Where a tensor's memory lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Cuda(i32),
+}
+
+impl Device {
+    pub fn from_codes(device_type: i32, index: i32) -> Result<Device> {
+        match device_type {
+            device_type::CPU => Ok(Device::Cpu),
+            device_type::CUDA if index >= 0 => Ok(Device::Cuda(index)),
+            // c10 uses -1 for "the current device".
+            device_type::CUDA => Ok(Device::Cuda(crate::cuda::current_device_ordinal())),
+            other => invalid(format!(
+                "device type {other} is not supported (only CPU 0 and CUDA 1)"
+            )),
+        }
+    }
+    pub fn type_code(self) -> i32 {
+        match self {
+            Device::Cpu => device_type::CPU,
+            Device::Cuda(_) => device_type::CUDA,
+        }
+    }
+    pub fn index(self) -> i32 {
+        match self {
+            Device::Cpu => -1,
+            Device::Cuda(i) => i,
+        }
+    }
+}
+
+/// Host memory owned by a storage (64-byte aligned).
+#[derive(Debug)]
+pub struct HostAlloc {
+    ptr: *mut u8,
+    layout: Layout,
+    owner: Option<Arc<stats::Counters>>,
+}
+
+// SAFETY: the allocation is plain bytes owned by this value.
+unsafe impl Send for HostAlloc {}
+// SAFETY: no interior mutability through &HostAlloc.
+unsafe impl Sync for HostAlloc {}
+
+impl HostAlloc {
+    pub fn new(nbytes: usize) -> Result<HostAlloc> {
+        let layout = Layout::from_size_align(nbytes.max(1), 64)
+            .map_err(|_| Error::InvalidArgument(format!("host allocation of {nbytes} bytes")))?;
+        // SAFETY: layout has non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(Error::OutOfMemory(format!(
+                "host allocation of {nbytes} bytes failed"
+            )));
+        }
+        let owner = stats::current();
+        stats::record_for(owner.as_ref(), Event::HostAlloc(layout.size() as u64));
+        Ok(HostAlloc { ptr, layout, owner })
+    }
+}
+
+impl Drop for HostAlloc {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+        stats::record_for(self.owner.as_ref(), Event::HostFree(self.layout.size() as u64));
+    }
+}
+
+/// The memory behind a storage.
+#[derive(Debug)]
+pub enum Memory {
+    /// Host memory owned by the storage.
+    Host(HostAlloc),
+    /// Device memory from the stream-ordered pool, owned by the storage.
+    Device(DeviceAlloc),
+    /// Memory someone else owns (caller buffers, constants inside the `.so`).
+    Borrowed(*mut c_void),
+    /// No memory (zero bytes).
+    Empty,
+}
+
+/// A storage shared by every view made from it.
+#[derive(Debug)]
+pub struct Storage {
+    pub memory: Memory,
+    pub nbytes: usize,
+    pub device: Device,
+}
+
+// SAFETY: the raw pointers are addresses of memory whose lifetime the storage
+// (or its documented owner) manages; the storage itself is never mutated.
+unsafe impl Send for Storage {}
+// SAFETY: as above.
+unsafe impl Sync for Storage {}
+
+impl Storage {
+    pub fn base_ptr(&self) -> *mut c_void {
+        match &self.memory {
+            Memory::Host(h) => h.ptr.cast(),
+            Memory::Device(d) => d.ptr() as *mut c_void,
+            Memory::Borrowed(p) => *p,
+            Memory::Empty => std::ptr::null_mut(),
+        }
+    }
+}
+
+/// A strided view of a storage.
+#[derive(Debug, Clone)]
+pub struct Tensor {
+    pub storage: Arc<Storage>,
+    pub dtype: i32,
+    pub sizes: Vec<i64>,
+    pub strides: Vec<i64>,
+    /// In elements.
+    pub storage_offset: i64,
+}
+
+/// Contiguous (row-major) strides for `sizes`.
+pub fn contiguous_strides(sizes: &[i64]) -> Vec<i64> {
+    let mut strides = vec![1i64; sizes.len()];
+    let mut acc: i64 = 1;
+    for i in (0..sizes.len()).rev() {
+        strides[i] = acc;
+        acc = acc.saturating_mul(sizes[i].max(1));
+    }
+    strides
+}
+
+/// Whether `strides` are the contiguous strides of `sizes` (dims of size 1 may have any stride).
+pub fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
+    if sizes.len() != strides.len() {
+        return false;
+    }
+    if sizes.contains(&0) {
+        return true;
+    }
+    let mut expected: i64 = 1;
+    for i in (0..sizes.len()).rev() {
+        if sizes[i] != 1 && strides[i] != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(sizes[i]);
+    }
+    true
+}
+
+/// Number of elements, checked for negative sizes and overflow.
+pub fn checked_numel(sizes: &[i64]) -> Result<i64> {
+    let mut n: i64 = 1;
+    for (d, &s) in sizes.iter().enumerate() {
+        if s < 0 {
+            return invalid(format!("size {s} of dimension {d} is negative"));
+        }
+        n = n
+            .checked_mul(s)
+            .ok_or_else(|| Error::InvalidArgument(format!("sizes {sizes:?} overflow")))?;
+    }
+    Ok(n)
+}
+
+/// Bytes a view needs from the start of its storage: 0 for an empty view,
+/// else `(offset + sum((size - 1) * stride) + 1) * element size`.
+/// Rejects negative sizes, strides and offsets, and overflow.
+pub fn required_bytes(sizes: &[i64], strides: &[i64], offset: i64, elem: usize) -> Result<usize> {
+    if sizes.len() != strides.len() {
+        return invalid(format!(
+            "{} sizes but {} strides",
+            sizes.len(),
+            strides.len()
+        ));
+    }
+    if offset < 0 {
+        return invalid(format!("storage offset {offset} is negative"));
+    }
+    if checked_numel(sizes)? == 0 {
+        return Ok(0);
+    }
+    let overflow = || Error::InvalidArgument(format!("view {sizes:?}/{strides:?} overflows"));
+    let mut last: i64 = offset;
+    for (d, (&s, &st)) in sizes.iter().zip(strides).enumerate() {
+        if st < 0 {
+            return invalid(format!("stride {st} of dimension {d} is negative"));
+        }
+        last = (s - 1)
+            .checked_mul(st)
+            .and_then(|x| last.checked_add(x))
+            .ok_or_else(overflow)?;
+    }
+    let elems = last.checked_add(1).ok_or_else(overflow)?;
+    (elems as u64)
+        .checked_mul(elem as u64)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(overflow)
+}
+
+/// Copy `ndim` values from a C array (null allowed when `ndim == 0`).
+///
+/// # Safety
+/// A non-null `p` must point to `ndim` readable `i64`s.
+pub unsafe fn dims_from_raw(p: *const i64, ndim: i64, what: &str) -> Result<Vec<i64>> {
+    if !(0..=64).contains(&ndim) {
+        return invalid(format!("ndim {ndim} out of range 0..=64"));
+    }
+    // SAFETY: forwarded contract.
+    let s = unsafe { crate::ffi::slice_from(p, ndim as usize, what)? };
+    Ok(s.to_vec())
+}
+
+impl Tensor {
+    /// A view over `storage`, validated to fit inside it.
+    pub fn view(
+        storage: Arc<Storage>,
+        dtype: i32,
+        sizes: Vec<i64>,
+        strides: Vec<i64>,
+        storage_offset: i64,
+    ) -> Result<Tensor> {
+        let elem = checked_element_size(dtype)?;
+        let need = required_bytes(&sizes, &strides, storage_offset, elem)?;
+        if need > storage.nbytes {
+            return invalid(format!(
+                "view sizes {sizes:?} strides {strides:?} offset {storage_offset} needs {need} bytes but the storage has {}",
+                storage.nbytes
+            ));
+        }
+        Ok(Tensor {
+            storage,
+            dtype,
+            sizes,
+            strides,
+            storage_offset,
+        })
+    }
+
+    /// A tensor over memory someone else owns; the storage size is what the view needs.
+    pub fn borrowed(
+        data: *mut c_void,
+        dtype: i32,
+        sizes: Vec<i64>,
+        strides: Vec<i64>,
+        storage_offset: i64,
+        device: Device,
+    ) -> Result<Tensor> {
+        let elem = checked_element_size(dtype)?;
+        let need = required_bytes(&sizes, &strides, storage_offset, elem)?;
+        if data.is_null() && need > 0 {
+            return invalid("data is null for a non-empty tensor");
+        }
+        let storage = Arc::new(Storage {
+            memory: Memory::Borrowed(data),
+            nbytes: need,
+            device,
+        });
+        Tensor::view(storage, dtype, sizes, strides, storage_offset)
+    }
+
+    /// A new tensor with fresh memory on `device` (uninitialized on CUDA, zeroed on CPU).
+    pub fn empty_strided(
+        sizes: Vec<i64>,
+        strides: Vec<i64>,
+        dtype: i32,
+        device: Device,
+    ) -> Result<Tensor> {
+        let elem = checked_element_size(dtype)?;
+        let nbytes = required_bytes(&sizes, &strides, 0, elem)?;
+        let memory = if nbytes == 0 {
+            Memory::Empty
+        } else {
+            match device {
+                Device::Cpu => Memory::Host(HostAlloc::new(nbytes)?),
+                Device::Cuda(i) => Memory::Device(crate::cuda::alloc_on_current_stream(i, nbytes)?),
+            }
+        };
+        let storage = Arc::new(Storage {
+            memory,
+            nbytes,
+            device,
+        });
+        Tensor::view(storage, dtype, sizes, strides, 0)
+    }
+
+    pub fn device(&self) -> Device {
+        self.storage.device
+    }
+    pub fn element_size(&self) -> usize {
+        element_size(self.dtype).unwrap_or(1)
+    }
+    pub fn numel(&self) -> i64 {
+        self.sizes.iter().product()
+    }
+    pub fn nbytes(&self) -> usize {
+        self.numel().max(0) as usize * self.element_size()
+    }
+    pub fn is_contiguous(&self) -> bool {
+        is_contiguous(&self.sizes, &self.strides)
+    }
+    /// Address of element 0 (storage base + offset), like `Tensor::data_ptr()`.
+    pub fn data_ptr(&self) -> *mut c_void {
+        let base = self.storage.base_ptr();
+        if base.is_null() {
+            return base;
+        }
+        let off = self.storage_offset as usize * self.element_size();
+        base.cast::<u8>().wrapping_add(off).cast()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_table() {
+        assert_eq!(element_size(dtype::FLOAT32), Some(4));
+        assert_eq!(element_size(dtype::BFLOAT16), Some(2));
+        assert_eq!(element_size(dtype::FLOAT16), Some(2));
+        assert_eq!(element_size(dtype::INT64), Some(8));
+        assert_eq!(element_size(dtype::BOOL), Some(1));
+        assert_eq!(element_size(dtype::COMPLEX128), Some(16));
+        assert_eq!(element_size(dtype::UINT64), Some(8));
+        assert_eq!(element_size(12), None); // qint8
+        assert_eq!(element_size(-1), None);
+        assert!(checked_element_size(99).is_err());
+    }
+
+    #[test]
+    fn strides_and_contiguity() {
+        assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
+        assert_eq!(contiguous_strides(&[]), Vec::<i64>::new());
+        assert!(is_contiguous(&[2, 3], &[3, 1]));
+        assert!(!is_contiguous(&[2, 3], &[1, 2]));
+        assert!(is_contiguous(&[1, 3], &[99, 1]));
+        assert!(is_contiguous(&[0, 3], &[7, 9]));
+    }
+
+    #[test]
+    fn required_bytes_rules() {
+        assert_eq!(required_bytes(&[2, 3], &[3, 1], 0, 4).unwrap(), 24);
+        assert_eq!(required_bytes(&[2, 3], &[3, 1], 2, 4).unwrap(), 32);
+        assert_eq!(required_bytes(&[0, 3], &[3, 1], 5, 4).unwrap(), 0);
+        assert_eq!(required_bytes(&[], &[], 0, 8).unwrap(), 8);
+        assert!(required_bytes(&[-1], &[1], 0, 4).is_err());
+        assert!(required_bytes(&[2], &[-1], 0, 4).is_err());
+        assert!(required_bytes(&[2], &[1], -1, 4).is_err());
+        assert!(required_bytes(&[2], &[1, 1], 0, 4).is_err());
+        assert!(required_bytes(&[i64::MAX, 2], &[2, 1], 0, 4).is_err());
+    }
+
+    #[test]
+    fn cpu_views_share_storage() {
+        let t = Tensor::empty_strided(vec![4, 4], vec![4, 1], dtype::FLOAT32, Device::Cpu).unwrap();
+        assert_eq!(t.storage.nbytes, 64);
+        let v = Tensor::view(t.storage.clone(), dtype::FLOAT32, vec![2, 2], vec![4, 1], 5).unwrap();
+        assert_eq!(v.data_ptr() as usize - t.data_ptr() as usize, 20);
+        assert_eq!(Arc::strong_count(&t.storage), 2);
+        // A view past the end of the storage is refused.
+        assert!(Tensor::view(t.storage.clone(), dtype::FLOAT32, vec![4, 4], vec![4, 1], 1).is_err());
+        drop(v);
+        assert_eq!(Arc::strong_count(&t.storage), 1);
+    }
+
+    #[test]
+    fn borrowed_storage_is_not_freed() {
+        let mut buf = vec![1.0f32; 6];
+        {
+            let t = Tensor::borrowed(
+                buf.as_mut_ptr().cast(),
+                dtype::FLOAT32,
+                vec![2, 3],
+                vec![3, 1],
+                0,
+                Device::Cpu,
+            )
+            .unwrap();
+            assert_eq!(t.nbytes(), 24);
+        }
+        assert_eq!(buf[5], 1.0);
+        assert!(Tensor::borrowed(
+            std::ptr::null_mut(),
+            dtype::FLOAT32,
+            vec![1],
+            vec![1],
+            0,
+            Device::Cpu
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn device_codes() {
+        assert_eq!(Device::from_codes(0, -1).unwrap(), Device::Cpu);
+        assert_eq!(Device::from_codes(1, 2).unwrap(), Device::Cuda(2));
+        assert!(Device::from_codes(14, 0).is_err());
+    }
+}
