@@ -250,7 +250,8 @@ impl CudaHandle {
     pub fn memcpy(&self, dst: *mut c_void, src: *const c_void, n: usize) -> Result<()> {
         let _stats = stats::Scope::enter(&self.counters);
         let _ctx = ContextGuard::device(&self.device)?;
-        copy_bytes(dst, src, n, self.stream.raw())
+        // SAFETY: the caller (et_cuda_memcpy's contract) guarantees n valid bytes at both.
+        unsafe { copy_bytes(dst, src, n, self.stream.raw()) }
     }
 
     /// Run the method. See the module docs for the IO policy.
@@ -285,7 +286,11 @@ impl CudaHandle {
         };
         let _stats = stats::Scope::enter(&self.counters);
         let _ctx = ContextGuard::device(&self.device)?;
-        let _scope = StreamScope::enter(self.device.ordinal, self.stream.raw(), Some(self.stream.clone()));
+        let _scope = StreamScope::enter(
+            self.device.ordinal,
+            self.stream.raw(),
+            Some(self.stream.clone()),
+        );
         let s = self.stream.raw();
         st.executes += 1;
         // Outputs kept from the previous execute are released now (stream-ordered).
@@ -338,7 +343,11 @@ impl CudaHandle {
         let outs: Vec<Tensor> = outs
             .into_iter()
             .enumerate()
-            .map(|(i, o)| o.ok_or_else(|| Error::ExecutionFailed(format!("the model returned no tensor for output {i}"))))
+            .map(|(i, o)| {
+                o.ok_or_else(|| {
+                    Error::ExecutionFailed(format!("the model returned no tensor for output {i}"))
+                })
+            })
             .collect::<Result<_>>()?;
 
         match self.mode {
@@ -368,7 +377,9 @@ impl CudaHandle {
         let elem = tensor::checked_element_size(d.dtype)?;
         let n = tensor::required_bytes(&sizes, &strides, 0, elem)?;
         if !tensor::is_contiguous(&sizes, &strides) {
-            return invalid(format!("non-contiguous strides {strides:?} for sizes {sizes:?} are not supported"));
+            return invalid(format!(
+                "non-contiguous strides {strides:?} for sizes {sizes:?} are not supported"
+            ));
         }
         if (d.nbytes as usize) < n {
             return invalid(format!("needs {n} bytes but the buffer has {}", d.nbytes));
@@ -381,14 +392,24 @@ impl CudaHandle {
                 "is in memory of cuda:{ord} but the method runs on cuda:{}",
                 self.device.ordinal
             )),
-            PointerKind::Device(_) => {
-                Tensor::borrowed(d.data, d.dtype, sizes, strides, 0, Device::Cuda(self.device.ordinal))
-            }
+            PointerKind::Device(_) => Tensor::borrowed(
+                d.data,
+                d.dtype,
+                sizes,
+                strides,
+                0,
+                Device::Cuda(self.device.ordinal),
+            ),
             PointerKind::Pageable | PointerKind::Pinned => {
                 let alloc = if n == 0 {
                     Memory::Empty
                 } else {
-                    Memory::Device(memory::alloc_on_stream(self.device.clone(), n, s, Some(self.stream.clone()))?)
+                    Memory::Device(memory::alloc_on_stream(
+                        self.device.clone(),
+                        n,
+                        s,
+                        Some(self.stream.clone()),
+                    )?)
                 };
                 let storage = Arc::new(Storage {
                     memory: alloc,
@@ -405,7 +426,12 @@ impl CudaHandle {
                         // SAFETY: the slot has >= n bytes and no copy in flight; the source has n bytes.
                         unsafe {
                             std::ptr::copy_nonoverlapping(d.data.cast::<u8>(), slot.buf.ptr(), n);
-                            memory::copy_htod_async(t.data_ptr() as u64, slot.buf.ptr().cast(), n, s)?;
+                            memory::copy_htod_async(
+                                t.data_ptr() as u64,
+                                slot.buf.ptr().cast(),
+                                n,
+                                s,
+                            )?;
                         }
                         slot.done.record(s)?;
                         slot.last_use = exec;
@@ -458,9 +484,11 @@ impl CudaHandle {
                     .filter(|(_, s)| s.last_use != exec)
                     .min_by_key(|(_, s)| s.last_use)
                     .map(|(k, _)| k)
-                    .ok_or_else(|| Error::InvalidArgument(format!(
-                        "more than {MAX_INPUT_STAGING} host inputs in one execute"
-                    )))?;
+                    .ok_or_else(|| {
+                        Error::InvalidArgument(format!(
+                            "more than {MAX_INPUT_STAGING} host inputs in one execute"
+                        ))
+                    })?;
                 staging[k].done.synchronize()?;
                 if staging[k].buf.capacity() < n {
                     staging[k].buf = PinnedBuffer::new(self.device.clone(), n)?;
@@ -496,7 +524,10 @@ impl CudaHandle {
             let t = self.contiguous(t)?;
             let n = t.nbytes();
             if (d.nbytes as usize) < n {
-                return invalid(format!("output {j} needs {n} bytes but its buffer has {}", d.nbytes));
+                return invalid(format!(
+                    "output {j} needs {n} bytes but its buffer has {}",
+                    d.nbytes
+                ));
             }
             write_shape(d, &t.sizes, &tensor::contiguous_strides(&t.sizes))?;
             if n == 0 {
@@ -521,11 +552,19 @@ impl CudaHandle {
             return Ok(());
         }
         let total: usize = host_copies.iter().map(|c| align(c.2)).sum();
-        if st.output_staging.as_ref().is_none_or(|b| b.capacity() < total) {
+        if st
+            .output_staging
+            .as_ref()
+            .is_none_or(|b| b.capacity() < total)
+        {
             st.output_staging = None;
             st.output_staging = Some(PinnedBuffer::new(self.device.clone(), total)?);
         }
-        let buf = st.output_staging.as_ref().map(|b| b.ptr()).unwrap_or(std::ptr::null_mut());
+        let buf = st
+            .output_staging
+            .as_ref()
+            .map(|b| b.ptr())
+            .unwrap_or(std::ptr::null_mut());
         for ((_, off, n), t) in host_copies.iter().zip(&staged) {
             // SAFETY: the staging buffer holds `total` bytes; the source is a device range of n bytes.
             unsafe { memory::copy_dtoh_async(buf.add(*off).cast(), t.data_ptr() as u64, *n, s)? };
@@ -557,12 +596,15 @@ impl CudaHandle {
             let t = self.contiguous(t)?;
             let n = t.nbytes();
             if (d.nbytes as usize) < n {
-                return invalid(format!("output {j} needs {n} bytes but its buffer has {}", d.nbytes));
+                return invalid(format!(
+                    "output {j} needs {n} bytes but its buffer has {}",
+                    d.nbytes
+                ));
             }
             write_shape(d, &t.sizes, &tensor::contiguous_strides(&t.sizes))?;
             if n > 0 {
-                // Caller buffer of >= n bytes (checked), device source of n bytes.
-                copy_bytes(d.data, t.data_ptr(), n, self.stream.raw())?;
+                // SAFETY: caller buffer of >= n bytes (checked), device source of n bytes.
+                unsafe { copy_bytes(d.data, t.data_ptr(), n, self.stream.raw())? };
             }
         }
         Ok(())
@@ -572,7 +614,12 @@ impl CudaHandle {
         if t.is_contiguous() {
             return Ok(t);
         }
-        let c = Tensor::empty_strided(t.sizes.clone(), tensor::contiguous_strides(&t.sizes), t.dtype, t.device())?;
+        let c = Tensor::empty_strided(
+            t.sizes.clone(),
+            tensor::contiguous_strides(&t.sizes),
+            t.dtype,
+            t.device(),
+        )?;
         copy_tensor(&c, &t)?;
         Ok(c)
     }
@@ -587,7 +634,11 @@ impl CudaHandle {
         let _ctx = ContextGuard::device(&self.device)?;
         st.kept_outputs.clear();
         {
-            let _scope = StreamScope::enter(self.device.ordinal, self.stream.raw(), Some(self.stream.clone()));
+            let _scope = StreamScope::enter(
+                self.device.ordinal,
+                self.stream.raw(),
+                Some(self.stream.clone()),
+            );
             drop(container);
         }
         // Pinned staging may still be the source of a copy in flight: wait before freeing it.
@@ -616,7 +667,10 @@ fn align(n: usize) -> usize {
 /// Sizes and strides of a C tensor description, validated.
 pub fn describe(d: &EtCudaTensor) -> Result<(Vec<i64>, Vec<i64>)> {
     if d.ndim < 0 || d.ndim as usize > ET_CUDA_MAX_DIMS {
-        return invalid(format!("ndim {} out of range 0..={ET_CUDA_MAX_DIMS}", d.ndim));
+        return invalid(format!(
+            "ndim {} out of range 0..={ET_CUDA_MAX_DIMS}",
+            d.ndim
+        ));
     }
     let nd = d.ndim as usize;
     let sizes = d.sizes[..nd].to_vec();
@@ -632,7 +686,10 @@ fn check_output(j: usize, d: &EtCudaTensor, t: &Tensor) -> Result<()> {
         ));
     }
     if t.sizes.len() > ET_CUDA_MAX_DIMS {
-        return invalid(format!("output {j} has rank {} > {ET_CUDA_MAX_DIMS}", t.sizes.len()));
+        return invalid(format!(
+            "output {j} has rank {} > {ET_CUDA_MAX_DIMS}",
+            t.sizes.len()
+        ));
     }
     Ok(())
 }
@@ -651,7 +708,15 @@ fn write_shape(d: &mut EtCudaTensor, sizes: &[i64], strides: &[i64]) -> Result<(
 
 /// Copy `n` bytes between any two of host and device memory, ordered on `s`;
 /// waits only when the destination is host memory and the source is on the device.
-pub fn copy_bytes(dst: *mut c_void, src: *const c_void, n: usize, s: cudarc::driver::sys::CUstream) -> Result<()> {
+///
+/// # Safety
+/// `dst` and `src` must each be valid for `n` bytes (host or device memory).
+pub unsafe fn copy_bytes(
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    s: cudarc::driver::sys::CUstream,
+) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
@@ -670,7 +735,10 @@ pub fn copy_bytes(dst: *mut c_void, src: *const c_void, n: usize, s: cudarc::dri
             (false, true) => {
                 memory::copy_dtoh_async(dst, src as u64, n, s)?;
                 stats::record(StatEvent::HostWait);
-                cuda::check(cudarc::driver::sys::cuStreamSynchronize(s), "cuStreamSynchronize")
+                cuda::check(
+                    cudarc::driver::sys::cuStreamSynchronize(s),
+                    "cuStreamSynchronize",
+                )
             }
             (false, false) => {
                 std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), n);
@@ -682,7 +750,10 @@ pub fn copy_bytes(dst: *mut c_void, src: *const c_void, n: usize, s: cudarc::dri
 
 /// `et_cuda_memcpy` with no handle: the device is taken from the device pointer, and the copy
 /// runs on the legacy default stream and always waits.
-pub fn memcpy_blocking(dst: *mut c_void, src: *const c_void, n: usize) -> Result<()> {
+///
+/// # Safety
+/// As for [`copy_bytes`].
+pub unsafe fn memcpy_blocking(dst: *mut c_void, src: *const c_void, n: usize) -> Result<()> {
     let ord = match (cuda::pointer_kind(dst)?, cuda::pointer_kind(src)?) {
         (PointerKind::Device(o), _) | (_, PointerKind::Device(o)) => o,
         _ => 0,
@@ -690,10 +761,14 @@ pub fn memcpy_blocking(dst: *mut c_void, src: *const c_void, n: usize) -> Result
     let d = cuda::device(ord)?;
     let _ctx = ContextGuard::device(&d)?;
     let s = std::ptr::null_mut();
-    copy_bytes(dst, src, n, s)?;
+    // SAFETY: forwarded contract.
+    unsafe { copy_bytes(dst, src, n, s)? };
     stats::record(StatEvent::HostWait);
     // SAFETY: the legacy default stream of the current context.
-    cuda::check(unsafe { cudarc::driver::sys::cuStreamSynchronize(s) }, "cuStreamSynchronize")
+    cuda::check(
+        unsafe { cudarc::driver::sys::cuStreamSynchronize(s) },
+        "cuStreamSynchronize",
+    )
 }
 
 #[cfg(test)]
@@ -749,7 +824,12 @@ mod tests {
         let e = CudaHandle::init(base.clone()).err().unwrap();
         assert!(matches!(e, Error::InvalidProgram(_)), "{e}");
         let garbage = vec![0x5au8; 4096];
-        let e = CudaHandle::init(InitParams { so: &garbage, ..base.clone() }).err().unwrap();
+        let e = CudaHandle::init(InitParams {
+            so: &garbage,
+            ..base.clone()
+        })
+        .err()
+        .unwrap();
         assert!(e.to_string().contains("not a loadable ELF"), "{e}");
     }
 }

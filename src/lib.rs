@@ -10,6 +10,12 @@
 //! - [`ffi`]: the C boundary: the `aoti_torch_*` shim ABI and the `et_cuda_*` API.
 //! - [`options`], [`stats`], [`error`]: backend options, counters, errors.
 
+// Raw CUDA handles (streams, contexts, events) are opaque values passed to the
+// driver, not memory this crate dereferences, and the `extern "C"` entry
+// points must take raw pointers: their checks go through `ffi::non_null` and
+// friends. Functions that read or write caller memory are `unsafe fn`.
+#![allow(clippy::not_unsafe_ptr_arg_deref)]
+
 /// cbindgen:ignore
 pub mod aoti;
 /// cbindgen:ignore

@@ -140,9 +140,9 @@ pub fn get_bool(key: &str) -> Result<bool> {
     let o = lock();
     match key {
         USE_SHARED_CUDA_STREAM => Ok(o.use_shared_cuda_stream),
-        SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD | EXECUTION_MODE => Err(Error::InvalidArgument(
-            format!("option {key} is a string"),
-        )),
+        SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD | EXECUTION_MODE => {
+            Err(Error::InvalidArgument(format!("option {key} is a string")))
+        }
         DEVICE_INDEX => Err(Error::InvalidArgument(format!("option {key} is an int"))),
         _ => Err(unknown(key)),
     }
@@ -153,9 +153,9 @@ pub fn get_int(key: &str) -> Result<i64> {
     match key {
         DEVICE_INDEX => Ok(o.device_index),
         USE_SHARED_CUDA_STREAM => Err(Error::InvalidArgument(format!("option {key} is a bool"))),
-        SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD | EXECUTION_MODE => Err(Error::InvalidArgument(
-            format!("option {key} is a string"),
-        )),
+        SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD | EXECUTION_MODE => {
+            Err(Error::InvalidArgument(format!("option {key} is a string")))
+        }
         _ => Err(unknown(key)),
     }
 }

@@ -68,7 +68,10 @@ pub enum Event {
     DtoH(u64),
     DtoD(u64),
     /// Host nanoseconds of one execute and of its run call.
-    Timing { execute_ns: u64, run_ns: u64 },
+    Timing {
+        execute_ns: u64,
+        run_ns: u64,
+    },
 }
 
 impl Counters {

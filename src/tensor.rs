@@ -128,7 +128,10 @@ impl Drop for HostAlloc {
     fn drop(&mut self) {
         // SAFETY: allocated in `new` with this layout.
         unsafe { std::alloc::dealloc(self.ptr, self.layout) };
-        stats::record_for(self.owner.as_ref(), Event::HostFree(self.layout.size() as u64));
+        stats::record_for(
+            self.owner.as_ref(),
+            Event::HostFree(self.layout.size() as u64),
+        );
     }
 }
 
@@ -420,7 +423,9 @@ mod tests {
         assert_eq!(v.data_ptr() as usize - t.data_ptr() as usize, 20);
         assert_eq!(Arc::strong_count(&t.storage), 2);
         // A view past the end of the storage is refused.
-        assert!(Tensor::view(t.storage.clone(), dtype::FLOAT32, vec![4, 4], vec![4, 1], 1).is_err());
+        assert!(
+            Tensor::view(t.storage.clone(), dtype::FLOAT32, vec![4, 4], vec![4, 1], 1).is_err()
+        );
         drop(v);
         assert_eq!(Arc::strong_count(&t.storage), 1);
     }

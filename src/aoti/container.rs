@@ -110,7 +110,8 @@ impl Container {
         let dev = CString::new(format!("cuda:{device}")).unwrap_or_default();
         let mut handle: ContainerHandle = std::ptr::null_mut();
         // SAFETY: valid out-pointer and device string; the .so catches its own exceptions.
-        let rc = unsafe { (api.create_with_device)(&mut handle, 1, dev.as_ptr(), std::ptr::null()) };
+        let rc =
+            unsafe { (api.create_with_device)(&mut handle, 1, dev.as_ptr(), std::ptr::null()) };
         if rc != 0 || handle.is_null() {
             return Err(Error::LoadFailed(format!(
                 "AOTInductorModelContainerCreateWithDevice(cuda:{device}) failed (code {rc}){}",

@@ -29,7 +29,10 @@ pub struct ElfInfo {
 }
 
 fn bad(msg: impl Into<String>) -> Error {
-    Error::InvalidProgram(format!("the .so blob is not a loadable ELF: {}", msg.into()))
+    Error::InvalidProgram(format!(
+        "the .so blob is not a loadable ELF: {}",
+        msg.into()
+    ))
 }
 
 fn u16_at(b: &[u8], off: usize) -> Result<u16> {
@@ -101,13 +104,21 @@ pub fn validate(b: &[u8]) -> Result<ElfInfo> {
     let shentsize = u16_at(b, 58)? as u64;
     let shnum = u16_at(b, 60)? as u64;
     if phnum == 0 || phentsize < 56 {
-        return Err(bad(format!(
-            "{phnum} program headers of {phentsize} bytes"
-        )));
+        return Err(bad(format!("{phnum} program headers of {phentsize} bytes")));
     }
-    range_inside(b.len(), phoff, phnum * phentsize, "the program header table")?;
+    range_inside(
+        b.len(),
+        phoff,
+        phnum * phentsize,
+        "the program header table",
+    )?;
     if shnum > 0 {
-        range_inside(b.len(), shoff, shnum * shentsize, "the section header table")?;
+        range_inside(
+            b.len(),
+            shoff,
+            shnum * shentsize,
+            "the section header table",
+        )?;
     }
     let mut info = ElfInfo {
         machine,
@@ -123,7 +134,12 @@ pub fn validate(b: &[u8]) -> Result<ElfInfo> {
         let p_filesz = u64_at(b, h + 32)?;
         match p_type {
             PT_LOAD => {
-                range_inside(b.len(), p_offset, p_filesz, &format!("loadable segment {i}"))?;
+                range_inside(
+                    b.len(),
+                    p_offset,
+                    p_filesz,
+                    &format!("loadable segment {i}"),
+                )?;
                 info.loadable_segments += 1;
             }
             PT_DYNAMIC => {
@@ -189,12 +205,18 @@ mod tests {
     fn rejects_bad_blobs_with_clear_messages() {
         let msg = |b: &[u8]| validate(b).unwrap_err().to_string();
         assert!(msg(&[]).contains("empty"));
-        assert!(msg(b"hello world, this is not an ELF file at all; padding padding padding!!").contains("no ELF header"));
+        assert!(
+            msg(b"hello world, this is not an ELF file at all; padding padding padding!!")
+                .contains("no ELF header")
+        );
         let so = tiny_so();
         for frac in [10, 50, 90] {
             let cut = &so[..so.len() * frac / 100];
             let m = msg(cut);
-            assert!(m.contains("truncated") || m.contains("no ELF header"), "{frac}%: {m}");
+            assert!(
+                m.contains("truncated") || m.contains("no ELF header"),
+                "{frac}%: {m}"
+            );
         }
         let mut m32 = so.clone();
         m32[4] = 1;

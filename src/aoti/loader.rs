@@ -167,7 +167,9 @@ fn dlopen_path(path: &CStr) -> Result<*mut c_void> {
         } else {
             ""
         };
-        return Err(Error::LoadFailed(format!("dlopen of the .so failed: {e}{hint}")));
+        return Err(Error::LoadFailed(format!(
+            "dlopen of the .so failed: {e}{hint}"
+        )));
     }
     Ok(h)
 }
@@ -198,8 +200,13 @@ fn open_from_memory(bytes: &[u8], tag: &str) -> Result<*mut c_void> {
             let path = CString::new(format!("/proc/self/fd/{fd}")).unwrap_or_default();
             dlopen_path(&path)
         });
-        // SAFETY: our fd; the mapping made by dlopen survives closing it.
-        unsafe { libc::close(fd) };
+        // The fd stays open for the life of the process (like the library itself): glibc
+        // recognises loaded objects by path, and a closed fd number would be reused for the
+        // next .so, whose dlopen("/proc/self/fd/N") would then return the earlier library.
+        if r.is_err() {
+            // SAFETY: our fd, not used by any loaded object.
+            unsafe { libc::close(fd) };
+        }
         return r;
     }
     open_from_private_dir(bytes, tag)
@@ -220,7 +227,9 @@ fn open_from_private_dir(bytes: &[u8], tag: &str) -> Result<*mut c_void> {
         )));
     }
     // SAFETY: mkdtemp returned the template, NUL-terminated.
-    let dir = unsafe { CStr::from_ptr(dir) }.to_string_lossy().into_owned();
+    let dir = unsafe { CStr::from_ptr(dir) }
+        .to_string_lossy()
+        .into_owned();
     let path = format!("{dir}/aoti-{tag}.so");
     let r = std::fs::write(&path, bytes)
         .map_err(|e| Error::LoadFailed(format!("writing {path} failed: {e}")))

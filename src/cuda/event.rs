@@ -34,7 +34,10 @@ impl Event {
     /// Mark the current end of `stream`'s queued work.
     pub fn record(&self, stream: sys::CUstream) -> Result<()> {
         // SAFETY: live event and stream.
-        check(unsafe { sys::cuEventRecord(self.raw, stream) }, "cuEventRecord")
+        check(
+            unsafe { sys::cuEventRecord(self.raw, stream) },
+            "cuEventRecord",
+        )
     }
 
     /// Whether the work before the last `record` has finished (never blocks).
@@ -51,7 +54,10 @@ impl Event {
     pub fn synchronize(&self) -> Result<()> {
         stats::record(StatEvent::HostWait);
         // SAFETY: live event.
-        check(unsafe { sys::cuEventSynchronize(self.raw) }, "cuEventSynchronize")
+        check(
+            unsafe { sys::cuEventSynchronize(self.raw) },
+            "cuEventSynchronize",
+        )
     }
 }
 

@@ -97,18 +97,16 @@ pub fn alloc_on_stream(
 ) -> Result<DeviceAlloc> {
     let _g = ContextGuard::device(&device)?;
     // SAFETY: live pool and stream; the memory is uninitialized, as documented for empty_strided.
-    let ptr = unsafe { result::mem_pool::alloc_async(device.pool, nbytes, stream_raw) }.map_err(
-        |e| {
+    let ptr =
+        unsafe { result::mem_pool::alloc_async(device.pool, nbytes, stream_raw) }.map_err(|e| {
             let err = driver_error(e, "cuMemAllocFromPoolAsync");
             match err {
-                Error::OutOfMemory(m) => Error::OutOfMemory(format!(
-                    "{m}: {nbytes} bytes on cuda:{}",
-                    device.ordinal
-                )),
+                Error::OutOfMemory(m) => {
+                    Error::OutOfMemory(format!("{m}: {nbytes} bytes on cuda:{}", device.ordinal))
+                }
                 other => other,
             }
-        },
-    )?;
+        })?;
     let owner = stats::current();
     stats::record_for(owner.as_ref(), Event::PoolAlloc(nbytes as u64));
     Ok(DeviceAlloc {
@@ -134,10 +132,7 @@ impl Drop for DeviceAlloc {
             Ok(_g) => {
                 // SAFETY: allocated from the pool on `stream_raw`, freed once, in stream order.
                 if let Err(e) = unsafe { result::free_async(self.ptr, self.stream_raw) } {
-                    log::error!(
-                        "cuMemFreeAsync of {} bytes failed: {e:?}",
-                        self.nbytes
-                    );
+                    log::error!("cuMemFreeAsync of {} bytes failed: {e:?}", self.nbytes);
                 }
             }
             Err(e) => log::error!("leaking {} device bytes: {e}", self.nbytes),
@@ -281,7 +276,11 @@ pub unsafe fn copy_dtoh_blocking(dst: *mut c_void, src: sys::CUdeviceptr, n: usi
 ///
 /// # Safety
 /// As for [`copy_htod_async`].
-pub unsafe fn copy_htod_blocking(dst: sys::CUdeviceptr, src: *const c_void, n: usize) -> Result<()> {
+pub unsafe fn copy_htod_blocking(
+    dst: sys::CUdeviceptr,
+    src: *const c_void,
+    n: usize,
+) -> Result<()> {
     if n == 0 {
         return Ok(());
     }

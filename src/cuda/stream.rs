@@ -45,7 +45,10 @@ impl CudaStream {
     pub fn synchronize(&self) -> Result<()> {
         stats::record(Event::HostWait);
         // SAFETY: a live stream owned by self.
-        check(unsafe { sys::cuStreamSynchronize(self.raw) }, "cuStreamSynchronize")
+        check(
+            unsafe { sys::cuStreamSynchronize(self.raw) },
+            "cuStreamSynchronize",
+        )
     }
 }
 
@@ -55,7 +58,10 @@ impl Drop for CudaStream {
         match ContextGuard::device(&self.device) {
             // SAFETY: the stream is owned by self and destroyed once.
             Ok(_g) => {
-                if let Err(e) = check(unsafe { sys::cuStreamDestroy_v2(self.raw) }, "cuStreamDestroy") {
+                if let Err(e) = check(
+                    unsafe { sys::cuStreamDestroy_v2(self.raw) },
+                    "cuStreamDestroy",
+                ) {
                     log::warn!("{e}");
                 }
             }

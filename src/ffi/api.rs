@@ -4,7 +4,7 @@
 
 use super::{boundary, c_str, non_null, slice_from, slice_from_mut, write_out};
 use crate::delegate::{CudaHandle, ExecMode, InitParams, OutputPlacement};
-use crate::error::{EtCudaStatus, Error};
+use crate::error::{Error, EtCudaStatus};
 use crate::stats::EtCudaStats;
 use std::ffi::{c_char, c_void};
 
@@ -263,7 +263,8 @@ pub extern "C" fn et_cuda_memcpy(
 ) -> EtCudaStatus {
     boundary("et_cuda_memcpy", || {
         if handle.is_null() {
-            return crate::delegate::memcpy_blocking(dst, src, nbytes);
+            // SAFETY: the caller guarantees nbytes valid bytes at both pointers.
+            return unsafe { crate::delegate::memcpy_blocking(dst, src, nbytes) };
         }
         // SAFETY: non-null handle from et_cuda_init; the buffers are the caller's contract.
         let h = unsafe { non_null(handle, "handle")? };
@@ -283,7 +284,10 @@ pub extern "C" fn et_cuda_is_device_pointer(ptr: *const c_void, out: *mut bool) 
 
 /// Counters of one handle, or process-wide when `handle` is null.
 #[no_mangle]
-pub extern "C" fn et_cuda_stats(handle: *const EtCudaHandle, out: *mut EtCudaStats) -> EtCudaStatus {
+pub extern "C" fn et_cuda_stats(
+    handle: *const EtCudaHandle,
+    out: *mut EtCudaStats,
+) -> EtCudaStatus {
     boundary("et_cuda_stats", || {
         let s = if handle.is_null() {
             crate::stats::global().snapshot()

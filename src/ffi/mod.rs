@@ -20,7 +20,7 @@ pub mod api;
 /// cbindgen:ignore
 pub mod shim;
 
-use crate::error::{clear_last_error, set_last_error, EtCudaStatus, Error, Result};
+use crate::error::{clear_last_error, set_last_error, Error, EtCudaStatus, Result};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {

@@ -148,7 +148,9 @@ pub extern "C" fn aoti_torch_grad_mode_set_enabled(enabled: bool) {
 
 /// Delete a tensor handle. Runs in the `.so`'s destructors: always returns success.
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_delete_tensor_object(tensor: AtenTensorHandle) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_delete_tensor_object(
+    tensor: AtenTensorHandle,
+) -> AOTITorchError {
     if tensor.is_null() {
         log::warn!("aoti_torch_delete_tensor_object: null handle ignored");
         return AOTI_TORCH_SUCCESS;
@@ -175,7 +177,9 @@ pub unsafe extern "C" fn aoti_torch_new_tensor_handle(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_new_uninitialized_tensor(ret: *mut AtenTensorHandle) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_new_uninitialized_tensor(
+    ret: *mut AtenTensorHandle,
+) -> AOTITorchError {
     shim("aoti_torch_new_uninitialized_tensor", || unsafe {
         give(
             ret,
@@ -185,7 +189,10 @@ pub unsafe extern "C" fn aoti_torch_new_uninitialized_tensor(ret: *mut AtenTenso
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_assign_tensors(src: AtenTensorHandle, dst: AtenTensorHandle) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_assign_tensors(
+    src: AtenTensorHandle,
+    dst: AtenTensorHandle,
+) -> AOTITorchError {
     shim("aoti_torch_assign_tensors", || unsafe {
         let s = t(src)?.clone();
         if dst.is_null() {
@@ -210,17 +217,30 @@ pub unsafe extern "C" fn aoti_torch_assign_tensors_out(
 // ----------------------------------------------------------------- getters
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_data_ptr(tensor: AtenTensorHandle, ret_data_ptr: *mut *mut c_void) -> AOTITorchError {
-    shim("aoti_torch_get_data_ptr", || unsafe { out(ret_data_ptr, t(tensor)?.data_ptr()) })
+pub unsafe extern "C" fn aoti_torch_get_data_ptr(
+    tensor: AtenTensorHandle,
+    ret_data_ptr: *mut *mut c_void,
+) -> AOTITorchError {
+    shim("aoti_torch_get_data_ptr", || unsafe {
+        out(ret_data_ptr, t(tensor)?.data_ptr())
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_mutable_data_ptr(tensor: AtenTensorHandle, ret_data_ptr: *mut *mut c_void) -> AOTITorchError {
-    shim("aoti_torch_get_mutable_data_ptr", || unsafe { out(ret_data_ptr, t(tensor)?.data_ptr()) })
+pub unsafe extern "C" fn aoti_torch_get_mutable_data_ptr(
+    tensor: AtenTensorHandle,
+    ret_data_ptr: *mut *mut c_void,
+) -> AOTITorchError {
+    shim("aoti_torch_get_mutable_data_ptr", || unsafe {
+        out(ret_data_ptr, t(tensor)?.data_ptr())
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_const_data_ptr(tensor: AtenTensorHandle, ret_data_ptr: *mut *const c_void) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_get_const_data_ptr(
+    tensor: AtenTensorHandle,
+    ret_data_ptr: *mut *const c_void,
+) -> AOTITorchError {
     shim("aoti_torch_get_const_data_ptr", || unsafe {
         out(ret_data_ptr, t(tensor)?.data_ptr().cast_const())
     })
@@ -228,12 +248,20 @@ pub unsafe extern "C" fn aoti_torch_get_const_data_ptr(tensor: AtenTensorHandle,
 
 /// Bytes of the underlying storage.
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_storage_size(tensor: AtenTensorHandle, ret_size: *mut i64) -> AOTITorchError {
-    shim("aoti_torch_get_storage_size", || unsafe { out(ret_size, t(tensor)?.storage.nbytes as i64) })
+pub unsafe extern "C" fn aoti_torch_get_storage_size(
+    tensor: AtenTensorHandle,
+    ret_size: *mut i64,
+) -> AOTITorchError {
+    shim("aoti_torch_get_storage_size", || unsafe {
+        out(ret_size, t(tensor)?.storage.nbytes as i64)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_storage_numel(tensor: AtenTensorHandle, ret_numel: *mut i64) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_get_storage_numel(
+    tensor: AtenTensorHandle,
+    ret_numel: *mut i64,
+) -> AOTITorchError {
     shim("aoti_torch_get_storage_numel", || unsafe {
         let x = t(tensor)?;
         out(ret_numel, (x.storage.nbytes / x.element_size()) as i64)
@@ -241,18 +269,31 @@ pub unsafe extern "C" fn aoti_torch_get_storage_numel(tensor: AtenTensorHandle, 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_dim(tensor: AtenTensorHandle, ret_dim: *mut i64) -> AOTITorchError {
-    shim("aoti_torch_get_dim", || unsafe { out(ret_dim, t(tensor)?.sizes.len() as i64) })
+pub unsafe extern "C" fn aoti_torch_get_dim(
+    tensor: AtenTensorHandle,
+    ret_dim: *mut i64,
+) -> AOTITorchError {
+    shim("aoti_torch_get_dim", || unsafe {
+        out(ret_dim, t(tensor)?.sizes.len() as i64)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_numel(tensor: AtenTensorHandle, ret_numel: *mut i64) -> AOTITorchError {
-    shim("aoti_torch_get_numel", || unsafe { out(ret_numel, t(tensor)?.numel()) })
+pub unsafe extern "C" fn aoti_torch_get_numel(
+    tensor: AtenTensorHandle,
+    ret_numel: *mut i64,
+) -> AOTITorchError {
+    shim("aoti_torch_get_numel", || unsafe {
+        out(ret_numel, t(tensor)?.numel())
+    })
 }
 
 /// Borrowed pointer to the sizes, valid while the tensor lives.
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_sizes(tensor: AtenTensorHandle, ret_sizes: *mut *mut i64) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_get_sizes(
+    tensor: AtenTensorHandle,
+    ret_sizes: *mut *mut i64,
+) -> AOTITorchError {
     shim("aoti_torch_get_sizes", || unsafe {
         out(ret_sizes, t(tensor)?.sizes.as_ptr().cast_mut())
     })
@@ -268,7 +309,11 @@ fn dim_index(x: &Tensor, d: i64) -> Result<usize> {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_size(tensor: AtenTensorHandle, d: i64, ret_size: *mut i64) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_get_size(
+    tensor: AtenTensorHandle,
+    d: i64,
+    ret_size: *mut i64,
+) -> AOTITorchError {
     shim("aoti_torch_get_size", || unsafe {
         let x = t(tensor)?;
         out(ret_size, x.sizes[dim_index(x, d)?])
@@ -277,14 +322,21 @@ pub unsafe extern "C" fn aoti_torch_get_size(tensor: AtenTensorHandle, d: i64, r
 
 /// Borrowed pointer to the strides, valid while the tensor lives.
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_strides(tensor: AtenTensorHandle, ret_strides: *mut *mut i64) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_get_strides(
+    tensor: AtenTensorHandle,
+    ret_strides: *mut *mut i64,
+) -> AOTITorchError {
     shim("aoti_torch_get_strides", || unsafe {
         out(ret_strides, t(tensor)?.strides.as_ptr().cast_mut())
     })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_stride(tensor: AtenTensorHandle, d: i64, ret_stride: *mut i64) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_get_stride(
+    tensor: AtenTensorHandle,
+    d: i64,
+    ret_stride: *mut i64,
+) -> AOTITorchError {
     shim("aoti_torch_get_stride", || unsafe {
         let x = t(tensor)?;
         out(ret_stride, x.strides[dim_index(x, d)?])
@@ -292,26 +344,40 @@ pub unsafe extern "C" fn aoti_torch_get_stride(tensor: AtenTensorHandle, d: i64,
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_dtype(tensor: AtenTensorHandle, ret_dtype: *mut i32) -> AOTITorchError {
-    shim("aoti_torch_get_dtype", || unsafe { out(ret_dtype, t(tensor)?.dtype) })
+pub unsafe extern "C" fn aoti_torch_get_dtype(
+    tensor: AtenTensorHandle,
+    ret_dtype: *mut i32,
+) -> AOTITorchError {
+    shim("aoti_torch_get_dtype", || unsafe {
+        out(ret_dtype, t(tensor)?.dtype)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_device_type(tensor: AtenTensorHandle, ret_device_type: *mut i32) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_get_device_type(
+    tensor: AtenTensorHandle,
+    ret_device_type: *mut i32,
+) -> AOTITorchError {
     shim("aoti_torch_get_device_type", || unsafe {
         out(ret_device_type, t(tensor)?.device().type_code())
     })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_device_index(tensor: AtenTensorHandle, ret_device_index: *mut i32) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_get_device_index(
+    tensor: AtenTensorHandle,
+    ret_device_index: *mut i32,
+) -> AOTITorchError {
     shim("aoti_torch_get_device_index", || unsafe {
         out(ret_device_index, t(tensor)?.device().index())
     })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_layout(tensor: AtenTensorHandle, ret_layout: *mut i32) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_get_layout(
+    tensor: AtenTensorHandle,
+    ret_layout: *mut i32,
+) -> AOTITorchError {
     shim("aoti_torch_get_layout", || unsafe {
         t(tensor)?;
         out(ret_layout, 0)
@@ -319,20 +385,33 @@ pub unsafe extern "C" fn aoti_torch_get_layout(tensor: AtenTensorHandle, ret_lay
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_storage_offset(tensor: AtenTensorHandle, ret_storage_offset: *mut i64) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_get_storage_offset(
+    tensor: AtenTensorHandle,
+    ret_storage_offset: *mut i64,
+) -> AOTITorchError {
     shim("aoti_torch_get_storage_offset", || unsafe {
         out(ret_storage_offset, t(tensor)?.storage_offset)
     })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_is_contiguous(tensor: AtenTensorHandle, ret_is_contiguous: *mut bool) -> AOTITorchError {
-    shim("aoti_torch_is_contiguous", || unsafe { out(ret_is_contiguous, t(tensor)?.is_contiguous()) })
+pub unsafe extern "C" fn aoti_torch_is_contiguous(
+    tensor: AtenTensorHandle,
+    ret_is_contiguous: *mut bool,
+) -> AOTITorchError {
+    shim("aoti_torch_is_contiguous", || unsafe {
+        out(ret_is_contiguous, t(tensor)?.is_contiguous())
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_is_defined(tensor: AtenTensorHandle, ret_is_defined: *mut bool) -> AOTITorchError {
-    shim("aoti_torch_is_defined", || unsafe { out(ret_is_defined, !tensor.is_null()) })
+pub unsafe extern "C" fn aoti_torch_is_defined(
+    tensor: AtenTensorHandle,
+    ret_is_defined: *mut bool,
+) -> AOTITorchError {
+    shim("aoti_torch_is_defined", || unsafe {
+        out(ret_is_defined, !tensor.is_null())
+    })
 }
 
 // ------------------------------------------------------------- creation
@@ -355,7 +434,10 @@ pub unsafe extern "C" fn aoti_torch_empty_strided(
             dims_from_raw(strides_ptr, ndim, "strides_ptr")?
         };
         let dev = Device::from_codes(device_type, device_index)?;
-        give(ret_new_tensor, Tensor::empty_strided(sizes, strides, dtype, dev)?)
+        give(
+            ret_new_tensor,
+            Tensor::empty_strided(sizes, strides, dtype, dev)?,
+        )
     })
 }
 
@@ -371,9 +453,20 @@ pub unsafe extern "C" fn aoti_torch_empty_strided_pinned(
     ret_new_tensor: *mut AtenTensorHandle,
 ) -> AOTITorchError {
     // SAFETY: same contract as empty_strided.
-    unsafe { aoti_torch_empty_strided(ndim, sizes_ptr, strides_ptr, dtype, device_type, device_index, ret_new_tensor) }
+    unsafe {
+        aoti_torch_empty_strided(
+            ndim,
+            sizes_ptr,
+            strides_ptr,
+            dtype,
+            device_type,
+            device_index,
+            ret_new_tensor,
+        )
+    }
 }
 
+#[allow(clippy::too_many_arguments)] // mirrors the C signature
 unsafe fn from_blob(
     data: *mut c_void,
     ndim: i64,
@@ -409,7 +502,16 @@ pub unsafe extern "C" fn aoti_torch_create_tensor_from_blob(
     ret: *mut AtenTensorHandle,
 ) -> AOTITorchError {
     shim("aoti_torch_create_tensor_from_blob", || unsafe {
-        let x = from_blob(data, ndim, sizes_ptr, strides_ptr, storage_offset, dtype, device_type, device_index)?;
+        let x = from_blob(
+            data,
+            ndim,
+            sizes_ptr,
+            strides_ptr,
+            storage_offset,
+            dtype,
+            device_type,
+            device_index,
+        )?;
         give(ret, x)
     })
 }
@@ -431,12 +533,23 @@ pub unsafe extern "C" fn aoti_torch_create_tensor_from_blob_v2(
 ) -> AOTITorchError {
     shim("aoti_torch_create_tensor_from_blob_v2", || unsafe {
         if layout != 0 {
-            return invalid(format!("layout {layout} is not supported (only strided, 0)"));
+            return invalid(format!(
+                "layout {layout} is not supported (only strided, 0)"
+            ));
         }
         if opaque_metadata_size != 0 {
             return invalid("opaque metadata (MKLDNN tensors) is not supported");
         }
-        let x = from_blob(data, ndim, sizes_ptr, strides_ptr, storage_offset, dtype, device_type, device_index)?;
+        let x = from_blob(
+            data,
+            ndim,
+            sizes_ptr,
+            strides_ptr,
+            storage_offset,
+            dtype,
+            device_type,
+            device_index,
+        )?;
         give(ret, x)
     })
 }
@@ -459,7 +572,10 @@ pub unsafe extern "C" fn aoti_torch__reinterpret_tensor(
             .storage_offset
             .checked_add(offset_increment)
             .ok_or_else(|| Error::InvalidArgument("storage offset overflows".into()))?;
-        give(ret_new_tensor, Tensor::view(x.storage.clone(), x.dtype, sizes, strides, off)?)
+        give(
+            ret_new_tensor,
+            Tensor::view(x.storage.clone(), x.dtype, sizes, strides, off)?,
+        )
     })
 }
 
@@ -483,11 +599,16 @@ pub unsafe extern "C" fn aoti_torch__alloc_from_pool(
             .filter(|b| *b >= 0)
             .ok_or_else(|| Error::InvalidArgument(format!("offset {offset_bytes} out of range")))?;
         if total % elem != 0 {
-            return invalid(format!("offset {total} bytes is not a multiple of the element size {elem}"));
+            return invalid(format!(
+                "offset {total} bytes is not a multiple of the element size {elem}"
+            ));
         }
         let sizes = dims_from_raw(sizes_ptr, ndim, "sizes_ptr")?;
         let strides = dims_from_raw(strides_ptr, ndim, "strides_ptr")?;
-        give(ret_new_tensor, Tensor::view(x.storage.clone(), dtype, sizes, strides, total / elem)?)
+        give(
+            ret_new_tensor,
+            Tensor::view(x.storage.clone(), dtype, sizes, strides, total / elem)?,
+        )
     })
 }
 
@@ -503,7 +624,10 @@ pub unsafe extern "C" fn aoti_torch_as_strided(
         let n = x.sizes.len() as i64;
         let sizes = dims_from_raw(sizes_ptr, n, "sizes_ptr")?;
         let strides = dims_from_raw(strides_ptr, n, "strides_ptr")?;
-        give(ret, Tensor::view(x.storage.clone(), x.dtype, sizes, strides, x.storage_offset)?)
+        give(
+            ret,
+            Tensor::view(x.storage.clone(), x.dtype, sizes, strides, x.storage_offset)?,
+        )
     })
 }
 
@@ -556,7 +680,12 @@ fn read_span(x: &Tensor, byte_off: usize, n: usize, dst: &mut [u8]) -> Result<()
             let s = cuda::stream::current(i).raw;
             // SAFETY: device span inside the storage; dst is host memory of n bytes; we wait below.
             unsafe {
-                memory::copy_dtoh_async(dst.as_mut_ptr().cast(), base as u64 + byte_off as u64, n, s)?;
+                memory::copy_dtoh_async(
+                    dst.as_mut_ptr().cast(),
+                    base as u64 + byte_off as u64,
+                    n,
+                    s,
+                )?;
             }
             sync_stream(s)?;
         }
@@ -585,7 +714,9 @@ fn write_span(x: &Tensor, byte_off: usize, src: &[u8]) -> Result<()> {
             let s = cuda::stream::current(i).raw;
             // SAFETY: device span inside the storage. A pageable source makes the driver
             // stage it before returning, so `src` may be dropped afterwards.
-            unsafe { memory::copy_htod_async(base as u64 + byte_off as u64, src.as_ptr().cast(), n, s)? };
+            unsafe {
+                memory::copy_htod_async(base as u64 + byte_off as u64, src.as_ptr().cast(), n, s)?
+            };
             // The pageable staging copy finishes before return, but wait for the DMA so
             // that a later host read of a neighbouring span sees it.
             sync_stream(s)?;
@@ -597,7 +728,10 @@ fn write_span(x: &Tensor, byte_off: usize, src: &[u8]) -> Result<()> {
 fn sync_stream(s: cudarc::driver::sys::CUstream) -> Result<()> {
     crate::stats::record(crate::stats::Event::HostWait);
     // SAFETY: the current stream of this thread (or the legacy stream).
-    cuda::check(unsafe { cudarc::driver::sys::cuStreamSynchronize(s) }, "cuStreamSynchronize")
+    cuda::check(
+        unsafe { cudarc::driver::sys::cuStreamSynchronize(s) },
+        "cuStreamSynchronize",
+    )
 }
 
 /// Byte range `[start, end)` of the storage a view touches.
@@ -619,10 +753,7 @@ fn for_each_offset(x: &Tensor, mut f: impl FnMut(usize)) {
     }
     let mut idx = vec![0i64; n];
     loop {
-        let mut off = x.storage_offset;
-        for d in 0..n {
-            off += idx[d] * x.strides[d];
-        }
+        let off = x.storage_offset + idx.iter().zip(&x.strides).map(|(i, s)| i * s).sum::<i64>();
         f((off * elem) as usize);
         let mut d = n;
         loop {
@@ -649,7 +780,9 @@ fn gather_to_host(x: &Tensor) -> Result<Vec<u8>> {
     }
     let elem = x.element_size();
     let mut outv = Vec::with_capacity(x.nbytes());
-    for_each_offset(x, |o| outv.extend_from_slice(&span[o - start..o - start + elem]));
+    for_each_offset(x, |o| {
+        outv.extend_from_slice(&span[o - start..o - start + elem])
+    });
     Ok(outv)
 }
 
@@ -682,7 +815,10 @@ pub fn copy_tensor(dst: &Tensor, src: &Tensor) -> Result<()> {
         ));
     }
     if dst.sizes != src.sizes {
-        return invalid(format!("copy_ from sizes {:?} to sizes {:?}", src.sizes, dst.sizes));
+        return invalid(format!(
+            "copy_ from sizes {:?} to sizes {:?}",
+            src.sizes, dst.sizes
+        ));
     }
     let n = dst.nbytes();
     if n == 0 {
@@ -722,21 +858,40 @@ pub fn copy_tensor(dst: &Tensor, src: &Tensor) -> Result<()> {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_copy_(self_: AtenTensorHandle, src: AtenTensorHandle, _non_blocking: i32) -> AOTITorchError {
-    shim("aoti_torch_copy_", || unsafe { copy_tensor(t(self_)?, t(src)?) })
+pub unsafe extern "C" fn aoti_torch_copy_(
+    self_: AtenTensorHandle,
+    src: AtenTensorHandle,
+    _non_blocking: i32,
+) -> AOTITorchError {
+    shim("aoti_torch_copy_", || unsafe {
+        copy_tensor(t(self_)?, t(src)?)
+    })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_tensor_copy_(src: AtenTensorHandle, dst: AtenTensorHandle) -> AOTITorchError {
-    shim("aoti_torch_tensor_copy_", || unsafe { copy_tensor(t(dst)?, t(src)?) })
+pub unsafe extern "C" fn aoti_torch_tensor_copy_(
+    src: AtenTensorHandle,
+    dst: AtenTensorHandle,
+) -> AOTITorchError {
+    shim("aoti_torch_tensor_copy_", || unsafe {
+        copy_tensor(t(dst)?, t(src)?)
+    })
 }
 
 /// A contiguous copy of `self_` on its device.
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_clone(self_: AtenTensorHandle, ret: *mut AtenTensorHandle) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_clone(
+    self_: AtenTensorHandle,
+    ret: *mut AtenTensorHandle,
+) -> AOTITorchError {
     shim("aoti_torch_clone", || unsafe {
         let x = t(self_)?;
-        let y = Tensor::empty_strided(x.sizes.clone(), tensor::contiguous_strides(&x.sizes), x.dtype, x.device())?;
+        let y = Tensor::empty_strided(
+            x.sizes.clone(),
+            tensor::contiguous_strides(&x.sizes),
+            x.dtype,
+            x.device(),
+        )?;
         copy_tensor(&y, x)?;
         give(ret, y)
     })
@@ -744,7 +899,10 @@ pub unsafe extern "C" fn aoti_torch_clone(self_: AtenTensorHandle, ret: *mut Ate
 
 /// A copy of `self_` with the same strides (the whole strided span is copied).
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_clone_preserve_strides(self_: AtenTensorHandle, ret: *mut AtenTensorHandle) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_clone_preserve_strides(
+    self_: AtenTensorHandle,
+    ret: *mut AtenTensorHandle,
+) -> AOTITorchError {
     shim("aoti_torch_clone_preserve_strides", || unsafe {
         let x = t(self_)?;
         let y = Tensor::empty_strided(x.sizes.clone(), x.strides.clone(), x.dtype, x.device())?;
@@ -764,7 +922,10 @@ pub unsafe extern "C" fn aoti_torch_zero_(self_: AtenTensorHandle) -> AOTITorchE
 
 fn item_bytes(x: &Tensor, want_dtype: i32, dst: &mut [u8]) -> Result<()> {
     if x.dtype != want_dtype {
-        return invalid(format!("item of a dtype {} tensor read as dtype {want_dtype}", x.dtype));
+        return invalid(format!(
+            "item of a dtype {} tensor read as dtype {want_dtype}",
+            x.dtype
+        ));
     }
     if x.numel() != 1 {
         return invalid(format!("item of a tensor with {} elements", x.numel()));
@@ -843,17 +1004,27 @@ impl Drop for CudaGuard {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_create_cuda_guard(device_index: i32, ret_guard: *mut *mut CudaGuard) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_create_cuda_guard(
+    device_index: i32,
+    ret_guard: *mut *mut CudaGuard,
+) -> AOTITorchError {
     shim("aoti_torch_create_cuda_guard", || unsafe {
         cuda::driver()?;
-        let prev = cudarc::driver::result::ctx::get_current().map_err(|e| cuda::driver_error(e, "cuCtxGetCurrent"))?;
+        let prev = cudarc::driver::result::ctx::get_current()
+            .map_err(|e| cuda::driver_error(e, "cuCtxGetCurrent"))?;
         set_device(device_index)?;
-        out(ret_guard, Box::into_raw(Box::new(CudaGuard { prev, device_index })))
+        out(
+            ret_guard,
+            Box::into_raw(Box::new(CudaGuard { prev, device_index })),
+        )
     })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_cuda_guard_set_index(guard: *mut CudaGuard, device_index: i32) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_cuda_guard_set_index(
+    guard: *mut CudaGuard,
+    device_index: i32,
+) -> AOTITorchError {
     shim("aoti_torch_cuda_guard_set_index", || unsafe {
         let g = super::non_null_mut(guard, "guard")?;
         if g.device_index != device_index {
@@ -884,18 +1055,27 @@ pub unsafe extern "C" fn aoti_torch_create_cuda_stream_guard(
     ret_guard: *mut *mut CudaStreamGuard,
 ) -> AOTITorchError {
     shim("aoti_torch_create_cuda_stream_guard", || unsafe {
-        let dev = if device_index < 0 { cuda::current_device_ordinal() } else { device_index };
+        let dev = if device_index < 0 {
+            cuda::current_device_ordinal()
+        } else {
+            device_index
+        };
         let d = cuda::device(dev)?;
         let ctx = ContextGuard::device(&d)?;
         let scope = StreamScope::enter(dev, stream.cast(), None);
-        let g = CudaStreamGuard { _scope: scope, _ctx: ctx };
+        let g = CudaStreamGuard {
+            _scope: scope,
+            _ctx: ctx,
+        };
         out(ret_guard, Box::into_raw(Box::new(g)))
     })
 }
 
 /// Runs in the `.so`'s destructors: always returns success.
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_delete_cuda_stream_guard(guard: *mut CudaStreamGuard) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_delete_cuda_stream_guard(
+    guard: *mut CudaStreamGuard,
+) -> AOTITorchError {
     if !guard.is_null() {
         // SAFETY: a box from aoti_torch_create_cuda_stream_guard, deleted once.
         let r = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(guard) })));
@@ -908,15 +1088,24 @@ pub unsafe extern "C" fn aoti_torch_delete_cuda_stream_guard(guard: *mut CudaStr
 
 /// This thread's current stream for the device (set by stream guards and by execute).
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_current_cuda_stream(device_index: i32, ret_stream: *mut *mut c_void) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_get_current_cuda_stream(
+    device_index: i32,
+    ret_stream: *mut *mut c_void,
+) -> AOTITorchError {
     shim("aoti_torch_get_current_cuda_stream", || unsafe {
-        let dev = if device_index < 0 { cuda::current_device_ordinal() } else { device_index };
+        let dev = if device_index < 0 {
+            cuda::current_device_ordinal()
+        } else {
+            device_index
+        };
         out(ret_stream, cuda::stream::current(dev).raw.cast())
     })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_current_device_index(ret_device_index: *mut i32) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_get_current_device_index(
+    ret_device_index: *mut i32,
+) -> AOTITorchError {
     shim("aoti_torch_get_current_device_index", || unsafe {
         out(ret_device_index, cuda::current_device_ordinal())
     })
@@ -924,13 +1113,19 @@ pub unsafe extern "C" fn aoti_torch_get_current_device_index(ret_device_index: *
 
 /// Device-generic guard: the same as the CUDA guard here.
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_create_device_guard(device_index: i32, ret_guard: *mut *mut CudaGuard) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_create_device_guard(
+    device_index: i32,
+    ret_guard: *mut *mut CudaGuard,
+) -> AOTITorchError {
     // SAFETY: same contract.
     unsafe { aoti_torch_create_cuda_guard(device_index, ret_guard) }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_device_guard_set_index(guard: *mut CudaGuard, device_index: i32) -> AOTITorchError {
+pub unsafe extern "C" fn aoti_torch_device_guard_set_index(
+    guard: *mut CudaGuard,
+    device_index: i32,
+) -> AOTITorchError {
     // SAFETY: same contract.
     unsafe { aoti_torch_cuda_guard_set_index(guard, device_index) }
 }
@@ -952,7 +1147,12 @@ unsafe fn lossy(p: *const c_char) -> String {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_warn(func: *const c_char, file: *const c_char, line: u32, msg: *const c_char) {
+pub unsafe extern "C" fn aoti_torch_warn(
+    func: *const c_char,
+    file: *const c_char,
+    line: u32,
+    msg: *const c_char,
+) {
     let _ = catch_unwind(|| {
         // SAFETY: C strings from the `.so`, possibly null.
         let (f, fl, m) = unsafe { (lossy(func), lossy(file), lossy(msg)) };
@@ -961,12 +1161,21 @@ pub unsafe extern "C" fn aoti_torch_warn(func: *const c_char, file: *const c_cha
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_print_tensor_handle(self_: AtenTensorHandle, msg: *const c_char) {
+pub unsafe extern "C" fn aoti_torch_print_tensor_handle(
+    self_: AtenTensorHandle,
+    msg: *const c_char,
+) {
     let _ = catch_unwind(|| {
         // SAFETY: handle and string from the `.so`, possibly null.
         let (m, x) = unsafe { (lossy(msg), self_.as_ref()) };
         match x {
-            Some(x) => log::info!("{m}: dtype {} sizes {:?} strides {:?} device {:?}", x.dtype, x.sizes, x.strides, x.device()),
+            Some(x) => log::info!(
+                "{m}: dtype {} sizes {:?} strides {:?} device {:?}",
+                x.dtype,
+                x.sizes,
+                x.strides,
+                x.device()
+            ),
             None => log::info!("{m}: null tensor"),
         }
     });

@@ -1,0 +1,479 @@
+//! GPU integration tests through the C API: every fixture case with host and
+//! device inputs, host-wait counters, and init/execute/destroy cycles.
+//! Each test prints "SKIPPED ..." and returns where there is no GPU.
+
+mod common;
+use common::*;
+use cudarc::driver::result;
+use executorch_cuda::ffi::api::EtCudaExecMode;
+use std::ffi::c_void;
+
+const COPY: i32 = 1;
+const DEVICE: i32 = 2;
+
+/// Device memory for a test, freed on drop.
+struct DevBuf(u64);
+impl DevBuf {
+    fn from_host(bytes: &[u8]) -> DevBuf {
+        let d = executorch_cuda::cuda::device(0).unwrap();
+        let _g = executorch_cuda::cuda::ContextGuard::device(&d).unwrap();
+        // SAFETY: plain allocation and copy of `bytes.len()` bytes.
+        unsafe {
+            let p = result::malloc_sync(bytes.len().max(1)).unwrap();
+            result::memcpy_htod_sync(p, bytes).unwrap();
+            DevBuf(p)
+        }
+    }
+    fn ptr(&self) -> *mut c_void {
+        self.0 as *mut c_void
+    }
+}
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        let d = executorch_cuda::cuda::device(0).unwrap();
+        let _g = executorch_cuda::cuda::ContextGuard::device(&d).unwrap();
+        // SAFETY: allocated by malloc_sync above, freed once.
+        unsafe { result::free_sync(self.0).unwrap() };
+    }
+}
+
+fn to_host(dev: *const c_void, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    // SAFETY: n bytes at both; null handle = blocking copy.
+    let st = unsafe { (api().memcpy)(std::ptr::null(), v.as_mut_ptr().cast(), dev, n) };
+    assert_eq!(st, executorch_cuda::EtCudaStatus::Ok, "{}", last_error());
+    v
+}
+
+fn run_case(h: &Handle, case: &Case, device_inputs: bool, placement: i32) -> Vec<Vec<u8>> {
+    let mut ins_host: Vec<Vec<u8>> = case.inputs.iter().map(|t| t.bytes.clone()).collect();
+    let devs: Vec<DevBuf> = if device_inputs {
+        case.inputs
+            .iter()
+            .map(|t| DevBuf::from_host(&t.bytes))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let ins: Vec<_> = case
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let p = if device_inputs {
+                devs[i].ptr()
+            } else {
+                ins_host[i].as_mut_ptr().cast()
+            };
+            desc(&t.dtype, &t.sizes, p, t.bytes.len())
+        })
+        .collect();
+    let mut outs_host: Vec<Vec<u8>> = case
+        .outputs
+        .iter()
+        .map(|t| vec![0xAAu8; t.bytes.len()])
+        .collect();
+    let mut outs: Vec<_> = case
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            desc(
+                &t.dtype,
+                &t.sizes,
+                outs_host[i].as_mut_ptr().cast(),
+                t.bytes.len(),
+            )
+        })
+        .collect();
+    h.execute(&ins, &mut outs, placement).unwrap();
+    for (o, t) in outs.iter().zip(&case.outputs) {
+        assert_eq!(&o.sizes[..o.ndim as usize], &t.sizes[..], "output sizes");
+    }
+    if placement == DEVICE {
+        outs.iter()
+            .zip(&case.outputs)
+            .map(|(o, t)| to_host(o.data, t.bytes.len()))
+            .collect()
+    } else {
+        std::mem::take(&mut outs_host)
+    }
+}
+
+#[test]
+fn fixtures_match_reference_host_and_device_io() {
+    if gpus_or_skip("fixtures_match_reference_host_and_device_io").is_none() {
+        return;
+    }
+    let mut failures = Vec::new();
+    let only = std::env::var("ET_CUDA_ONLY").ok();
+    for fx in FIXTURES
+        .iter()
+        .copied()
+        .filter(|f| only.as_deref().is_none_or(|o| o == *f))
+    {
+        let h = Handle::load(fx, 0, false, EtCudaExecMode::Default)
+            .unwrap_or_else(|e| panic!("{fx}: {e:?}"));
+        for (ci, case) in cases(fx, "forward").iter().enumerate() {
+            for (label, dev_in, placement) in [
+                ("host-in/host-out", false, COPY),
+                ("device-in/host-out", true, COPY),
+                ("device-in/device-out", true, DEVICE),
+            ] {
+                let got = run_case(&h, case, dev_in, placement);
+                for (k, (g, want)) in got.iter().zip(&case.outputs).enumerate() {
+                    let (err, ok) = compare(&want.dtype, g, &want.bytes);
+                    println!(
+                        "{fx} forward case{ci} out{k} [{label}]: max_abs_err={err:.3e} {}",
+                        if ok { "PASS" } else { "FAIL" }
+                    );
+                    if !ok {
+                        failures.push(format!("{fx} case{ci} out{k} {label}"));
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "failed: {failures:?}");
+}
+
+#[test]
+fn host_waits_zero_on_device_path_one_on_host_outputs() {
+    if gpus_or_skip("host_waits_zero_on_device_path_one_on_host_outputs").is_none() {
+        return;
+    }
+    for fx in FIXTURES {
+        let h = Handle::load(fx, 0, false, EtCudaExecMode::Default).unwrap();
+        let case = &cases(fx, "forward")[0];
+        // Warm-up (first run may fold constants and load kernels).
+        run_case(&h, case, true, DEVICE);
+        let dev_in: Vec<DevBuf> = case
+            .inputs
+            .iter()
+            .map(|t| DevBuf::from_host(&t.bytes))
+            .collect();
+        let ins: Vec<_> = case
+            .inputs
+            .iter()
+            .zip(&dev_in)
+            .map(|(t, d)| desc(&t.dtype, &t.sizes, d.ptr(), t.bytes.len()))
+            .collect();
+        let mut outs: Vec<_> = case
+            .outputs
+            .iter()
+            .map(|t| desc(&t.dtype, &t.sizes, std::ptr::null_mut(), 0))
+            .collect();
+        let before = stats(h.0);
+        for _ in 0..20 {
+            h.execute(&ins, &mut outs, DEVICE).unwrap();
+        }
+        let mid = stats(h.0);
+        println!("{fx}: 20 device-resident executes: host_waits +{}, driver_allocs +{}, pool_allocs +{}, htod +{} dtoh +{}", mid.host_waits - before.host_waits, mid.driver_allocs - before.driver_allocs, mid.pool_allocs - before.pool_allocs, mid.bytes_htod - before.bytes_htod, mid.bytes_dtoh - before.bytes_dtoh);
+        assert_eq!(
+            mid.host_waits, before.host_waits,
+            "{fx}: device-resident executes waited"
+        );
+        assert_eq!(mid.bytes_dtoh, before.bytes_dtoh);
+        let mut host_out: Vec<Vec<u8>> = case
+            .outputs
+            .iter()
+            .map(|t| vec![0u8; t.bytes.len()])
+            .collect();
+        let mut outs: Vec<_> = case
+            .outputs
+            .iter()
+            .zip(host_out.iter_mut())
+            .map(|(t, b)| desc(&t.dtype, &t.sizes, b.as_mut_ptr().cast(), b.len()))
+            .collect();
+        let mut host_in: Vec<Vec<u8>> = case.inputs.iter().map(|t| t.bytes.clone()).collect();
+        let hins: Vec<_> = case
+            .inputs
+            .iter()
+            .zip(host_in.iter_mut())
+            .map(|(t, b)| desc(&t.dtype, &t.sizes, b.as_mut_ptr().cast(), b.len()))
+            .collect();
+        h.execute(&hins, &mut outs, COPY).unwrap(); // grow staging once
+        let a = stats(h.0);
+        for _ in 0..20 {
+            h.execute(&hins, &mut outs, COPY).unwrap();
+        }
+        let b = stats(h.0);
+        println!(
+            "{fx}: 20 host-IO executes: host_waits +{}, driver_allocs +{}",
+            b.host_waits - a.host_waits,
+            b.driver_allocs - a.driver_allocs
+        );
+        assert_eq!(
+            b.host_waits - a.host_waits,
+            20,
+            "{fx}: expected exactly one wait per host-output execute"
+        );
+        assert_eq!(
+            b.driver_allocs, a.driver_allocs,
+            "{fx}: staging buffers must be reused"
+        );
+        let (err, ok) = compare(&case.outputs[0].dtype, &host_out[0], &case.outputs[0].bytes);
+        assert!(ok, "{fx}: max_abs_err {err}");
+    }
+}
+
+#[test]
+fn init_execute_destroy_cycles() {
+    if gpus_or_skip("init_execute_destroy_cycles").is_none() {
+        return;
+    }
+    let cycles: usize = std::env::var("ET_CUDA_CYCLES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100);
+    let fx = "mlp_f32";
+    let case = &cases(fx, "forward")[0];
+    let base = stats(std::ptr::null());
+    let mut first_free = 0usize;
+    let mut first_rss = 0u64;
+    for c in 0..cycles {
+        let h = Handle::load(fx, 0, false, EtCudaExecMode::Default).unwrap();
+        let out = run_case(&h, case, false, COPY);
+        assert!(compare("float32", &out[0], &case.outputs[0].bytes).1);
+        drop(h);
+        let s = stats(std::ptr::null());
+        let (free, total) = executorch_cuda::cuda::mem_info(0).unwrap();
+        let rss = rss_bytes();
+        if c == 0 {
+            first_free = free;
+            first_rss = rss;
+        }
+        println!(
+            "cycle {c:3}: own live allocs {} ({} bytes), driver free {} MiB of {} MiB (drift {:+} KiB), RSS {} MiB (drift {:+} KiB)",
+            s.live_allocs - base.live_allocs,
+            s.live_bytes - base.live_bytes,
+            free >> 20,
+            total >> 20,
+            (free as i64 - first_free as i64) / 1024,
+            rss >> 20,
+            (rss as i64 - first_rss as i64) / 1024
+        );
+        assert_eq!(
+            s.live_allocs, base.live_allocs,
+            "cycle {c}: library allocations left after destroy"
+        );
+    }
+}
+
+/// A kernel that spins for `ns` nanoseconds (PTX, JIT-compiled by the driver).
+const SPIN_PTX: &str = r#"
+.version 7.0
+.target sm_50
+.address_size 64
+.visible .entry spin(.param .u64 ns)
+{
+  .reg .u64 %t0, %t1, %d, %lim;
+  .reg .pred %p;
+  ld.param.u64 %lim, [ns];
+  mov.u64 %t0, %globaltimer;
+LOOP:
+  mov.u64 %t1, %globaltimer;
+  sub.u64 %d, %t1, %t0;
+  setp.lt.u64 %p, %d, %lim;
+  @%p bra LOOP;
+  ret;
+}
+"#;
+
+fn launch_spin(stream: *mut c_void, ns: u64) {
+    use cudarc::driver::sys;
+    let d = executorch_cuda::cuda::device(0).unwrap();
+    let _g = executorch_cuda::cuda::ContextGuard::device(&d).unwrap();
+    static FUNC: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let f = *FUNC.get_or_init(|| {
+        let ptx = std::ffi::CString::new(SPIN_PTX).unwrap();
+        // SAFETY: NUL-terminated PTX image; module and function kept for the process.
+        unsafe {
+            let m = result::module::load_data(ptx.as_ptr().cast()).unwrap();
+            let name = std::ffi::CString::new("spin").unwrap();
+            result::module::get_function(m, name).unwrap() as usize
+        }
+    });
+    let mut arg = ns;
+    let mut params = [(&mut arg as *mut u64).cast::<c_void>()];
+    // SAFETY: a 1x1 launch of a kernel taking one u64, on a live stream.
+    let r = unsafe {
+        sys::cuLaunchKernel(
+            f as sys::CUfunction,
+            1,
+            1,
+            1,
+            1,
+            1,
+            1,
+            0,
+            stream as sys::CUstream,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+}
+
+#[test]
+fn execute_does_not_wait_for_queued_gpu_work() {
+    if gpus_or_skip("execute_does_not_wait_for_queued_gpu_work").is_none() {
+        return;
+    }
+    let spin_ns: u64 = 50_000_000;
+    for mode in [EtCudaExecMode::Default, EtCudaExecMode::Upstream12] {
+        let fx = "mlp_f32";
+        let h = Handle::load(fx, 0, false, mode).unwrap();
+        let case = &cases(fx, "forward")[0];
+        run_case(&h, case, true, DEVICE); // warm-up
+        let dev_in: Vec<DevBuf> = case
+            .inputs
+            .iter()
+            .map(|t| DevBuf::from_host(&t.bytes))
+            .collect();
+        let ins: Vec<_> = case
+            .inputs
+            .iter()
+            .zip(&dev_in)
+            .map(|(t, d)| desc(&t.dtype, &t.sizes, d.ptr(), t.bytes.len()))
+            .collect();
+        let mut outs: Vec<_> = case
+            .outputs
+            .iter()
+            .map(|t| desc(&t.dtype, &t.sizes, std::ptr::null_mut(), 0))
+            .collect();
+        // SAFETY: live handle.
+        assert_eq!(
+            unsafe { (api().synchronize)(h.0) },
+            executorch_cuda::EtCudaStatus::Ok
+        );
+        launch_spin(h.stream(), spin_ns);
+        let t0 = std::time::Instant::now();
+        h.execute(&ins, &mut outs, DEVICE).unwrap();
+        h.execute(&ins, &mut outs, DEVICE).unwrap();
+        let host = t0.elapsed();
+        // SAFETY: live handle.
+        assert_eq!(
+            unsafe { (api().synchronize)(h.0) },
+            executorch_cuda::EtCudaStatus::Ok
+        );
+        let total = t0.elapsed();
+        println!("{mode:?}: 2 device-resident executes behind a {} ms kernel returned after {:.3} ms (stream drained after {:.3} ms)", spin_ns / 1_000_000, host.as_secs_f64() * 1e3, total.as_secs_f64() * 1e3);
+        if mode == EtCudaExecMode::Default {
+            assert!(
+                host.as_nanos() < (spin_ns / 5) as u128,
+                "execute waited for queued GPU work: {host:?}"
+            );
+            assert!(total.as_nanos() >= spin_ns as u128);
+        }
+    }
+}
+
+fn scaled_input(case: &Case, k: usize) -> Vec<u8> {
+    // Different inputs per thread: scale the float32 input by (1 + k/8).
+    case.inputs[0]
+        .bytes
+        .chunks_exact(4)
+        .flat_map(|c| {
+            (f32::from_le_bytes([c[0], c[1], c[2], c[3]]) * (1.0 + k as f32 / 8.0)).to_le_bytes()
+        })
+        .collect()
+}
+
+fn run_bytes(h: &Handle, case: &Case, input: &mut [u8]) -> Vec<u8> {
+    let t = &case.inputs[0];
+    let o = &case.outputs[0];
+    let ins = [desc(
+        &t.dtype,
+        &t.sizes,
+        input.as_mut_ptr().cast(),
+        input.len(),
+    )];
+    let mut out = vec![0u8; o.bytes.len()];
+    let mut outs = [desc(&o.dtype, &o.sizes, out.as_mut_ptr().cast(), out.len())];
+    h.execute(&ins, &mut outs, COPY).unwrap();
+    out
+}
+
+#[test]
+fn threads_with_own_handles_match_single_threaded_bit_for_bit() {
+    if gpus_or_skip("threads_with_own_handles_match_single_threaded_bit_for_bit").is_none() {
+        return;
+    }
+    let fx = "mlp_f32";
+    let case = cases(fx, "forward")[0].clone();
+    let reference: Vec<Vec<u8>> = {
+        let h = Handle::load(fx, 0, false, EtCudaExecMode::Default).unwrap();
+        (0..8)
+            .map(|k| run_bytes(&h, &case, &mut scaled_input(&case, k)))
+            .collect()
+    };
+    for shared in [false, true] {
+        let t0 = std::time::Instant::now();
+        std::thread::scope(|sc| {
+            for k in 0..8 {
+                let (case, want) = (&case, &reference[k]);
+                sc.spawn(move || {
+                    let h = Handle::load(fx, 0, shared, EtCudaExecMode::Default).unwrap();
+                    let mut inp = scaled_input(case, k);
+                    for it in 0..200 {
+                        assert_eq!(
+                            &run_bytes(&h, case, &mut inp),
+                            want,
+                            "thread {k} iteration {it} shared={shared}"
+                        );
+                    }
+                });
+            }
+        });
+        println!(
+            "8 threads x 200 executes (shared stream: {shared}): all outputs bit-exact, {:.1} ms",
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    // Two threads on one handle: serialized by the handle's lock.
+    let h = Handle::load(fx, 0, false, EtCudaExecMode::Default).unwrap();
+    let hp = h.0 as usize;
+    std::thread::scope(|sc| {
+        for k in 0..2 {
+            let (case, want) = (&case, &reference[k]);
+            sc.spawn(move || {
+                let h = std::mem::ManuallyDrop::new(Handle(hp as *mut c_void));
+                let mut inp = scaled_input(case, k);
+                for _ in 0..200 {
+                    assert_eq!(&run_bytes(&h, case, &mut inp), want);
+                }
+            });
+        }
+    });
+    println!("2 threads x 200 executes on one handle: bit-exact");
+}
+
+#[test]
+fn two_programs_loaded_at_once_and_one_destroyed() {
+    if gpus_or_skip("two_programs_loaded_at_once_and_one_destroyed").is_none() {
+        return;
+    }
+    let a = Handle::load("mlp_f32", 0, false, EtCudaExecMode::Default).unwrap();
+    let b = Handle::load("conv_f32", 0, false, EtCudaExecMode::Default).unwrap();
+    let c = Handle::load("attn_bf16", 0, false, EtCudaExecMode::Default).unwrap();
+    for (h, fx) in [(&a, "mlp_f32"), (&b, "conv_f32"), (&c, "attn_bf16")] {
+        let case = &cases(fx, "forward")[0];
+        let out = run_case(h, case, false, COPY);
+        assert!(
+            compare(&case.outputs[0].dtype, &out[0], &case.outputs[0].bytes).1,
+            "{fx}"
+        );
+    }
+    drop(b);
+    drop(c);
+    let case = &cases("mlp_f32", "forward")[0];
+    for _ in 0..10 {
+        let out = run_case(&a, case, false, COPY);
+        assert!(
+            compare("float32", &out[0], &case.outputs[0].bytes).1,
+            "mlp after destroying conv and attn"
+        );
+    }
+    println!("three programs loaded at once; after destroying two, the third still matches");
+}
