@@ -717,39 +717,60 @@ pub unsafe fn copy_bytes(
     n: usize,
     s: cudarc::driver::sys::CUstream,
 ) -> Result<()> {
+    // SAFETY: forwarded contract.
+    if unsafe { enqueue_copy(dst, src, n, s)? } {
+        sync(s)?;
+    }
+    Ok(())
+}
+
+/// Enqueue the copy; returns whether the host must wait before reading `dst`.
+///
+/// # Safety
+/// As for [`copy_bytes`].
+unsafe fn enqueue_copy(
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    s: cudarc::driver::sys::CUstream,
+) -> Result<bool> {
     if n == 0 {
-        return Ok(());
+        return Ok(false);
     }
     if dst.is_null() || src.is_null() {
-        return invalid("memcpy: null pointer");
+        return invalid(format!(
+            "memcpy: {} is null",
+            if dst.is_null() { "dst" } else { "src" }
+        ));
     }
-    let dk = cuda::pointer_kind(dst)?;
-    let sk = cuda::pointer_kind(src)?;
-    let is_dev = |k: PointerKind| matches!(k, PointerKind::Device(_));
+    let is_dev = |p| cuda::pointer_kind(p).map(|k| matches!(k, PointerKind::Device(_)));
+    let (dd, sd) = (is_dev(dst.cast_const())?, is_dev(src)?);
     // SAFETY: the caller guarantees n valid bytes at both pointers.
     unsafe {
-        match (is_dev(dk), is_dev(sk)) {
-            (true, true) => memory::copy_dtod_async(dst as u64, src as u64, n, s),
+        match (dd, sd) {
+            (true, true) => memory::copy_dtod_async(dst as u64, src as u64, n, s).map(|_| false),
             // A pageable source is staged by the driver before the call returns.
-            (true, false) => memory::copy_htod_async(dst as u64, src, n, s),
-            (false, true) => {
-                memory::copy_dtoh_async(dst, src as u64, n, s)?;
-                stats::record(StatEvent::HostWait);
-                cuda::check(
-                    cudarc::driver::sys::cuStreamSynchronize(s),
-                    "cuStreamSynchronize",
-                )
-            }
+            (true, false) => memory::copy_htod_async(dst as u64, src, n, s).map(|_| false),
+            (false, true) => memory::copy_dtoh_async(dst, src as u64, n, s).map(|_| true),
             (false, false) => {
                 std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), n);
-                Ok(())
+                Ok(false)
             }
         }
     }
 }
 
+fn sync(s: cudarc::driver::sys::CUstream) -> Result<()> {
+    stats::record(StatEvent::HostWait);
+    // SAFETY: a live stream (or the legacy default stream) of the current context.
+    cuda::check(
+        unsafe { cudarc::driver::sys::cuStreamSynchronize(s) },
+        "cuStreamSynchronize",
+    )
+}
+
 /// `et_cuda_memcpy` with no handle: the device is taken from the device pointer, and the copy
-/// runs on the legacy default stream and always waits.
+/// runs on the legacy default stream and always waits (once).
 ///
 /// # Safety
 /// As for [`copy_bytes`].
@@ -762,13 +783,8 @@ pub unsafe fn memcpy_blocking(dst: *mut c_void, src: *const c_void, n: usize) ->
     let _ctx = ContextGuard::device(&d)?;
     let s = std::ptr::null_mut();
     // SAFETY: forwarded contract.
-    unsafe { copy_bytes(dst, src, n, s)? };
-    stats::record(StatEvent::HostWait);
-    // SAFETY: the legacy default stream of the current context.
-    cuda::check(
-        unsafe { cudarc::driver::sys::cuStreamSynchronize(s) },
-        "cuStreamSynchronize",
-    )
+    unsafe { enqueue_copy(dst, src, n, s)? };
+    sync(s)
 }
 
 #[cfg(test)]

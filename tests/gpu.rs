@@ -411,8 +411,8 @@ fn threads_with_own_handles_match_single_threaded_bit_for_bit() {
     for shared in [false, true] {
         let t0 = std::time::Instant::now();
         std::thread::scope(|sc| {
-            for k in 0..8 {
-                let (case, want) = (&case, &reference[k]);
+            for (k, want) in reference.iter().enumerate() {
+                let case = &case;
                 sc.spawn(move || {
                     let h = Handle::load(fx, 0, shared, EtCudaExecMode::Default).unwrap();
                     let mut inp = scaled_input(case, k);
@@ -435,8 +435,8 @@ fn threads_with_own_handles_match_single_threaded_bit_for_bit() {
     let h = Handle::load(fx, 0, false, EtCudaExecMode::Default).unwrap();
     let hp = h.0 as usize;
     std::thread::scope(|sc| {
-        for k in 0..2 {
-            let (case, want) = (&case, &reference[k]);
+        for (k, want) in reference.iter().enumerate().take(2) {
+            let case = &case;
             sc.spawn(move || {
                 let h = std::mem::ManuallyDrop::new(Handle(hp as *mut c_void));
                 let mut inp = scaled_input(case, k);

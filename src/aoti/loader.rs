@@ -62,6 +62,7 @@ pub fn prepare_process() -> Result<()> {
     RUNTIME_READY
         .get_or_init(|| {
             load_cudart()?;
+            load_cxx_runtime();
             promote_self()
         })
         .clone()
@@ -91,6 +92,26 @@ fn load_cudart() -> std::result::Result<(), String> {
         "the CUDA runtime library is missing; the AOTInductor .so needs it. Searched: {}. Set {CUDART_ENV} to its path",
         tried.join("; ")
     ))
+}
+
+/// Put the system C++ runtime in the global scope, as it is in any C++ program.
+///
+/// Each AOTInductor `.so` carries its own static copy of libstdc++ and
+/// exports it, including `STB_GNU_UNIQUE` objects (locale facet ids, string
+/// reps). Unique symbols bind process-wide to their first definition: in a
+/// process without `libstdc++.so` (a Rust or C program) the first `.so`'s
+/// copy wins and the second `.so` then runs with the first one's locale
+/// state and crashes (seen on the H200 loading conv_f32 after mlp_f32). With
+/// the shared libstdc++ loaded first, every `.so` binds to it, as it does
+/// under ExecuTorch's C++ runtime.
+fn load_cxx_runtime() {
+    for name in [c"libstdc++.so.6", c"libgcc_s.so.1"] {
+        // SAFETY: NUL-terminated library name.
+        let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        if h.is_null() {
+            log::warn!("could not load {:?} globally: {}", name, dlerror());
+        }
+    }
 }
 
 fn promote_self() -> std::result::Result<(), String> {

@@ -110,6 +110,9 @@ pub extern "C" fn et_cuda_last_error() -> *const c_char {
 #[no_mangle]
 pub extern "C" fn et_cuda_device_count(out_count: *mut i32) -> EtCudaStatus {
     boundary("et_cuda_device_count", || {
+        if out_count.is_null() {
+            return Err(Error::InvalidArgument("out_count is null".into()));
+        }
         let n = crate::cuda::device_count()?;
         // SAFETY: out-pointer checked by write_out.
         unsafe { write_out(out_count, n, "out_count") }
@@ -262,6 +265,12 @@ pub extern "C" fn et_cuda_memcpy(
     nbytes: usize,
 ) -> EtCudaStatus {
     boundary("et_cuda_memcpy", || {
+        if nbytes > 0 && dst.is_null() {
+            return Err(Error::InvalidArgument("dst is null".into()));
+        }
+        if nbytes > 0 && src.is_null() {
+            return Err(Error::InvalidArgument("src is null".into()));
+        }
         if handle.is_null() {
             // SAFETY: the caller guarantees nbytes valid bytes at both pointers.
             return unsafe { crate::delegate::memcpy_blocking(dst, src, nbytes) };
@@ -276,6 +285,9 @@ pub extern "C" fn et_cuda_memcpy(
 #[no_mangle]
 pub extern "C" fn et_cuda_is_device_pointer(ptr: *const c_void, out: *mut bool) -> EtCudaStatus {
     boundary("et_cuda_is_device_pointer", || {
+        if out.is_null() {
+            return Err(Error::InvalidArgument("out is null".into()));
+        }
         let v = crate::cuda::is_device_pointer(ptr)?;
         // SAFETY: out-pointer checked by write_out.
         unsafe { write_out(out, v, "out") }

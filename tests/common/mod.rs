@@ -5,6 +5,8 @@
 //! `.so` resolves `aoti_torch_*` from the process's global scope, and a Rust
 //! test executable does not export its symbols.
 #![allow(dead_code)]
+// The C API function pointers are resolved by name; their types are the fields'.
+#![allow(clippy::missing_transmute_annotations)]
 
 use executorch_cuda::ffi::api::{EtCudaInitArgs, EtCudaTensor, ET_CUDA_MAX_DIMS};
 use executorch_cuda::stats::EtCudaStats;
