@@ -101,16 +101,24 @@ Error describe(const Tensor& t, void* data, uint64_t nbytes, EtCudaTensor& out) 
 }
 
 // Reads the two named-data keys: from the processed payload "<so_key>\n<weights_key>"
-// when it is non-empty, else "<method>_so_blob" / "<method>_weights_blob".
-Error blob_keys(const FreeableBuffer* processed, ArrayRef<CompileSpec> specs,
+// when it is non-empty, else "<method>_so_blob" / "<method>_weights_blob". The
+// method is the "method_name" compile spec (not NUL-terminated), else the
+// method being loaded.
+Error blob_keys(const BackendInitContext& context, const FreeableBuffer* processed, ArrayRef<CompileSpec> specs,
                 std::string& method, std::string& so_key, std::string& weights_key) {
   for (const CompileSpec& spec : specs) {
-    if (std::strcmp(spec.key, "method_name") == 0) {
+    if (std::strcmp(spec.key, "method_name") == 0 && spec.value.buffer != nullptr) {
       method.assign(static_cast<const char*>(spec.value.buffer), spec.value.nbytes);
     }
   }
+  if (method.empty() && context.get_method_name() != nullptr) {
+    method = context.get_method_name();
+  }
   if (processed != nullptr && processed->size() > 0) {
     std::string payload(static_cast<const char*>(processed->data()), processed->size());
+    while (!payload.empty() && (payload.back() == '\0' || payload.back() == '\n' || payload.back() == '\r')) {
+      payload.pop_back();  // tolerate a terminator
+    }
     const size_t nl = payload.find('\n');
     if (nl == std::string::npos || nl == 0 || nl + 1 == payload.size() ||
         payload.find('\n', nl + 1) != std::string::npos) {
@@ -123,7 +131,7 @@ Error blob_keys(const FreeableBuffer* processed, ArrayRef<CompileSpec> specs,
     return Error::Ok;
   }
   if (method.empty()) {
-    ET_LOG(Error, "CudaBackend: no method_name compile spec and an empty processed payload");
+    ET_LOG(Error, "CudaBackend: no method name and an empty processed payload");
     return Error::InvalidArgument;
   }
   so_key = method + "_so_blob";
@@ -140,7 +148,7 @@ class CudaBackend final : public BackendInterface {
   Result<DelegateHandle*> init(BackendInitContext& context, FreeableBuffer* processed,
                                ArrayRef<CompileSpec> compile_specs) const override {
     std::string method, so_key, weights_key;
-    Error err = blob_keys(processed, compile_specs, method, so_key, weights_key);
+    Error err = blob_keys(context, processed, compile_specs, method, so_key, weights_key);
     if (processed != nullptr) {
       processed->Free();
     }
@@ -199,6 +207,7 @@ class CudaBackend final : public BackendInterface {
     return delegate;
   }
 
+  // Not reentrant for one handle, like the Method that calls it.
   Error execute(BackendExecutionContext& /*context*/, DelegateHandle* opaque,
                 Span<EValue*> args) const override {
     auto* delegate = static_cast<Delegate*>(opaque);

@@ -37,6 +37,17 @@ static int failures = 0;
 
 #define OK(call) CHECK((call) == ET_CUDA_STATUS_OK)
 
+/* Like CHECK_FAILS; without a device, NO_DEVICE is accepted too: the header
+ * does not order the null checks of these calls before the driver lookup. */
+#define CHECK_FAILS_OR_NO_DEVICE(have_device, call, status, word)                   \
+  do {                                                                              \
+    if (!(have_device) && (call) == ET_CUDA_STATUS_NO_DEVICE) {                     \
+      CHECK(strstr(et_cuda_last_error(), "no CUDA") != NULL);                       \
+    } else {                                                                        \
+      CHECK_FAILS(call, status, word);                                              \
+    }                                                                               \
+  } while (0)
+
 typedef struct {
   unsigned char* data;
   size_t len;
@@ -76,7 +87,7 @@ static EtCudaInitArgs init_args(const Blob* so, const Blob* weights) {
   return a;
 }
 
-static void test_null_arguments(void) {
+static void test_null_arguments(bool have_device) {
   EtCudaHandle* h = (EtCudaHandle*)&failures; /* non-null garbage: must be reset */
   EtCudaInitArgs a;
   memset(&a, 0, sizeof a);
@@ -87,7 +98,7 @@ static void test_null_arguments(void) {
   float x = 0;
   EtCudaStats st;
 
-  CHECK_FAILS(et_cuda_device_count(NULL), ET_CUDA_STATUS_INVALID_ARGUMENT, "out_count");
+  CHECK_FAILS_OR_NO_DEVICE(have_device, et_cuda_device_count(NULL), ET_CUDA_STATUS_INVALID_ARGUMENT, "out_count");
   CHECK_FAILS(et_cuda_init(NULL, &h), ET_CUDA_STATUS_INVALID_ARGUMENT, "args");
   CHECK(h == NULL);
   CHECK_FAILS(et_cuda_init(&a, NULL), ET_CUDA_STATUS_INVALID_ARGUMENT, "out_handle");
@@ -102,9 +113,11 @@ static void test_null_arguments(void) {
   CHECK_FAILS(et_cuda_handle_stream(NULL, &p), ET_CUDA_STATUS_INVALID_ARGUMENT, "handle");
   CHECK_FAILS(et_cuda_synchronize(NULL), ET_CUDA_STATUS_INVALID_ARGUMENT, "handle");
   /* A null handle is allowed for et_cuda_memcpy; null buffers are not. */
-  CHECK_FAILS(et_cuda_memcpy(NULL, NULL, &x, sizeof x), ET_CUDA_STATUS_INVALID_ARGUMENT, "dst");
-  CHECK_FAILS(et_cuda_memcpy(NULL, &x, NULL, sizeof x), ET_CUDA_STATUS_INVALID_ARGUMENT, "src");
-  CHECK_FAILS(et_cuda_is_device_pointer(&x, NULL), ET_CUDA_STATUS_INVALID_ARGUMENT, "out");
+  CHECK_FAILS_OR_NO_DEVICE(have_device, et_cuda_memcpy(NULL, NULL, &x, sizeof x), ET_CUDA_STATUS_INVALID_ARGUMENT,
+                           "dst");
+  CHECK_FAILS_OR_NO_DEVICE(have_device, et_cuda_memcpy(NULL, &x, NULL, sizeof x), ET_CUDA_STATUS_INVALID_ARGUMENT,
+                           "src");
+  CHECK_FAILS_OR_NO_DEVICE(have_device, et_cuda_is_device_pointer(&x, NULL), ET_CUDA_STATUS_INVALID_ARGUMENT, "out");
   CHECK_FAILS(et_cuda_stats(NULL, NULL), ET_CUDA_STATUS_INVALID_ARGUMENT, "out");
   CHECK_FAILS(et_cuda_set_option_bool(NULL, true), ET_CUDA_STATUS_INVALID_ARGUMENT, "key");
   CHECK_FAILS(et_cuda_set_option_int(NULL, 1), ET_CUDA_STATUS_INVALID_ARGUMENT, "key");
@@ -189,7 +202,8 @@ static void test_options(void) {
   CHECK(i == 0);
 }
 
-/* Blobs that are not a program: an error, and never a handle. */
+/* Blobs that are not a program: an error, and never a handle. Without a device
+ * the library may report either problem first. */
 static void test_bad_blobs(bool have_device, const Blob* weights) {
   static const unsigned char garbage[64] = "this is not an ELF shared object";
   Blob g = {(unsigned char*)garbage, sizeof garbage};
@@ -197,7 +211,7 @@ static void test_bad_blobs(bool have_device, const Blob* weights) {
   EtCudaInitArgs a = init_args(&g, weights);
   EtCudaHandle* h = NULL;
   EtCudaStatus s = et_cuda_init(&a, &h);
-  CHECK(s == (have_device ? ET_CUDA_STATUS_INVALID_PROGRAM : ET_CUDA_STATUS_NO_DEVICE));
+  CHECK(s == ET_CUDA_STATUS_INVALID_PROGRAM || (!have_device && s == ET_CUDA_STATUS_NO_DEVICE));
   CHECK(h == NULL);
   a = init_args(&empty, weights);
   s = et_cuda_init(&a, &h);
@@ -306,7 +320,7 @@ int main(int argc, char** argv) {
   const bool have_device = dc == ET_CUDA_STATUS_OK && count > 0;
   printf("CUDA devices: %d\n", have_device ? (int)count : 0);
 
-  test_null_arguments();
+  test_null_arguments(have_device);
   test_options();
 
   Blob so = read_blob(dir, "forward_so_blob.bin");

@@ -13,7 +13,6 @@ _Static_assert(offsetof(EtCudaTensor, ndim) == 20, "EtCudaTensor.ndim");
 _Static_assert(offsetof(EtCudaTensor, sizes) == 24, "EtCudaTensor.sizes");
 _Static_assert(offsetof(EtCudaTensor, strides) == 24 + 8 * ET_CUDA_MAX_DIMS, "EtCudaTensor.strides");
 _Static_assert(sizeof(EtCudaTensor) == 24 + 16 * ET_CUDA_MAX_DIMS, "EtCudaTensor size");
-_Static_assert(sizeof(EtCudaStats) == 10 * sizeof(uint64_t), "EtCudaStats size");
 _Static_assert(ET_CUDA_STATUS_OK == 0 && ET_CUDA_STATUS_UNKNOWN_OPTION == 9, "EtCudaStatus values");
 
 int main(void) {

@@ -10,7 +10,6 @@
 static_assert(std::is_standard_layout_v<EtCudaTensor> && std::is_trivially_copyable_v<EtCudaTensor>);
 static_assert(sizeof(EtCudaTensor) == 24 + 16 * ET_CUDA_MAX_DIMS);
 static_assert(offsetof(EtCudaTensor, strides) == 24 + 8 * ET_CUDA_MAX_DIMS);
-static_assert(sizeof(EtCudaStats) == 10 * sizeof(uint64_t));
 static_assert(std::is_same_v<decltype(&et_cuda_init), EtCudaStatus (*)(const EtCudaInitArgs*, EtCudaHandle**)>);
 
 int main() {

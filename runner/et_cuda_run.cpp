@@ -15,6 +15,7 @@
 #include <executorch/extension/tensor/tensor.h>
 #include <executorch/runtime/backend/interface.h>
 #include <executorch/runtime/platform/platform.h>
+#include <executorch/runtime/platform/runtime.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -235,17 +236,33 @@ class JsonParser {
       return v;
     }
     if (c == '-' || (c >= '0' && c <= '9')) {
-      const char* begin = s_.c_str() + pos_;
-      char* end = nullptr;
       v.kind = Json::Number;
-      v.number = std::strtod(begin, &end);
-      if (end == begin) {
-        error("malformed number");
-      }
-      pos_ += static_cast<size_t>(end - begin);
+      v.number = number();
       return v;
     }
     error(std::string("unexpected character '") + c + "'");
+  }
+
+  // -?digits[.digits][(e|E)[+-]digits], checked here because strtod accepts more.
+  double number() {
+    const size_t start = pos_;
+    auto digits = [&] {
+      const size_t from = pos_;
+      while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') ++pos_;
+      if (pos_ == from) error("malformed number");
+    };
+    if (s_[pos_] == '-') ++pos_;
+    digits();
+    if (pos_ < s_.size() && s_[pos_] == '.') {
+      ++pos_;
+      digits();
+    }
+    if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
+      ++pos_;
+      if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
+      digits();
+    }
+    return std::strtod(s_.substr(start, pos_ - start).c_str(), nullptr);
   }
 
   // A "..." literal; \uXXXX escapes outside ASCII are kept as UTF-8.
@@ -793,7 +810,16 @@ int run(int argc, char** argv) {
 
   Module module(a.model, a.data);
   const Error err = module.load(Program::Verification::InternalConsistency);
-  if (err != Error::Ok) fail(a.model, "cannot load program: " + describe(err));
+  if (err != Error::Ok) {
+    const std::string why = describe(err);
+    // Blame the .ptd files when the program loads without them.
+    if (!a.data.empty() && Module(a.model).load(Program::Verification::InternalConsistency) == Error::Ok) {
+      std::string files;
+      for (const std::string& d : a.data) files += (files.empty() ? "" : ", ") + d;
+      fail(files, "cannot load as external data: " + why);
+    }
+    fail(a.model, "cannot load program: " + why);
+  }
 
   bool all_pass = true;
   if (!a.manifest.empty()) {
@@ -844,11 +870,11 @@ int run(int argc, char** argv) {
     if (et_cuda_stats(nullptr, &s) != ET_CUDA_STATUS_OK) fail("--stats", et_cuda_last_error());
     std::printf(
         "stats: executes=%llu host_waits=%llu driver_allocs=%llu pool_allocs=%llu pool_frees=%llu live_allocs=%llu "
-        "live_bytes=%llu bytes_htod=%llu bytes_dtoh=%llu bytes_dtod=%llu\n",
+        "live_bytes=%llu bytes_htod=%llu bytes_dtoh=%llu bytes_dtod=%llu execute_host_ns=%llu run_host_ns=%llu\n",
         (unsigned long long)s.executes, (unsigned long long)s.host_waits, (unsigned long long)s.driver_allocs,
         (unsigned long long)s.pool_allocs, (unsigned long long)s.pool_frees, (unsigned long long)s.live_allocs,
         (unsigned long long)s.live_bytes, (unsigned long long)s.bytes_htod, (unsigned long long)s.bytes_dtoh,
-        (unsigned long long)s.bytes_dtod);
+        (unsigned long long)s.bytes_dtod, (unsigned long long)s.execute_host_ns, (unsigned long long)s.run_host_ns);
   }
   return all_pass ? 0 : 1;
 }

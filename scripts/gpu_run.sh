@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The GPU checks, run from a bundle made by scripts/gpu_bundle.sh (copied there
+# as run.sh). Every check runs; the exit status says whether any failed.
+set -uo pipefail
+cd "$(dirname "$0")"
+export ET_CUDA_FIXTURES=$PWD/fixtures
+failed=()
+check() {
+  printf '\n==> %s\n' "$*"
+  "$@" || failed+=("$*")
+}
+
+check ./header_c11
+check ./header_cxx17
+check ./consumer_in_tree
+check ./c_api_test
+check ./adapter_test
+for f in mlp_f32 conv_f32 attn_bf16; do
+  m=fixtures/$f/manifest.json
+  check ./et_cuda_run --manifest "$m"
+  check ./et_cuda_run --manifest "$m" --option use_shared_cuda_stream=true
+  check ./et_cuda_run --manifest "$m" --option skip_copy_output_to_cpu_for_method=forward --stats
+  check ./et_cuda_run "fixtures/$f/model.pte" --data "fixtures/$f/aoti_cuda_blob.ptd"
+done
+for mode in default sync-always upstream-1.2; do
+  check ./et_cuda_run --manifest fixtures/mlp_f32/manifest.json --option execution_mode=$mode \
+    --bench 200 --warmup 20 --stats
+done
+
+printf '\n%d check(s) failed\n' "${#failed[@]}"
+for f in "${failed[@]}"; do echo "FAILED: $f"; done
+[ "${#failed[@]}" -eq 0 ]

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Build (Release) and run the mlp_f32 fixture through et_cuda_run; extra
+# arguments go to et_cuda_run (e.g. --bench 100 --warmup 10 --stats).
+#   ET_CUDA_FIXTURES=<dir>   fixture programs (default ../shared/fixtures)
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+FIXTURES=${ET_CUDA_FIXTURES:-$ROOT/../shared/fixtures}
+cmake_build --target et_cuda_run
+step "et_cuda_run --manifest $FIXTURES/mlp_f32/manifest.json $*"
+exec "$BUILD/et_cuda_run" --manifest "$FIXTURES/mlp_f32/manifest.json" "$@"
