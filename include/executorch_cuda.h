@@ -189,6 +189,13 @@ enum EtCudaStatus et_cuda_memcpy(const struct EtCudaHandle *handle,
                                  const void *src,
                                  size_t nbytes);
 
+// Allocate `nbytes` of device memory on `device` with `cuMemAlloc` (synchronous; for tools and
+// tests that need device-resident inputs, not for hot paths). Free it with `et_cuda_free_device`.
+enum EtCudaStatus et_cuda_alloc_device(int32_t device, size_t nbytes, void **out_ptr);
+
+// Free memory from `et_cuda_alloc_device` (synchronous). Null is ignored.
+enum EtCudaStatus et_cuda_free_device(void *ptr);
+
 // Whether `ptr` is CUDA device memory. Fails with `NoDevice` when there is no driver.
 enum EtCudaStatus et_cuda_is_device_pointer(const void *ptr, bool *out);
 

@@ -288,3 +288,32 @@ pub unsafe fn copy_htod_blocking(
     // SAFETY: forwarded contract.
     check(unsafe { sys::cuMemcpyHtoD_v2(dst, src, n) }, "cuMemcpyHtoD")
 }
+
+/// Plain `cuMemAlloc` for tools (`et_cuda_alloc_device`); counted as a driver allocation.
+pub fn alloc_device_sync(ordinal: i32, nbytes: usize) -> Result<*mut c_void> {
+    let d = device(ordinal)?;
+    let _g = ContextGuard::device(&d)?;
+    // SAFETY: plain allocation in the device's primary context.
+    let p =
+        unsafe { result::malloc_sync(nbytes.max(1)) }.map_err(|e| driver_error(e, "cuMemAlloc"))?;
+    stats::record_for(None, Event::DriverAlloc(0));
+    Ok(p as *mut c_void)
+}
+
+/// Free memory from [`alloc_device_sync`].
+pub fn free_device_sync(p: *mut c_void) -> Result<()> {
+    if p.is_null() {
+        return Ok(());
+    }
+    let ord = match super::pointer_kind(p)? {
+        super::PointerKind::Device(o) => o,
+        _ => return Err(Error::InvalidArgument("ptr is not device memory".into())),
+    };
+    let d = device(ord)?;
+    let _g = ContextGuard::device(&d)?;
+    // SAFETY: a pointer from alloc_device_sync, freed once (the caller's contract).
+    unsafe { result::free_sync(p as sys::CUdeviceptr) }
+        .map_err(|e| driver_error(e, "cuMemFree"))?;
+    stats::record_for(None, Event::DriverFree(0));
+    Ok(())
+}

@@ -281,6 +281,32 @@ pub extern "C" fn et_cuda_memcpy(
     })
 }
 
+/// Allocate `nbytes` of device memory on `device` with `cuMemAlloc` (synchronous; for tools and
+/// tests that need device-resident inputs, not for hot paths). Free it with `et_cuda_free_device`.
+#[no_mangle]
+pub extern "C" fn et_cuda_alloc_device(
+    device: i32,
+    nbytes: usize,
+    out_ptr: *mut *mut c_void,
+) -> EtCudaStatus {
+    boundary("et_cuda_alloc_device", || {
+        if out_ptr.is_null() {
+            return Err(Error::InvalidArgument("out_ptr is null".into()));
+        }
+        let p = crate::cuda::memory::alloc_device_sync(device, nbytes)?;
+        // SAFETY: checked non-null.
+        unsafe { write_out(out_ptr, p, "out_ptr") }
+    })
+}
+
+/// Free memory from `et_cuda_alloc_device` (synchronous). Null is ignored.
+#[no_mangle]
+pub extern "C" fn et_cuda_free_device(ptr: *mut c_void) -> EtCudaStatus {
+    boundary("et_cuda_free_device", || {
+        crate::cuda::memory::free_device_sync(ptr)
+    })
+}
+
 /// Whether `ptr` is CUDA device memory. Fails with `NoDevice` when there is no driver.
 #[no_mangle]
 pub extern "C" fn et_cuda_is_device_pointer(ptr: *const c_void, out: *mut bool) -> EtCudaStatus {
