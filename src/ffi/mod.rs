@@ -1,5 +1,5 @@
 //! The FFI boundary. Every `extern "C"` function in this crate runs its body
-//! through [`boundary`] (or [`boundary_value`] / [`boundary_infallible`]):
+//! through [`boundary`] (the shim's twin is `shim::shim`, which returns AOTI codes):
 //! panics are caught there, errors become status codes, and the message is
 //! kept as the thread's last error. Pointers from C are checked through
 //! [`non_null`] / [`non_null_mut`] / [`slice_from`] only.
@@ -22,6 +22,20 @@ pub mod shim;
 
 use crate::error::{clear_last_error, set_last_error, Error, EtCudaStatus, Result};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Test hook: when set, every boundary panics inside its panic guard, to show
+/// that a panic becomes an error code and never crosses the FFI boundary.
+#[doc(hidden)]
+pub static FORCE_PANIC: AtomicBool = AtomicBool::new(false);
+
+/// Panics when the test hook asks for it (called inside every panic boundary).
+#[inline]
+pub(crate) fn test_hook(name: &str) {
+    if FORCE_PANIC.load(Ordering::Relaxed) {
+        panic!("forced panic in {name} (test hook)");
+    }
+}
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
@@ -38,7 +52,10 @@ pub fn boundary<F>(name: &str, f: F) -> EtCudaStatus
 where
     F: FnOnce() -> Result<()>,
 {
-    match catch_unwind(AssertUnwindSafe(f)) {
+    match catch_unwind(AssertUnwindSafe(|| {
+        test_hook(name);
+        f()
+    })) {
         Ok(Ok(())) => {
             clear_last_error();
             EtCudaStatus::Ok
@@ -53,28 +70,6 @@ where
                 panic_message(p.as_ref())
             ));
             EtCudaStatus::Internal
-        }
-    }
-}
-
-/// Like [`boundary`], for functions that return a value rather than a status:
-/// on error or panic the message is recorded and `fallback` is returned.
-pub fn boundary_value<T, F>(name: &str, fallback: T, f: F) -> T
-where
-    F: FnOnce() -> Result<T>,
-{
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => {
-            set_last_error(&format!("{name}: {e}"));
-            fallback
-        }
-        Err(p) => {
-            set_last_error(&format!(
-                "{name}: internal error: panic: {}",
-                panic_message(p.as_ref())
-            ));
-            fallback
         }
     }
 }

@@ -32,7 +32,10 @@ pub type AtenTensorHandle = *mut Tensor;
 
 /// Run a shim body: errors and panics become `AOTI_TORCH_FAILURE` plus the thread's last error.
 fn shim<F: FnOnce() -> Result<()>>(name: &str, f: F) -> AOTITorchError {
-    match catch_unwind(AssertUnwindSafe(f)) {
+    match catch_unwind(AssertUnwindSafe(|| {
+        super::test_hook(name);
+        f()
+    })) {
         Ok(Ok(())) => AOTI_TORCH_SUCCESS,
         Ok(Err(e)) => {
             set_last_error(&format!("{name}: {e}"));

@@ -155,6 +155,16 @@ pub struct Api {
     pub stats: unsafe extern "C" fn(*const c_void, *mut EtCudaStats) -> EtCudaStatus,
     pub set_option_bool: unsafe extern "C" fn(*const c_char, bool) -> EtCudaStatus,
     pub set_option_str: unsafe extern "C" fn(*const c_char, *const c_char) -> EtCudaStatus,
+    pub set_option_int: unsafe extern "C" fn(*const c_char, i64) -> EtCudaStatus,
+    pub get_option_str: unsafe extern "C" fn(*const c_char, *mut c_char, usize) -> EtCudaStatus,
+    pub num_inputs: unsafe extern "C" fn(*const c_void, *mut usize) -> EtCudaStatus,
+    pub alloc_device: unsafe extern "C" fn(i32, usize, *mut *mut c_void) -> EtCudaStatus,
+    pub free_device: unsafe extern "C" fn(*mut c_void) -> EtCudaStatus,
+    pub reset_options: unsafe extern "C" fn() -> EtCudaStatus,
+    /// `aoti_torch_empty_strided`, resolved from the cdylib.
+    pub empty_strided:
+        unsafe extern "C" fn(i64, *const i64, *const i64, i32, i32, i32, *mut *mut c_void) -> i32,
+    pub delete_tensor: unsafe extern "C" fn(*mut c_void) -> i32,
 }
 
 pub fn cdylib_path() -> PathBuf {
@@ -197,6 +207,14 @@ pub fn api() -> &'static Api {
                 stats: std::mem::transmute(sym("et_cuda_stats")),
                 set_option_bool: std::mem::transmute(sym("et_cuda_set_option_bool")),
                 set_option_str: std::mem::transmute(sym("et_cuda_set_option_str")),
+                set_option_int: std::mem::transmute(sym("et_cuda_set_option_int")),
+                get_option_str: std::mem::transmute(sym("et_cuda_get_option_str")),
+                num_inputs: std::mem::transmute(sym("et_cuda_num_inputs")),
+                alloc_device: std::mem::transmute(sym("et_cuda_alloc_device")),
+                free_device: std::mem::transmute(sym("et_cuda_free_device")),
+                reset_options: std::mem::transmute(sym("et_cuda_reset_options")),
+                empty_strided: std::mem::transmute(sym("aoti_torch_empty_strided")),
+                delete_tensor: std::mem::transmute(sym("aoti_torch_delete_tensor_object")),
             }
         }
     })
@@ -240,14 +258,26 @@ impl Handle {
     ) -> Result<Handle, (EtCudaStatus, String)> {
         let so = blob(fixture, "forward_so_blob.bin");
         let w = blob(fixture, "forward_weights_blob.bin");
+        Handle::from_bytes(&so, &w, None, device, shared_stream, mode)
+    }
+
+    pub fn from_bytes(
+        so: &[u8],
+        w: &[u8],
+        so_key: Option<&str>,
+        device: i32,
+        shared_stream: bool,
+        mode: executorch_cuda::ffi::api::EtCudaExecMode,
+    ) -> Result<Handle, (EtCudaStatus, String)> {
         let name = CString::new("forward").unwrap();
+        let key = so_key.map(|k| CString::new(k).unwrap());
         let args = EtCudaInitArgs {
             so_data: so.as_ptr(),
             so_len: so.len(),
             weights_data: w.as_ptr(),
             weights_len: w.len(),
             method_name: name.as_ptr(),
-            so_key: std::ptr::null(),
+            so_key: key.as_ref().map_or(std::ptr::null(), |k| k.as_ptr()),
             use_backend_options: false,
             device_index: device,
             use_shared_stream: shared_stream,
@@ -313,4 +343,25 @@ pub fn rss_bytes() -> u64 {
         .and_then(|x| x.parse().ok())
         .unwrap_or(0);
     pages * 4096
+}
+
+/// Compile a C source into a shared object with the system C compiler (or take
+/// it from `$env_var` when set). `None` when no compiler is available.
+pub fn c_shared_object(name: &str, source: &str, env_var: &str) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(env_var) {
+        return Some(PathBuf::from(p));
+    }
+    let dir = std::env::temp_dir().join(format!("et-cuda-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).ok()?;
+    let src = dir.join(format!("{name}.c"));
+    let out = dir.join(format!("{name}.so"));
+    std::fs::write(&src, source).ok()?;
+    let ok = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    ok.then_some(out)
 }

@@ -1,0 +1,720 @@
+//! The bad-input corpus, through the C API of the built cdylib. Each case
+//! states the expected status and a fragment of the message; after all of
+//! them the process must still load and run a good program (on a GPU
+//! machine) or still answer cleanly (without one). Cases that need a device
+//! run where there is one and are listed as skipped elsewhere.
+
+mod common;
+use common::*;
+use executorch_cuda::ffi::api::{EtCudaExecMode, EtCudaTensor};
+use executorch_cuda::EtCudaStatus as S;
+use std::ffi::{c_void, CString};
+
+/// An execute-time case: name, expected status, message fragment, and the call on a loaded handle.
+type ExecCase = (
+    &'static str,
+    S,
+    &'static str,
+    Box<dyn Fn(&Handle) -> (S, String)>,
+);
+
+struct Case {
+    name: &'static str,
+    /// Expected status and message fragment with and without a GPU.
+    expect_gpu: (S, &'static str),
+    expect_cpu: (S, &'static str),
+    run: Box<dyn Fn() -> (S, String)>,
+}
+
+fn init_bytes(
+    so: Vec<u8>,
+    w: Vec<u8>,
+    key: Option<&'static str>,
+    device: i32,
+) -> Box<dyn Fn() -> (S, String)> {
+    Box::new(move || {
+        match Handle::from_bytes(&so, &w, key, device, false, EtCudaExecMode::Default) {
+            Ok(h) => {
+                drop(h);
+                (S::Ok, String::new())
+            }
+            Err(e) => e,
+        }
+    })
+}
+
+fn status(st: S) -> (S, String) {
+    (st, last_error())
+}
+
+fn patched(mut b: Vec<u8>, at: usize, bytes: &[u8]) -> Vec<u8> {
+    b[at..at + bytes.len()].copy_from_slice(bytes);
+    b
+}
+
+fn replace_all(mut b: Vec<u8>, from: &[u8], to: &[u8]) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let mut i = 0;
+    while i + from.len() <= b.len() {
+        if &b[i..i + from.len()] == from {
+            b[i..i + to.len()].copy_from_slice(to);
+        }
+        i += 1;
+    }
+    b
+}
+
+const FAKE_AOTI: &str = include_str!("../c_tests/fake_aoti.c");
+const NO_CONTAINER: &str = "int not_a_model(void) { return 42; }\n";
+
+/// Execute on a loaded handle with one input/output descriptor pair.
+fn exec_one(h: &Handle, input: EtCudaTensor, output: EtCudaTensor, placement: i32) -> (S, String) {
+    let mut outs = [output];
+    // SAFETY: descriptors point at live buffers (or are deliberately bad).
+    status(unsafe { (api().execute)(h.0, &input, 1, outs.as_mut_ptr(), 1, placement) })
+}
+
+#[test]
+fn bad_input_corpus() {
+    let gpu = {
+        let mut n = 0;
+        // SAFETY: out-pointer to a local.
+        unsafe { (api().device_count)(&mut n) == S::Ok && n > 0 }
+    };
+    let so = blob("mlp_f32", "forward_so_blob.bin");
+    let w = blob("mlp_f32", "forward_weights_blob.bin");
+    let fake = c_shared_object("fake_aoti", FAKE_AOTI, "ET_CUDA_FAKE_AOTI")
+        .map(|p| std::fs::read(p).unwrap());
+    let no_container = c_shared_object("no_container", NO_CONTAINER, "ET_CUDA_NO_CONTAINER_SO")
+        .map(|p| std::fs::read(p).unwrap());
+    let mut lcg = 0x2545f4914f6cdd1du64;
+    let random: Vec<u8> = (0..100_000)
+        .map(|_| {
+            lcg = lcg
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (lcg >> 56) as u8
+        })
+        .collect();
+    let mut with_magic = random.clone();
+    with_magic[..4].copy_from_slice(b"\x7fELF");
+    let nodev = (S::NoDevice, "no CUDA");
+    let mut cases: Vec<Case> = vec![
+        Case {
+            name: "empty .so",
+            expect_gpu: (S::InvalidProgram, "empty"),
+            expect_cpu: (S::InvalidProgram, "empty"),
+            run: init_bytes(vec![], w.clone(), None, 0),
+        },
+        Case {
+            name: "truncated to 10%",
+            expect_gpu: (S::InvalidProgram, "truncated"),
+            expect_cpu: (S::InvalidProgram, "truncated"),
+            run: init_bytes(so[..so.len() / 10].to_vec(), w.clone(), None, 0),
+        },
+        Case {
+            name: "truncated to 50%",
+            expect_gpu: (S::InvalidProgram, "truncated"),
+            expect_cpu: (S::InvalidProgram, "truncated"),
+            run: init_bytes(so[..so.len() / 2].to_vec(), w.clone(), None, 0),
+        },
+        Case {
+            name: "truncated to 90%",
+            expect_gpu: (S::InvalidProgram, "truncated"),
+            expect_cpu: (S::InvalidProgram, "truncated"),
+            run: init_bytes(so[..so.len() * 9 / 10].to_vec(), w.clone(), None, 0),
+        },
+        Case {
+            name: "truncated to 63 bytes",
+            expect_gpu: (S::InvalidProgram, "no ELF header"),
+            expect_cpu: (S::InvalidProgram, "no ELF header"),
+            run: init_bytes(so[..63].to_vec(), w.clone(), None, 0),
+        },
+        Case {
+            name: "random bytes",
+            expect_gpu: (S::InvalidProgram, "no ELF header"),
+            expect_cpu: (S::InvalidProgram, "no ELF header"),
+            run: init_bytes(random.clone(), w.clone(), None, 0),
+        },
+        Case {
+            name: "random bytes after an ELF magic",
+            expect_gpu: (S::InvalidProgram, "not a loadable ELF"),
+            expect_cpu: (S::InvalidProgram, "not a loadable ELF"),
+            run: init_bytes(with_magic, w.clone(), None, 0),
+        },
+        Case {
+            name: "32-bit ELF",
+            expect_gpu: (S::InvalidProgram, "not 64-bit"),
+            expect_cpu: (S::InvalidProgram, "not 64-bit"),
+            run: init_bytes(patched(so.clone(), 4, &[1]), w.clone(), None, 0),
+        },
+        Case {
+            name: "big-endian ELF",
+            expect_gpu: (S::InvalidProgram, "little-endian"),
+            expect_cpu: (S::InvalidProgram, "little-endian"),
+            run: init_bytes(patched(so.clone(), 5, &[2]), w.clone(), None, 0),
+        },
+        Case {
+            name: "AArch64 ELF",
+            expect_gpu: (S::InvalidProgram, "ELF machine 183"),
+            expect_cpu: (S::InvalidProgram, "ELF machine 183"),
+            run: init_bytes(
+                patched(so.clone(), 18, &183u16.to_le_bytes()),
+                w.clone(),
+                None,
+                0,
+            ),
+        },
+        Case {
+            name: "ELF executable, not a shared object",
+            expect_gpu: (S::InvalidProgram, "not a shared object"),
+            expect_cpu: (S::InvalidProgram, "not a shared object"),
+            run: init_bytes(
+                patched(so.clone(), 16, &2u16.to_le_bytes()),
+                w.clone(),
+                None,
+                0,
+            ),
+        },
+        Case {
+            name: "program headers past the end",
+            expect_gpu: (S::InvalidProgram, "program header table"),
+            expect_cpu: (S::InvalidProgram, "program header table"),
+            run: init_bytes(
+                patched(so.clone(), 32, &(so.len() as u64).to_le_bytes()),
+                w.clone(),
+                None,
+                0,
+            ),
+        },
+        Case {
+            name: "SHA-256 key mismatch",
+            expect_gpu: (S::InvalidProgram, "do not match"),
+            expect_cpu: (S::InvalidProgram, "do not match"),
+            run: init_bytes(
+                so.clone(),
+                w.clone(),
+                Some("0000000000000000000000000000000000000000000000000000000000000000_so_blob"),
+                0,
+            ),
+        },
+        Case {
+            name: "device index beyond the machine",
+            expect_gpu: (S::NoDevice, "device(s)"),
+            expect_cpu: nodev,
+            run: init_bytes(so.clone(), w.clone(), None, 7),
+        },
+        Case {
+            name: "negative device index",
+            expect_gpu: (S::NoDevice, "no CUDA device -1"),
+            expect_cpu: nodev,
+            run: init_bytes(so.clone(), w.clone(), None, -1),
+        },
+        Case {
+            name: "weights blob too short",
+            expect_gpu: (S::InvalidProgram, "the model expects 38440"),
+            expect_cpu: nodev,
+            run: init_bytes(so.clone(), w[..100].to_vec(), None, 0),
+        },
+        Case {
+            name: "weights blob too long",
+            expect_gpu: (S::InvalidProgram, "the model expects 38440"),
+            expect_cpu: nodev,
+            run: init_bytes(so.clone(), [w.clone(), vec![0; 8]].concat(), None, 0),
+        },
+        Case {
+            name: "needs a newer glibc",
+            expect_gpu: (S::LoadFailed, "GLIBC_2.99"),
+            expect_cpu: nodev,
+            run: init_bytes(
+                replace_all(so.clone(), b"GLIBC_2.38", b"GLIBC_2.99"),
+                w.clone(),
+                None,
+                0,
+            ),
+        },
+        Case {
+            name: "null init args",
+            expect_gpu: (S::InvalidArgument, "args is null"),
+            expect_cpu: (S::InvalidArgument, "args is null"),
+            run: Box::new(|| {
+                let mut h = std::ptr::null_mut();
+                // SAFETY: null args is the case under test.
+                status(unsafe { (api().init)(std::ptr::null(), &mut h) })
+            }),
+        },
+        Case {
+            name: "null out_handle",
+            expect_gpu: (S::InvalidArgument, "out_handle is null"),
+            expect_cpu: (S::InvalidArgument, "out_handle is null"),
+            run: Box::new(|| {
+                // SAFETY: null out-pointer is the case under test.
+                status(unsafe { (api().init)(std::ptr::dangling(), std::ptr::null_mut()) })
+            }),
+        },
+        Case {
+            name: "execute on a null handle",
+            expect_gpu: (S::InvalidArgument, "handle is null"),
+            expect_cpu: (S::InvalidArgument, "handle is null"),
+            run: Box::new(|| {
+                // SAFETY: null handle is the case under test.
+                status(unsafe {
+                    (api().execute)(
+                        std::ptr::null_mut(),
+                        std::ptr::null(),
+                        0,
+                        std::ptr::null_mut(),
+                        0,
+                        1,
+                    )
+                })
+            }),
+        },
+        Case {
+            name: "num_inputs with a null out-pointer",
+            expect_gpu: (S::InvalidArgument, "is null"),
+            expect_cpu: (S::InvalidArgument, "is null"),
+            run: Box::new(|| {
+                // SAFETY: null pointers are the case under test.
+                status(unsafe { (api().num_inputs)(std::ptr::null(), std::ptr::null_mut()) })
+            }),
+        },
+        Case {
+            name: "option of the wrong type (bool as int)",
+            expect_gpu: (S::InvalidArgument, "must be a bool"),
+            expect_cpu: (S::InvalidArgument, "must be a bool"),
+            run: Box::new(|| {
+                let k = CString::new("use_shared_cuda_stream").unwrap();
+                // SAFETY: NUL-terminated key.
+                status(unsafe { (api().set_option_int)(k.as_ptr(), 1) })
+            }),
+        },
+        Case {
+            name: "option of the wrong type (string as bool)",
+            expect_gpu: (S::InvalidArgument, "must be a method name string"),
+            expect_cpu: (S::InvalidArgument, "must be a method name string"),
+            run: Box::new(|| {
+                let k = CString::new("skip_copy_output_to_cpu_for_method").unwrap();
+                // SAFETY: NUL-terminated key.
+                status(unsafe { (api().set_option_bool)(k.as_ptr(), true) })
+            }),
+        },
+        Case {
+            name: "unknown execution mode",
+            expect_gpu: (S::InvalidArgument, "unknown mode"),
+            expect_cpu: (S::InvalidArgument, "unknown mode"),
+            run: Box::new(|| {
+                let (k, v) = (
+                    CString::new("execution_mode").unwrap(),
+                    CString::new("fastest").unwrap(),
+                );
+                // SAFETY: NUL-terminated strings.
+                status(unsafe { (api().set_option_str)(k.as_ptr(), v.as_ptr()) })
+            }),
+        },
+        Case {
+            name: "negative device_index option",
+            expect_gpu: (S::InvalidArgument, "not a valid device index"),
+            expect_cpu: (S::InvalidArgument, "not a valid device index"),
+            run: Box::new(|| {
+                let k = CString::new("device_index").unwrap();
+                // SAFETY: NUL-terminated key.
+                status(unsafe { (api().set_option_int)(k.as_ptr(), -3) })
+            }),
+        },
+        Case {
+            name: "option string too long",
+            expect_gpu: (S::InvalidArgument, "at most 255"),
+            expect_cpu: (S::InvalidArgument, "at most 255"),
+            run: Box::new(|| {
+                let (k, v) = (
+                    CString::new("skip_copy_output_to_cpu_for_method").unwrap(),
+                    CString::new("m".repeat(400)).unwrap(),
+                );
+                // SAFETY: NUL-terminated strings.
+                status(unsafe { (api().set_option_str)(k.as_ptr(), v.as_ptr()) })
+            }),
+        },
+        Case {
+            name: "get_option_str into a zero-length buffer",
+            expect_gpu: (S::InvalidArgument, "buf_len is 0"),
+            expect_cpu: (S::InvalidArgument, "buf_len is 0"),
+            run: Box::new(|| {
+                let k = CString::new("execution_mode").unwrap();
+                let mut b = [0 as std::ffi::c_char; 1];
+                // SAFETY: NUL-terminated key; a zero length is the case under test.
+                status(unsafe { (api().get_option_str)(k.as_ptr(), b.as_mut_ptr(), 0) })
+            }),
+        },
+        Case {
+            name: "memcpy to a null destination",
+            expect_gpu: (S::InvalidArgument, "dst is null"),
+            expect_cpu: (S::InvalidArgument, "dst is null"),
+            run: Box::new(|| {
+                let x = 1u32;
+                // SAFETY: null dst is the case under test.
+                status(unsafe {
+                    (api().memcpy)(
+                        std::ptr::null(),
+                        std::ptr::null_mut(),
+                        (&x as *const u32).cast(),
+                        4,
+                    )
+                })
+            }),
+        },
+        Case {
+            name: "device allocation larger than the GPU",
+            expect_gpu: (S::OutOfMemory, "CUDA_ERROR_OUT_OF_MEMORY"),
+            expect_cpu: nodev,
+            run: Box::new(|| {
+                let mut p = std::ptr::null_mut();
+                // SAFETY: out-pointer to a local.
+                status(unsafe { (api().alloc_device)(0, 1 << 42, &mut p) })
+            }),
+        },
+        Case {
+            name: "shim empty_strided larger than the GPU",
+            expect_gpu: (S::Internal, "cuMemAllocFromPoolAsync"),
+            expect_cpu: (S::Internal, "no CUDA"),
+            run: Box::new(|| {
+                let mut h = std::ptr::null_mut();
+                // SAFETY: arrays of one element; out-pointer to a local.
+                let rc = unsafe {
+                    (api().empty_strided)(
+                        1,
+                        [1i64 << 40].as_ptr(),
+                        [1i64].as_ptr(),
+                        6,
+                        1,
+                        0,
+                        &mut h,
+                    )
+                };
+                assert!(h.is_null());
+                (if rc == 1 { S::Internal } else { S::Ok }, last_error())
+            }),
+        },
+    ];
+    if let Some(nc) = no_container {
+        cases.push(Case {
+            name: "ELF without container symbols",
+            expect_gpu: (
+                S::InvalidProgram,
+                "does not export AOTInductorModelContainerCreateWithDevice",
+            ),
+            expect_cpu: nodev,
+            run: init_bytes(nc, vec![], None, 0),
+        });
+    }
+    if let Some(f) = fake.clone() {
+        std::env::set_var("FAKE_AOTI_BLOB_SIZE", "16");
+        cases.push(Case {
+            name: "fake model: weights of the wrong size",
+            expect_gpu: (S::InvalidProgram, "expects 16"),
+            expect_cpu: nodev,
+            run: init_bytes(f.clone(), vec![0; 15], None, 0),
+        });
+        let f2 = f.clone();
+        cases.push(Case {
+            name: "fake model: container creation throws",
+            expect_gpu: (S::LoadFailed, "CreateWithDevice(cuda:0) failed"),
+            expect_cpu: nodev,
+            run: Box::new(move || {
+                std::env::set_var("FAKE_AOTI_CREATE_FAILS", "1");
+                let r = init_bytes(f2.clone(), vec![0; 16], None, 0)();
+                std::env::remove_var("FAKE_AOTI_CREATE_FAILS");
+                r
+            }),
+        });
+    }
+    // Execute-time cases on a real model (GPU only).
+    let mut exec_cases: Vec<ExecCase> = Vec::new();
+    let case = cases_of("mlp_f32");
+    let good_in = case.inputs[0].bytes.clone();
+    let o = case.outputs[0].clone();
+    let mk_in = move |dt: &str, sizes: &[i64], bytes: &[u8]| {
+        desc(dt, sizes, bytes.as_ptr() as *mut c_void, bytes.len())
+    };
+    {
+        let (gi, o2) = (good_in.clone(), o.clone());
+        exec_cases.push((
+            "wrong number of inputs",
+            S::InvalidArgument,
+            "takes 1 inputs and 1 outputs, got 2",
+            Box::new(move |h| {
+                let ins = [
+                    mk_in("float32", &[4, 64], &gi),
+                    mk_in("float32", &[4, 64], &gi),
+                ];
+                let mut out = vec![0u8; o2.bytes.len()];
+                let mut outs = [desc(
+                    "float32",
+                    &o2.sizes,
+                    out.as_mut_ptr().cast(),
+                    out.len(),
+                )];
+                // SAFETY: descriptors of live buffers.
+                status(unsafe { (api().execute)(h.0, ins.as_ptr(), 2, outs.as_mut_ptr(), 1, 1) })
+            }),
+        ));
+    }
+    {
+        let gi = good_in.clone();
+        exec_cases.push((
+            "wrong number of outputs",
+            S::InvalidArgument,
+            "got 1 and 0",
+            Box::new(move |h| {
+                let ins = [mk_in("float32", &[4, 64], &gi)];
+                // SAFETY: descriptors of live buffers.
+                status(unsafe { (api().execute)(h.0, ins.as_ptr(), 1, std::ptr::null_mut(), 0, 1) })
+            }),
+        ));
+    }
+    let out_desc = {
+        let o = o.clone();
+        move |buf: &mut Vec<u8>| desc(&o.dtype, &o.sizes, buf.as_mut_ptr().cast(), buf.len())
+    };
+    macro_rules! exec_case {
+        ($name:expr, $st:expr, $frag:expr, |$gi:ident, $out:ident| $body:block) => {{
+            let $gi = good_in.clone();
+            let od = out_desc.clone();
+            exec_cases.push((
+                $name,
+                $st,
+                $frag,
+                Box::new(move |h| {
+                    let mut buf = vec![0u8; 160];
+                    let $out = od(&mut buf);
+                    let input: EtCudaTensor = $body;
+                    exec_one(h, input, $out, 1)
+                }),
+            ));
+        }};
+    }
+    exec_case!(
+        "input rank above 16",
+        S::InvalidArgument,
+        "ndim 17 out of range",
+        |gi, _o| {
+            let mut d = mk_in("float32", &[4, 64], &gi);
+            d.ndim = 17;
+            d
+        }
+    );
+    exec_case!(
+        "negative input size",
+        S::InvalidArgument,
+        "negative",
+        |gi, _o| {
+            let mut d = mk_in("float32", &[4, 64], &gi);
+            d.sizes[0] = -4;
+            d
+        }
+    );
+    exec_case!(
+        "non-contiguous input strides",
+        S::InvalidArgument,
+        "non-contiguous strides",
+        |gi, _o| {
+            let mut d = mk_in("float32", &[4, 64], &gi);
+            d.strides[0] = 1;
+            d.strides[1] = 4;
+            d
+        }
+    );
+    exec_case!(
+        "input buffer smaller than its sizes",
+        S::InvalidArgument,
+        "needs 1024 bytes but the buffer has 1000",
+        |gi, _o| {
+            let mut d = mk_in("float32", &[4, 64], &gi);
+            d.nbytes = 1000;
+            d
+        }
+    );
+    exec_case!(
+        "null input data",
+        S::InvalidArgument,
+        "data is null",
+        |gi, _o| {
+            let mut d = mk_in("float32", &[4, 64], &gi);
+            d.data = std::ptr::null_mut();
+            d
+        }
+    );
+    exec_case!(
+        "unknown input dtype",
+        S::InvalidArgument,
+        "unknown dtype code 99",
+        |gi, _o| {
+            let mut d = mk_in("float32", &[4, 64], &gi);
+            d.dtype = 99;
+            d
+        }
+    );
+    {
+        let gi = good_in.clone();
+        let o2 = o.clone();
+        exec_cases.push((
+            "output dtype differs from the model's",
+            S::InvalidArgument,
+            "the caller expects dtype 15 but the model returns dtype 6",
+            Box::new(move |h| {
+                let mut buf = vec![0u8; 160];
+                let mut od = desc(&o2.dtype, &o2.sizes, buf.as_mut_ptr().cast(), buf.len());
+                od.dtype = 15;
+                exec_one(h, mk_in("float32", &[4, 64], &gi), od, 1)
+            }),
+        ));
+        let gi = good_in.clone();
+        let o3 = o.clone();
+        exec_cases.push((
+            "output buffer too small",
+            S::InvalidArgument,
+            "output 0 needs 160 bytes but its buffer has 100",
+            Box::new(move |h| {
+                let mut buf = vec![0u8; 160];
+                let mut od = desc(&o3.dtype, &o3.sizes, buf.as_mut_ptr().cast(), 100);
+                od.nbytes = 100;
+                exec_one(h, mk_in("float32", &[4, 64], &gi), od, 1)
+            }),
+        ));
+    }
+
+    let mut ran = 0;
+    let mut failures = Vec::new();
+    for c in &cases {
+        let (want, frag) = if gpu { c.expect_gpu } else { c.expect_cpu };
+        let (got, msg) = (c.run)();
+        ran += 1;
+        let ok = got == want && msg.contains(frag);
+        println!(
+            "[{}] {}: {:?} \"{}\"",
+            if ok { "ok" } else { "FAIL" },
+            c.name,
+            got,
+            msg
+        );
+        if !ok {
+            failures.push(format!(
+                "{}: expected {want:?} with {frag:?}, got {got:?} {msg:?}",
+                c.name
+            ));
+        }
+    }
+    if gpu {
+        let h = Handle::load("mlp_f32", 0, false, EtCudaExecMode::Default).unwrap();
+        for (name, want, frag, f) in &exec_cases {
+            let (got, msg) = f(&h);
+            ran += 1;
+            let ok = got == *want && msg.contains(frag);
+            println!(
+                "[{}] {name}: {got:?} \"{msg}\"",
+                if ok { "ok" } else { "FAIL" }
+            );
+            if !ok {
+                failures.push(format!(
+                    "{name}: expected {want:?} with {frag:?}, got {got:?} {msg:?}"
+                ));
+            }
+            // The same handle still runs a good case after every bad one.
+            let mut input = good_in.clone();
+            let mut out = vec![0u8; o.bytes.len()];
+            let (st, m) = exec_one(
+                &h,
+                desc("float32", &[4, 64], input.as_mut_ptr().cast(), input.len()),
+                desc(&o.dtype, &o.sizes, out.as_mut_ptr().cast(), out.len()),
+                1,
+            );
+            assert_eq!(st, S::Ok, "good execute after {name}: {m}");
+            assert!(compare("float32", &out, &o.bytes).1, "after {name}");
+        }
+        if let Some(f) = fake {
+            // The fake model: a failing run, and an out-of-memory inside the run; the next run works.
+            let h =
+                Handle::from_bytes(&f, &[0; 16], None, 0, false, EtCudaExecMode::Default).unwrap();
+            for (name, dt, want, frag) in [
+                (
+                    "model run fails",
+                    "int32",
+                    S::ExecutionFailed,
+                    "AOTInductorModelContainerRun failed",
+                ),
+                (
+                    "allocation larger than the GPU inside a run",
+                    "int64",
+                    S::ExecutionFailed,
+                    "CUDA_ERROR_OUT_OF_MEMORY",
+                ),
+            ] {
+                let src = [1u8; 64];
+                let mut dst = vec![0u8; 64];
+                let (got, msg) = exec_one(
+                    &h,
+                    desc(
+                        dt,
+                        &[16 / if dt == "int64" { 2 } else { 1 }],
+                        src.as_ptr() as *mut c_void,
+                        64,
+                    ),
+                    desc(
+                        dt,
+                        &[16 / if dt == "int64" { 2 } else { 1 }],
+                        dst.as_mut_ptr().cast(),
+                        64,
+                    ),
+                    1,
+                );
+                ran += 1;
+                let ok = got == want && msg.contains(frag);
+                println!(
+                    "[{}] fake model: {name}: {got:?} \"{msg}\"",
+                    if ok { "ok" } else { "FAIL" }
+                );
+                if !ok {
+                    failures.push(format!("fake {name}: got {got:?} {msg:?}"));
+                }
+                let src: Vec<u8> = (0..64).collect();
+                let mut dst = vec![0u8; 64];
+                let (st, m) = exec_one(
+                    &h,
+                    desc("float32", &[16], src.as_ptr() as *mut c_void, 64),
+                    desc("float32", &[16], dst.as_mut_ptr().cast(), 64),
+                    1,
+                );
+                assert_eq!(st, S::Ok, "fake model after {name}: {m}");
+                assert_eq!(src, dst, "the fake model copies its input");
+            }
+        }
+        // After all of it, a good program still loads and runs.
+        let h = Handle::load("mlp_f32", 0, false, EtCudaExecMode::Default).unwrap();
+        let mut input = good_in.clone();
+        let mut out = vec![0u8; o.bytes.len()];
+        let (st, m) = exec_one(
+            &h,
+            desc("float32", &[4, 64], input.as_mut_ptr().cast(), input.len()),
+            desc(&o.dtype, &o.sizes, out.as_mut_ptr().cast(), out.len()),
+            1,
+        );
+        assert_eq!(st, S::Ok, "{m}");
+        assert!(compare("float32", &out, &o.bytes).1);
+    } else {
+        println!(
+            "SKIPPED {} execute-time cases: no CUDA device",
+            exec_cases.len() + 2
+        );
+        // Still answering cleanly.
+        let (st, m) = init_bytes(so.clone(), w.clone(), None, 0)();
+        assert_eq!(st, S::NoDevice, "{m}");
+    }
+    // SAFETY: no arguments.
+    unsafe { (api().reset_options)() };
+    println!("{ran} bad-input cases run, {} failed", failures.len());
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+fn cases_of(fx: &str) -> common::Case {
+    common::cases(fx, "forward").remove(0)
+}
