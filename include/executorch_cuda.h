@@ -61,9 +61,13 @@ typedef enum EtCudaOutputPlacement {
 
 // Opaque backend handle for one loaded method.
 //
-// Ownership: created by `et_cuda_init` (a Rust `Box`), owned by the caller,
-// released exactly once with `et_cuda_destroy`. Calls on one handle from
-// several threads are serialized by the handle's own lock.
+// Ownership: created by `et_cuda_init` and owned by the caller, who releases
+// it with `et_cuda_destroy`. Behind the pointer is an `Arc` registered in a
+// process-wide table: every call looks the pointer up there, so a destroyed,
+// double-destroyed or made-up handle is an `InvalidArgument` error, not a
+// use-after-free, and a destroy that races with an execute on another thread
+// waits for it. Calls on one handle from several threads are serialized by
+// the handle's own lock.
 typedef struct EtCudaHandle EtCudaHandle;
 
 // Arguments of `et_cuda_init`.
@@ -155,8 +159,8 @@ enum EtCudaStatus et_cuda_device_count(int32_t *out_count);
 enum EtCudaStatus et_cuda_init(const struct EtCudaInitArgs *args, struct EtCudaHandle **out_handle);
 
 // Destroy a handle made by `et_cuda_init`: deletes its container and frees everything it owns,
-// including outputs left on the device. Null is accepted and ignored. Destroying the same handle
-// twice is undefined behaviour (the adapter guards against it).
+// including outputs left on the device. Null is accepted and ignored; a handle that is not live
+// (destroyed already) is `InvalidArgument`. An execute running on another thread finishes first.
 enum EtCudaStatus et_cuda_destroy(struct EtCudaHandle *handle);
 
 // Number of inputs of the method.

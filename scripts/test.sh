@@ -5,6 +5,7 @@
 #   BUILD_DIR=<dir>                     build folder (default build/)
 #   ET_CUDA_FIXTURES=<dir>              fixture programs (default ../shared/fixtures)
 #   SKIP_CARGO_CHECKS=1                 skip cargo fmt/clippy/test (the crate is still built)
+#   SKIP_VALGRIND=1                     skip the Valgrind run of the CPU-reachable tests
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
@@ -15,10 +16,15 @@ if [ "${SKIP_CARGO_CHECKS:-0}" != 1 ]; then
   step "cargo clippy --all-targets -- -D warnings"
   cargo clippy --all-targets -- -D warnings
   step "cargo test"
-  cargo test
+  # --nocapture shows the GPU tests' "SKIPPED ...: no CUDA device" lines.
+  cargo test -- --nocapture
 fi
 
 cmake_build
+
+if [ "${SKIP_VALGRIND:-0}" != 1 ]; then
+  scripts/valgrind.sh
+fi
 
 step "ctest"
 (cd "$BUILD" && ctest --output-on-failure -j "$JOBS")

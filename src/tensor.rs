@@ -286,6 +286,17 @@ impl Tensor {
     ) -> Result<Tensor> {
         let elem = checked_element_size(dtype)?;
         let need = required_bytes(&sizes, &strides, storage_offset, elem)?;
+        // The elements' bytes must be addressable too (views with zero strides repeat
+        // elements, so this can exceed the storage): keeps `nbytes()` from overflowing.
+        let numel = checked_numel(&sizes)?;
+        if (numel as u64)
+            .checked_mul(elem as u64)
+            .is_none_or(|b| b > isize::MAX as u64)
+        {
+            return invalid(format!(
+                "sizes {sizes:?} describe more than isize::MAX bytes"
+            ));
+        }
         if need > storage.nbytes {
             return invalid(format!(
                 "view sizes {sizes:?} strides {strides:?} offset {storage_offset} needs {need} bytes but the storage has {}",

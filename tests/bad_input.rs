@@ -688,6 +688,37 @@ fn bad_input_corpus() {
                 assert_eq!(src, dst, "the fake model copies its input");
             }
         }
+        // A destroyed handle: execute, a second destroy and stats are errors, not use-after-free.
+        let dead = Handle::load("mlp_f32", 0, false, EtCudaExecMode::Default).unwrap();
+        let p = dead.0;
+        std::mem::forget(dead);
+        // SAFETY: a live handle, destroyed once here.
+        assert_eq!(unsafe { (api().destroy)(p) }, S::Ok);
+        let mut input = good_in.clone();
+        let mut out = vec![0u8; o.bytes.len()];
+        for (name, (got, msg)) in [
+            (
+                "execute after destroy",
+                exec_one(
+                    &std::mem::ManuallyDrop::new(Handle(p)),
+                    desc("float32", &[4, 64], input.as_mut_ptr().cast(), input.len()),
+                    desc(&o.dtype, &o.sizes, out.as_mut_ptr().cast(), out.len()),
+                    1,
+                ),
+            ),
+            // SAFETY: the destroyed handle is only looked up.
+            ("double destroy", status(unsafe { (api().destroy)(p) })),
+        ] {
+            ran += 1;
+            let ok = got == S::InvalidArgument && msg.contains("not a live handle");
+            println!(
+                "[{}] {name}: {got:?} \"{msg}\"",
+                if ok { "ok" } else { "FAIL" }
+            );
+            if !ok {
+                failures.push(format!("{name}: got {got:?} {msg:?}"));
+            }
+        }
         // After all of it, a good program still loads and runs.
         let h = Handle::load("mlp_f32", 0, false, EtCudaExecMode::Default).unwrap();
         let mut input = good_in.clone();

@@ -465,15 +465,23 @@ fn two_programs_loaded_at_once_and_one_destroyed() {
             "{fx}"
         );
     }
-    drop(b);
-    drop(c);
-    let case = &cases("mlp_f32", "forward")[0];
-    for _ in 0..10 {
-        let out = run_case(&a, case, false, COPY);
-        assert!(
-            compare("float32", &out[0], &case.outputs[0].bytes).1,
-            "mlp after destroying conv and attn"
-        );
-    }
-    println!("three programs loaded at once; after destroying two, the third still matches");
+    // Destroy two programs while the third keeps executing on another thread.
+    let case = cases("mlp_f32", "forward")[0].clone();
+    let ap = a.0 as usize;
+    std::thread::scope(|sc| {
+        let t = sc.spawn(|| {
+            let a = std::mem::ManuallyDrop::new(Handle(ap as *mut c_void));
+            for _ in 0..200 {
+                let out = run_case(&a, &case, false, COPY);
+                assert!(
+                    compare("float32", &out[0], &case.outputs[0].bytes).1,
+                    "mlp while the others are destroyed"
+                );
+            }
+        });
+        drop(b);
+        drop(c);
+        t.join().unwrap();
+    });
+    println!("three programs loaded at once; destroying two while the third executed 200 times left it correct");
 }

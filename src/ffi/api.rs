@@ -7,17 +7,49 @@ use crate::delegate::{CudaHandle, ExecMode, InitParams, OutputPlacement};
 use crate::error::{Error, EtCudaStatus};
 use crate::stats::EtCudaStats;
 use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Largest tensor rank accepted by the C API.
 pub const ET_CUDA_MAX_DIMS: usize = 16;
 
 /// Opaque backend handle for one loaded method.
 ///
-/// Ownership: created by `et_cuda_init` (a Rust `Box`), owned by the caller,
-/// released exactly once with `et_cuda_destroy`. Calls on one handle from
-/// several threads are serialized by the handle's own lock.
+/// Ownership: created by `et_cuda_init` and owned by the caller, who releases
+/// it with `et_cuda_destroy`. Behind the pointer is an `Arc` registered in a
+/// process-wide table: every call looks the pointer up there, so a destroyed,
+/// double-destroyed or made-up handle is an `InvalidArgument` error, not a
+/// use-after-free, and a destroy that races with an execute on another thread
+/// waits for it. Calls on one handle from several threads are serialized by
+/// the handle's own lock.
 pub struct EtCudaHandle {
-    pub(crate) inner: CudaHandle,
+    _private: [u8; 0],
+}
+
+/// Live handles: the address handed to C, and the handle it names.
+static LIVE: Mutex<Vec<(usize, Arc<CudaHandle>)>> = Mutex::new(Vec::new());
+/// Source of unique, never reused handle addresses (never dereferenced).
+static NEXT_HANDLE: AtomicUsize = AtomicUsize::new(0x1000);
+
+fn live() -> std::sync::MutexGuard<'static, Vec<(usize, Arc<CudaHandle>)>> {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The live handle behind a C pointer.
+fn lookup(handle: *const EtCudaHandle) -> Result<Arc<CudaHandle>, Error> {
+    if handle.is_null() {
+        return Err(Error::InvalidArgument("handle is null".into()));
+    }
+    let key = handle as usize;
+    live()
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, h)| h.clone())
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "handle {key:#x} is not a live handle (destroyed already, or never made by et_cuda_init)"
+            ))
+        })
 }
 
 /// How outputs are delivered by `et_cuda_execute`.
@@ -153,8 +185,11 @@ pub extern "C" fn et_cuda_init(
             use_shared_stream: a.use_shared_stream,
             mode: ExecMode::from_c(a.mode),
         };
-        let inner = CudaHandle::init(params)?;
-        let h = Box::into_raw(Box::new(EtCudaHandle { inner }));
+        let inner = Arc::new(CudaHandle::init(params)?);
+        // Addresses step by 16 and are never reused, so a stale pointer never names a new handle.
+        let key = NEXT_HANDLE.fetch_add(16, Ordering::Relaxed);
+        live().push((key, inner));
+        let h = key as *mut EtCudaHandle;
         // SAFETY: checked non-null above.
         unsafe { out_handle.write(h) };
         Ok(())
@@ -162,17 +197,25 @@ pub extern "C" fn et_cuda_init(
 }
 
 /// Destroy a handle made by `et_cuda_init`: deletes its container and frees everything it owns,
-/// including outputs left on the device. Null is accepted and ignored. Destroying the same handle
-/// twice is undefined behaviour (the adapter guards against it).
+/// including outputs left on the device. Null is accepted and ignored; a handle that is not live
+/// (destroyed already) is `InvalidArgument`. An execute running on another thread finishes first.
 #[no_mangle]
 pub extern "C" fn et_cuda_destroy(handle: *mut EtCudaHandle) -> EtCudaStatus {
     boundary("et_cuda_destroy", || {
         if handle.is_null() {
             return Ok(());
         }
-        // SAFETY: the handle came from Box::into_raw in et_cuda_init and is destroyed once.
-        let h = unsafe { Box::from_raw(handle) };
-        h.inner.destroy()
+        let key = handle as usize;
+        let h = {
+            let mut l = live();
+            let pos = l.iter().position(|(k, _)| *k == key).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "handle {key:#x} is not a live handle (destroyed twice?)"
+                ))
+            })?;
+            l.swap_remove(pos).1
+        };
+        h.destroy()
     })
 }
 
@@ -180,11 +223,9 @@ pub extern "C" fn et_cuda_destroy(handle: *mut EtCudaHandle) -> EtCudaStatus {
 #[no_mangle]
 pub extern "C" fn et_cuda_num_inputs(handle: *const EtCudaHandle, out: *mut usize) -> EtCudaStatus {
     boundary("et_cuda_num_inputs", || {
-        // SAFETY: null-checked handle and out-pointer.
-        unsafe {
-            let h = non_null(handle, "handle")?;
-            write_out(out, h.inner.num_inputs(), "out")
-        }
+        let h = lookup(handle)?;
+        // SAFETY: out-pointer checked by write_out.
+        unsafe { write_out(out, h.num_inputs(), "out") }
     })
 }
 
@@ -195,11 +236,9 @@ pub extern "C" fn et_cuda_num_outputs(
     out: *mut usize,
 ) -> EtCudaStatus {
     boundary("et_cuda_num_outputs", || {
-        // SAFETY: null-checked handle and out-pointer.
-        unsafe {
-            let h = non_null(handle, "handle")?;
-            write_out(out, h.inner.num_outputs(), "out")
-        }
+        let h = lookup(handle)?;
+        // SAFETY: out-pointer checked by write_out.
+        unsafe { write_out(out, h.num_outputs(), "out") }
     })
 }
 
@@ -216,16 +255,15 @@ pub extern "C" fn et_cuda_execute(
     placement: EtCudaOutputPlacement,
 ) -> EtCudaStatus {
     boundary("et_cuda_execute", || {
-        // SAFETY: null-checked; arrays of the stated lengths per the caller's contract.
-        let (h, ins, outs) = unsafe {
+        let h = lookup(handle)?;
+        // SAFETY: arrays of the stated lengths per the caller's contract.
+        let (ins, outs) = unsafe {
             (
-                non_null(handle, "handle")?,
                 slice_from(inputs, num_inputs, "inputs")?,
                 slice_from_mut(outputs, num_outputs, "outputs")?,
             )
         };
-        let placement = OutputPlacement::from_c(placement);
-        h.inner.execute(ins, outs, placement)
+        h.execute(ins, outs, OutputPlacement::from_c(placement))
     })
 }
 
@@ -236,22 +274,16 @@ pub extern "C" fn et_cuda_handle_stream(
     out_stream: *mut *mut c_void,
 ) -> EtCudaStatus {
     boundary("et_cuda_handle_stream", || {
-        // SAFETY: null-checked handle and out-pointer.
-        unsafe {
-            let h = non_null(handle, "handle")?;
-            write_out(out_stream, h.inner.stream_raw(), "out_stream")
-        }
+        let h = lookup(handle)?;
+        // SAFETY: out-pointer checked by write_out.
+        unsafe { write_out(out_stream, h.stream_raw(), "out_stream") }
     })
 }
 
 /// Block until all work queued on the handle's stream has finished (counted as a host wait).
 #[no_mangle]
 pub extern "C" fn et_cuda_synchronize(handle: *const EtCudaHandle) -> EtCudaStatus {
-    boundary("et_cuda_synchronize", || {
-        // SAFETY: null-checked handle.
-        let h = unsafe { non_null(handle, "handle")? };
-        h.inner.synchronize()
-    })
+    boundary("et_cuda_synchronize", || lookup(handle)?.synchronize())
 }
 
 /// Copy `nbytes` from `src` to `dst` (each host or device memory, looked up) in the order of the
@@ -275,9 +307,7 @@ pub extern "C" fn et_cuda_memcpy(
             // SAFETY: the caller guarantees nbytes valid bytes at both pointers.
             return unsafe { crate::delegate::memcpy_blocking(dst, src, nbytes) };
         }
-        // SAFETY: non-null handle from et_cuda_init; the buffers are the caller's contract.
-        let h = unsafe { non_null(handle, "handle")? };
-        h.inner.memcpy(dst, src, nbytes)
+        lookup(handle)?.memcpy(dst, src, nbytes)
     })
 }
 
@@ -330,8 +360,7 @@ pub extern "C" fn et_cuda_stats(
         let s = if handle.is_null() {
             crate::stats::global().snapshot()
         } else {
-            // SAFETY: non-null handle from et_cuda_init.
-            unsafe { &*handle }.inner.stats()
+            lookup(handle)?.stats()
         };
         // SAFETY: out-pointer checked by write_out.
         unsafe { write_out(out, s, "out") }

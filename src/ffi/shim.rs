@@ -663,6 +663,15 @@ scalar_to_tensor! {
 
 // ------------------------------------------------------------------ copies
 
+/// A zeroed host buffer of `n` bytes; an allocation failure is an error, not an abort.
+fn host_buffer(n: usize) -> Result<Vec<u8>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|_| Error::OutOfMemory(format!("host buffer of {n} bytes")))?;
+    v.resize(n, 0);
+    Ok(v)
+}
+
 /// Read the bytes of a contiguous span `[off, off + n)` of a storage into host memory.
 fn read_span(x: &Tensor, byte_off: usize, n: usize, dst: &mut [u8]) -> Result<()> {
     let base = x.storage.base_ptr();
@@ -776,13 +785,14 @@ fn for_each_offset(x: &Tensor, mut f: impl FnMut(usize)) {
 /// The elements of `x` as contiguous host bytes.
 fn gather_to_host(x: &Tensor) -> Result<Vec<u8>> {
     let (start, end) = span_of(x)?;
-    let mut span = vec![0u8; end - start];
+    let mut span = host_buffer(end - start)?;
     read_span(x, start, end - start, &mut span)?;
     if x.is_contiguous() {
         return Ok(span);
     }
     let elem = x.element_size();
-    let mut outv = Vec::with_capacity(x.nbytes());
+    let mut outv = host_buffer(x.nbytes())?;
+    outv.clear();
     for_each_offset(x, |o| {
         outv.extend_from_slice(&span[o - start..o - start + elem])
     });
@@ -795,7 +805,7 @@ fn scatter_from_host(x: &Tensor, data: &[u8]) -> Result<()> {
     if x.is_contiguous() {
         return write_span(x, start, &data[..end - start]);
     }
-    let mut span = vec![0u8; end - start];
+    let mut span = host_buffer(end - start)?;
     read_span(x, start, end - start, &mut span)?;
     let elem = x.element_size();
     let mut i = 0usize;
@@ -918,8 +928,17 @@ pub unsafe extern "C" fn aoti_torch_clone_preserve_strides(
 pub unsafe extern "C" fn aoti_torch_zero_(self_: AtenTensorHandle) -> AOTITorchError {
     shim("aoti_torch_zero_", || unsafe {
         let x = t(self_)?;
-        let zeros = vec![0u8; x.nbytes()];
-        scatter_from_host(x, &zeros)
+        // Zero every byte the view touches (its span holds at most the storage's bytes,
+        // also for views that repeat elements).
+        let (start, end) = span_of(x)?;
+        if x.is_contiguous() {
+            return write_span(x, start, &host_buffer(end - start)?);
+        }
+        let mut span = host_buffer(end - start)?;
+        read_span(x, start, end - start, &mut span)?;
+        let elem = x.element_size();
+        for_each_offset(x, |o| span[o - start..o - start + elem].fill(0));
+        write_span(x, start, &span)
     })
 }
 
