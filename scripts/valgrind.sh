@@ -11,7 +11,7 @@ VG=(valgrind -q --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=def
 
 bins=$(cargo test --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys
-want = {"bad_input", "shim_cpu", "options", "panic_boundary", "executorch_cuda"}
+want = {"bad_input", "shim_cpu", "options", "panic_boundary", "concurrency_cpu", "executorch_cuda"}
 for line in sys.stdin:
     try:
         m = json.loads(line)
