@@ -485,3 +485,42 @@ fn two_programs_loaded_at_once_and_one_destroyed() {
     });
     println!("three programs loaded at once; destroying two while the third executed 200 times left it correct");
 }
+
+#[test]
+fn fake_model_cycles_keep_rss_and_device_memory_flat() {
+    if gpus_or_skip("fake_model_cycles_keep_rss_and_device_memory_flat").is_none() {
+        return;
+    }
+    let Some(so) = c_shared_object("fake_aoti", include_str!("../c_tests/fake_aoti.c"), "ET_CUDA_FAKE_AOTI") else {
+        println!("SKIPPED fake_model_cycles: no C compiler to build the fake model");
+        return;
+    };
+    let so = std::fs::read(so).unwrap();
+    // The fake model loads no CUDA modules: whatever drifts here is the library's own.
+    let cycles = 1000;
+    let base = stats(std::ptr::null());
+    let (mut rss0, mut free0) = (0u64, 0usize);
+    for c in 0..cycles {
+        let h = Handle::from_bytes(&so, &[0; 16], None, 0, false, EtCudaExecMode::Default).unwrap();
+        let src: Vec<u8> = (0..64).collect();
+        let mut dst = vec![0u8; 64];
+        let mut outs = [desc("float32", &[16], dst.as_mut_ptr().cast(), 64)];
+        h.execute(&[desc("float32", &[16], src.as_ptr() as *mut c_void, 64)], &mut outs, COPY).unwrap();
+        assert_eq!(src, dst);
+        drop(h);
+        let s = stats(std::ptr::null());
+        assert_eq!(s.live_allocs, base.live_allocs, "cycle {c}");
+        if c == 99 {
+            rss0 = rss_bytes();
+            free0 = executorch_cuda::cuda::mem_info(0).unwrap().0;
+        }
+    }
+    let rss1 = rss_bytes();
+    let free1 = executorch_cuda::cuda::mem_info(0).unwrap().0;
+    println!(
+        "fake model, {cycles} init/execute/destroy cycles: own live allocs back to {} each cycle; from cycle 100 to {cycles}: RSS {:+} KiB, driver free memory {:+} KiB",
+        base.live_allocs,
+        (rss1 as i64 - rss0 as i64) / 1024,
+        (free1 as i64 - free0 as i64) / 1024
+    );
+}
