@@ -257,6 +257,13 @@ fn init_execute_destroy_cycles() {
             s.live_allocs, base.live_allocs,
             "cycle {c}: library allocations left after destroy"
         );
+        if c + 1 == cycles && cycles > 1 {
+            println!(
+                "summary: {cycles} cycles, own live allocs 0 after every destroy; per cycle after the first: driver free memory {:+.1} KiB, RSS {:+.1} KiB",
+                (free as f64 - first_free as f64) / 1024.0 / (cycles - 1) as f64,
+                (rss as f64 - first_rss as f64) / 1024.0 / (cycles - 1) as f64
+            );
+        }
     }
 }
 
@@ -491,7 +498,11 @@ fn fake_model_cycles_keep_rss_and_device_memory_flat() {
     if gpus_or_skip("fake_model_cycles_keep_rss_and_device_memory_flat").is_none() {
         return;
     }
-    let Some(so) = c_shared_object("fake_aoti", include_str!("../c_tests/fake_aoti.c"), "ET_CUDA_FAKE_AOTI") else {
+    let Some(so) = c_shared_object(
+        "fake_aoti",
+        include_str!("../c_tests/fake_aoti.c"),
+        "ET_CUDA_FAKE_AOTI",
+    ) else {
         println!("SKIPPED fake_model_cycles: no C compiler to build the fake model");
         return;
     };
@@ -505,7 +516,12 @@ fn fake_model_cycles_keep_rss_and_device_memory_flat() {
         let src: Vec<u8> = (0..64).collect();
         let mut dst = vec![0u8; 64];
         let mut outs = [desc("float32", &[16], dst.as_mut_ptr().cast(), 64)];
-        h.execute(&[desc("float32", &[16], src.as_ptr() as *mut c_void, 64)], &mut outs, COPY).unwrap();
+        h.execute(
+            &[desc("float32", &[16], src.as_ptr() as *mut c_void, 64)],
+            &mut outs,
+            COPY,
+        )
+        .unwrap();
         assert_eq!(src, dst);
         drop(h);
         let s = stats(std::ptr::null());
