@@ -521,20 +521,9 @@ impl CudaHandle {
                 st.kept_outputs.push(t);
                 continue;
             }
-            let t = self.contiguous(t)?;
-            let n = t.nbytes();
-            if (d.nbytes as usize) < n {
-                return invalid(format!(
-                    "output {j} needs {n} bytes but its buffer has {}",
-                    d.nbytes
-                ));
-            }
-            write_shape(d, &t.sizes, &tensor::contiguous_strides(&t.sizes))?;
+            let (t, n) = self.output_for_copy(j, d, t)?;
             if n == 0 {
                 continue;
-            }
-            if d.data.is_null() {
-                return invalid(format!("output {j}: data is null"));
             }
             match cuda::pointer_kind(d.data)? {
                 PointerKind::Device(_) => {
@@ -593,21 +582,36 @@ impl CudaHandle {
         for (j, t) in outs.into_iter().enumerate() {
             let d = &mut outputs[j];
             check_output(j, d, &t)?;
-            let t = self.contiguous(t)?;
-            let n = t.nbytes();
-            if (d.nbytes as usize) < n {
-                return invalid(format!(
-                    "output {j} needs {n} bytes but its buffer has {}",
-                    d.nbytes
-                ));
-            }
-            write_shape(d, &t.sizes, &tensor::contiguous_strides(&t.sizes))?;
+            let (t, n) = self.output_for_copy(j, d, t)?;
             if n > 0 {
                 // SAFETY: caller buffer of >= n bytes (checked), device source of n bytes.
                 unsafe { copy_bytes(d.data, t.data_ptr(), n, self.stream.raw())? };
             }
         }
         Ok(())
+    }
+
+    /// Make output `j` contiguous, check the caller's buffer can take it, and report its
+    /// shape; returns the tensor to copy from and its byte count.
+    fn output_for_copy(
+        &self,
+        j: usize,
+        d: &mut EtCudaTensor,
+        t: Tensor,
+    ) -> Result<(Tensor, usize)> {
+        let t = self.contiguous(t)?;
+        let n = t.nbytes();
+        if (d.nbytes as usize) < n {
+            return invalid(format!(
+                "output {j} needs {n} bytes but its buffer has {}",
+                d.nbytes
+            ));
+        }
+        if n > 0 && d.data.is_null() {
+            return invalid(format!("output {j}: data is null"));
+        }
+        write_shape(d, &t.sizes, &tensor::contiguous_strides(&t.sizes))?;
+        Ok((t, n))
     }
 
     fn contiguous(&self, t: Tensor) -> Result<Tensor> {

@@ -194,6 +194,27 @@ impl Drop for PinnedBuffer {
     }
 }
 
+/// Direction of a copy, for the counters.
+#[derive(Debug, Clone, Copy)]
+enum Dir {
+    HtoD,
+    DtoH,
+    DtoD,
+}
+
+/// Count and enqueue one copy of `n` bytes; `f` makes the driver call.
+fn counted_copy(dir: Dir, n: usize, what: &str, f: impl FnOnce() -> sys::CUresult) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    stats::record(match dir {
+        Dir::HtoD => Event::HtoD(n as u64),
+        Dir::DtoH => Event::DtoH(n as u64),
+        Dir::DtoD => Event::DtoD(n as u64),
+    });
+    check(f(), what)
+}
+
 /// Asynchronous host-to-device copy on `stream` (the host memory must stay
 /// valid and unchanged until the copy ran: use pinned staging).
 ///
@@ -205,15 +226,10 @@ pub unsafe fn copy_htod_async(
     n: usize,
     stream: sys::CUstream,
 ) -> Result<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    stats::record(Event::HtoD(n as u64));
     // SAFETY: forwarded contract.
-    check(
-        unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src, n, stream) },
-        "cuMemcpyHtoDAsync",
-    )
+    counted_copy(Dir::HtoD, n, "cuMemcpyHtoDAsync", || unsafe {
+        sys::cuMemcpyHtoDAsync_v2(dst, src, n, stream)
+    })
 }
 
 /// Asynchronous device-to-host copy on `stream`.
@@ -226,15 +242,10 @@ pub unsafe fn copy_dtoh_async(
     n: usize,
     stream: sys::CUstream,
 ) -> Result<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    stats::record(Event::DtoH(n as u64));
     // SAFETY: forwarded contract.
-    check(
-        unsafe { sys::cuMemcpyDtoHAsync_v2(dst, src, n, stream) },
-        "cuMemcpyDtoHAsync",
-    )
+    counted_copy(Dir::DtoH, n, "cuMemcpyDtoHAsync", || unsafe {
+        sys::cuMemcpyDtoHAsync_v2(dst, src, n, stream)
+    })
 }
 
 /// Asynchronous device-to-device copy on `stream`.
@@ -247,15 +258,10 @@ pub unsafe fn copy_dtod_async(
     n: usize,
     stream: sys::CUstream,
 ) -> Result<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    stats::record(Event::DtoD(n as u64));
     // SAFETY: forwarded contract.
-    check(
-        unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, n, stream) },
-        "cuMemcpyDtoDAsync",
-    )
+    counted_copy(Dir::DtoD, n, "cuMemcpyDtoDAsync", || unsafe {
+        sys::cuMemcpyDtoDAsync_v2(dst, src, n, stream)
+    })
 }
 
 /// Synchronous (pageable) device-to-host copy, as upstream does: blocks the host.
@@ -263,13 +269,13 @@ pub unsafe fn copy_dtod_async(
 /// # Safety
 /// As for [`copy_dtoh_async`].
 pub unsafe fn copy_dtoh_blocking(dst: *mut c_void, src: sys::CUdeviceptr, n: usize) -> Result<()> {
-    if n == 0 {
-        return Ok(());
+    if n > 0 {
+        stats::record(Event::HostWait);
     }
-    stats::record(Event::DtoH(n as u64));
-    stats::record(Event::HostWait);
     // SAFETY: forwarded contract.
-    check(unsafe { sys::cuMemcpyDtoH_v2(dst, src, n) }, "cuMemcpyDtoH")
+    counted_copy(Dir::DtoH, n, "cuMemcpyDtoH", || unsafe {
+        sys::cuMemcpyDtoH_v2(dst, src, n)
+    })
 }
 
 /// Synchronous (pageable) host-to-device copy, as upstream does.
@@ -281,12 +287,10 @@ pub unsafe fn copy_htod_blocking(
     src: *const c_void,
     n: usize,
 ) -> Result<()> {
-    if n == 0 {
-        return Ok(());
-    }
-    stats::record(Event::HtoD(n as u64));
     // SAFETY: forwarded contract.
-    check(unsafe { sys::cuMemcpyHtoD_v2(dst, src, n) }, "cuMemcpyHtoD")
+    counted_copy(Dir::HtoD, n, "cuMemcpyHtoD", || unsafe {
+        sys::cuMemcpyHtoD_v2(dst, src, n)
+    })
 }
 
 /// Plain `cuMemAlloc` for tools (`et_cuda_alloc_device`); counted as a driver allocation.

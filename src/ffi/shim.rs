@@ -219,87 +219,39 @@ pub unsafe extern "C" fn aoti_torch_assign_tensors_out(
 
 // ----------------------------------------------------------------- getters
 
-#[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_data_ptr(
-    tensor: AtenTensorHandle,
-    ret_data_ptr: *mut *mut c_void,
-) -> AOTITorchError {
-    shim("aoti_torch_get_data_ptr", || unsafe {
-        out(ret_data_ptr, t(tensor)?.data_ptr())
-    })
+/// Getters that read one field of a tensor into an out-pointer.
+macro_rules! getters {
+    ($($(#[$doc:meta])* $name:ident($ty:ty) = |$x:ident| $e:expr;)*) => {$(
+        $(#[$doc])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(tensor: AtenTensorHandle, ret: *mut $ty) -> AOTITorchError {
+            shim(stringify!($name), || unsafe {
+                let $x = t(tensor)?;
+                out(ret, $e)
+            })
+        }
+    )*};
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_mutable_data_ptr(
-    tensor: AtenTensorHandle,
-    ret_data_ptr: *mut *mut c_void,
-) -> AOTITorchError {
-    shim("aoti_torch_get_mutable_data_ptr", || unsafe {
-        out(ret_data_ptr, t(tensor)?.data_ptr())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_const_data_ptr(
-    tensor: AtenTensorHandle,
-    ret_data_ptr: *mut *const c_void,
-) -> AOTITorchError {
-    shim("aoti_torch_get_const_data_ptr", || unsafe {
-        out(ret_data_ptr, t(tensor)?.data_ptr().cast_const())
-    })
-}
-
-/// Bytes of the underlying storage.
-#[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_storage_size(
-    tensor: AtenTensorHandle,
-    ret_size: *mut i64,
-) -> AOTITorchError {
-    shim("aoti_torch_get_storage_size", || unsafe {
-        out(ret_size, t(tensor)?.storage.nbytes as i64)
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_storage_numel(
-    tensor: AtenTensorHandle,
-    ret_numel: *mut i64,
-) -> AOTITorchError {
-    shim("aoti_torch_get_storage_numel", || unsafe {
-        let x = t(tensor)?;
-        out(ret_numel, (x.storage.nbytes / x.element_size()) as i64)
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_dim(
-    tensor: AtenTensorHandle,
-    ret_dim: *mut i64,
-) -> AOTITorchError {
-    shim("aoti_torch_get_dim", || unsafe {
-        out(ret_dim, t(tensor)?.sizes.len() as i64)
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_numel(
-    tensor: AtenTensorHandle,
-    ret_numel: *mut i64,
-) -> AOTITorchError {
-    shim("aoti_torch_get_numel", || unsafe {
-        out(ret_numel, t(tensor)?.numel())
-    })
-}
-
-/// Borrowed pointer to the sizes, valid while the tensor lives.
-#[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_sizes(
-    tensor: AtenTensorHandle,
-    ret_sizes: *mut *mut i64,
-) -> AOTITorchError {
-    shim("aoti_torch_get_sizes", || unsafe {
-        out(ret_sizes, t(tensor)?.sizes.as_ptr().cast_mut())
-    })
+getters! {
+    aoti_torch_get_data_ptr(*mut c_void) = |x| x.data_ptr();
+    aoti_torch_get_mutable_data_ptr(*mut c_void) = |x| x.data_ptr();
+    aoti_torch_get_const_data_ptr(*const c_void) = |x| x.data_ptr().cast_const();
+    /// Bytes of the underlying storage.
+    aoti_torch_get_storage_size(i64) = |x| x.storage.nbytes as i64;
+    aoti_torch_get_storage_numel(i64) = |x| (x.storage.nbytes / x.element_size()) as i64;
+    aoti_torch_get_dim(i64) = |x| x.sizes.len() as i64;
+    aoti_torch_get_numel(i64) = |x| x.numel();
+    /// Borrowed pointer to the sizes, valid while the tensor lives.
+    aoti_torch_get_sizes(*mut i64) = |x| x.sizes.as_ptr().cast_mut();
+    /// Borrowed pointer to the strides, valid while the tensor lives.
+    aoti_torch_get_strides(*mut i64) = |x| x.strides.as_ptr().cast_mut();
+    aoti_torch_get_dtype(i32) = |x| x.dtype;
+    aoti_torch_get_device_type(i32) = |x| x.device().type_code();
+    aoti_torch_get_device_index(i32) = |x| x.device().index();
+    aoti_torch_get_layout(i32) = |_x| 0;
+    aoti_torch_get_storage_offset(i64) = |x| x.storage_offset;
+    aoti_torch_is_contiguous(bool) = |x| x.is_contiguous();
 }
 
 fn dim_index(x: &Tensor, d: i64) -> Result<usize> {
@@ -323,17 +275,6 @@ pub unsafe extern "C" fn aoti_torch_get_size(
     })
 }
 
-/// Borrowed pointer to the strides, valid while the tensor lives.
-#[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_strides(
-    tensor: AtenTensorHandle,
-    ret_strides: *mut *mut i64,
-) -> AOTITorchError {
-    shim("aoti_torch_get_strides", || unsafe {
-        out(ret_strides, t(tensor)?.strides.as_ptr().cast_mut())
-    })
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn aoti_torch_get_stride(
     tensor: AtenTensorHandle,
@@ -343,67 +284,6 @@ pub unsafe extern "C" fn aoti_torch_get_stride(
     shim("aoti_torch_get_stride", || unsafe {
         let x = t(tensor)?;
         out(ret_stride, x.strides[dim_index(x, d)?])
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_dtype(
-    tensor: AtenTensorHandle,
-    ret_dtype: *mut i32,
-) -> AOTITorchError {
-    shim("aoti_torch_get_dtype", || unsafe {
-        out(ret_dtype, t(tensor)?.dtype)
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_device_type(
-    tensor: AtenTensorHandle,
-    ret_device_type: *mut i32,
-) -> AOTITorchError {
-    shim("aoti_torch_get_device_type", || unsafe {
-        out(ret_device_type, t(tensor)?.device().type_code())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_device_index(
-    tensor: AtenTensorHandle,
-    ret_device_index: *mut i32,
-) -> AOTITorchError {
-    shim("aoti_torch_get_device_index", || unsafe {
-        out(ret_device_index, t(tensor)?.device().index())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_layout(
-    tensor: AtenTensorHandle,
-    ret_layout: *mut i32,
-) -> AOTITorchError {
-    shim("aoti_torch_get_layout", || unsafe {
-        t(tensor)?;
-        out(ret_layout, 0)
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aoti_torch_get_storage_offset(
-    tensor: AtenTensorHandle,
-    ret_storage_offset: *mut i64,
-) -> AOTITorchError {
-    shim("aoti_torch_get_storage_offset", || unsafe {
-        out(ret_storage_offset, t(tensor)?.storage_offset)
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn aoti_torch_is_contiguous(
-    tensor: AtenTensorHandle,
-    ret_is_contiguous: *mut bool,
-) -> AOTITorchError {
-    shim("aoti_torch_is_contiguous", || unsafe {
-        out(ret_is_contiguous, t(tensor)?.is_contiguous())
     })
 }
 
