@@ -83,10 +83,8 @@ fn bad_input_corpus() {
     };
     let so = blob("mlp_f32", "forward_so_blob.bin");
     let w = blob("mlp_f32", "forward_weights_blob.bin");
-    let fake = c_shared_object("fake_aoti", FAKE_AOTI, "ET_CUDA_FAKE_AOTI")
-        .map(|p| std::fs::read(p).unwrap());
-    let no_container = c_shared_object("no_container", NO_CONTAINER, "ET_CUDA_NO_CONTAINER_SO")
-        .map(|p| std::fs::read(p).unwrap());
+    let fake = c_shared_object("fake_aoti", FAKE_AOTI, "ET_CUDA_FAKE_AOTI");
+    let no_container = c_shared_object("no_container", NO_CONTAINER, "ET_CUDA_NO_CONTAINER_SO");
     let mut lcg = 0x2545f4914f6cdd1du64;
     let random: Vec<u8> = (0..100_000)
         .map(|_| {

@@ -506,7 +506,6 @@ fn fake_model_cycles_keep_rss_and_device_memory_flat() {
         println!("SKIPPED fake_model_cycles: no C compiler to build the fake model");
         return;
     };
-    let so = std::fs::read(so).unwrap();
     // The fake model loads no CUDA modules: whatever drifts here is the library's own.
     let cycles = 1000;
     let base = stats(std::ptr::null());

@@ -345,13 +345,14 @@ pub fn rss_bytes() -> u64 {
     pages * 4096
 }
 
-/// Compile a C source into a shared object with the system C compiler (or take
-/// it from `$env_var` when set). `None` when no compiler is available.
-pub fn c_shared_object(name: &str, source: &str, env_var: &str) -> Option<PathBuf> {
+/// Compile a C source into a shared object with the system C compiler (or read
+/// it from the file `$env_var` names) and return its bytes. `None` when no
+/// compiler is available.
+pub fn c_shared_object(name: &str, source: &str, env_var: &str) -> Option<Vec<u8>> {
     if let Some(p) = std::env::var_os(env_var) {
-        return Some(PathBuf::from(p));
+        return std::fs::read(p).ok();
     }
-    let dir = std::env::temp_dir().join(format!("et-cuda-test-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("et-cuda-test-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
     let src = dir.join(format!("{name}.c"));
     let out = dir.join(format!("{name}.so"));
@@ -363,5 +364,7 @@ pub fn c_shared_object(name: &str, source: &str, env_var: &str) -> Option<PathBu
         .status()
         .map(|s| s.success())
         .unwrap_or(false);
-    ok.then_some(out)
+    let bytes = if ok { std::fs::read(&out).ok() } else { None };
+    let _ = std::fs::remove_dir_all(&dir);
+    bytes
 }
