@@ -22,4 +22,20 @@ for f in "$FIXTURES"/*/; do
 done
 chmod -R u+w "$out/fixtures"
 cp "$ROOT/scripts/gpu_run.sh" "$out/run.sh"
+
+# The Rust GPU tests: they dlopen the cdylib at rs/libexecutorch_cuda.so.
+step "Rust test binaries into $out/rs"
+mkdir -p "$out/rs/deps"
+cargo test --release --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, shutil, sys
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("gpu", "bad_input"):
+        shutil.copy(m["executable"], sys.argv[1] + "/" + m["target"]["name"])
+' "$out/rs/deps"
+strip --strip-debug -o "$out/rs/libexecutorch_cuda.so" "$ROOT/target/release/libexecutorch_cuda.so"
+cc -shared -fPIC -O1 -o "$out/rs/fake_aoti.so" "$ROOT/c_tests/fake_aoti.c"
 du -sh "$out"
