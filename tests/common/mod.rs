@@ -182,10 +182,38 @@ pub fn cdylib_path() -> PathBuf {
 pub fn api() -> &'static Api {
     static API: std::sync::OnceLock<Api> = std::sync::OnceLock::new();
     API.get_or_init(|| {
+        if !cdylib_path().exists() && std::env::var_os("ET_CUDA_LIB").is_none() {
+            // `cargo test` need not have linked the cdylib yet on a clean build: build it.
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let release = cdylib_path()
+                .parent()
+                .is_some_and(|d| d.ends_with("release"));
+            let mut cmd = std::process::Command::new(cargo);
+            cmd.args([
+                "build",
+                "--lib",
+                "--manifest-path",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"),
+            ]);
+            if release {
+                cmd.arg("--release");
+            }
+            let ok = cmd.status().map(|s| s.success()).unwrap_or(false);
+            assert!(ok, "building the cdylib for {:?} failed", cdylib_path());
+        }
         let path = CString::new(cdylib_path().to_string_lossy().into_owned()).unwrap();
         // SAFETY: dlopen of our own library with a NUL-terminated path.
         let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-        assert!(!h.is_null(), "dlopen {:?} failed", cdylib_path());
+        if h.is_null() {
+            // SAFETY: dlerror returns a thread-local string or null.
+            let e = unsafe { libc::dlerror() };
+            let msg = if e.is_null() {
+                String::new()
+            } else {
+                unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+            };
+            panic!("dlopen {:?} failed: {msg}", cdylib_path());
+        }
         let sym = |n: &str| {
             let c = CString::new(n).unwrap();
             // SAFETY: live handle, NUL-terminated name.
