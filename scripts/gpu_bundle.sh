@@ -2,7 +2,12 @@
 # Pack what the GPU checks need into .dev/gpu (git-ignored) for a GPU machine
 # without the toolchain: the built binaries and libraries (all found through
 # $ORIGIN), ExecuTorch's libraries and the fixtures. There: bash .dev/gpu/run.sh
+# Also the benchmark (bench/README.md): bench/ and the Python wheels it installs
+# there (bash .dev/gpu/bench/run.sh).
 #   ET_CUDA_FIXTURES=<dir>   fixture programs (default ../shared/fixtures)
+#   ET_CUDA_WHEELS=<dir>     the wheels for the benchmark (default /tmp/whl, else .whl/):
+#                            executorch 1.2.0 cp312, flatbuffers, ruamel.yaml(.clib), expecttest,
+#                            parameterized; tabulate is downloaded into .whl/ when missing
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
@@ -38,4 +43,29 @@ for line in sys.stdin:
 ' "$out/rs/deps"
 strip --strip-debug -o "$out/rs/libexecutorch_cuda.so" "$ROOT/target/release/libexecutorch_cuda.so"
 cc -shared -fPIC -O1 -o "$out/rs/fake_aoti.so" "$ROOT/c_tests/fake_aoti.c"
+
+# DWARF only (31 MB -> 3 MB), so that the bundle with the benchmark stays under 64 MiB.
+for f in "$out"/rs/deps/*; do strip --strip-debug "$f"; done
+
+step "the benchmark (bench/ and its wheels) into $out/bench, $out/whl"
+mkdir -p "$out/bench" "$out/whl"
+cp "$ROOT"/bench/{run.sh,export.py,models.py,torch_bench.py,table.py,README.md} "$out/bench/"
+WHEELS=${ET_CUDA_WHEELS:-/tmp/whl}
+[ -d "$WHEELS" ] || WHEELS=$ROOT/.whl
+if compgen -G "$WHEELS/executorch-*.whl" >/dev/null; then
+  cp "$WHEELS"/*.whl "$out/whl/"
+else
+  echo "warning: no executorch wheel in $WHEELS: bench/run.sh will not be able to export (set ET_CUDA_WHEELS)" >&2
+fi
+# ExecuTorch's exir imports tabulate, which is not among the wheels above.
+if ! compgen -G "$out/whl/tabulate-*.whl" >/dev/null; then
+  compgen -G "$ROOT/.whl/tabulate-*.whl" >/dev/null ||
+    python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$ROOT/.whl" tabulate ||
+    echo "warning: could not download the tabulate wheel (exports need tabulate on the GPU machine)" >&2
+  cp "$ROOT"/.whl/tabulate-*.whl "$out/whl/" 2>/dev/null || true
+fi
 du -sh "$out"
+size=$(du -sb "$out" | cut -f1)
+if [ "$size" -gt $((64 * 1024 * 1024)) ]; then
+  echo "warning: the bundle is $((size / 1024 / 1024)) MiB, over the 64 MiB that can be carried" >&2
+fi
