@@ -92,6 +92,14 @@ pub struct InitParams<'a> {
 /// and reused; executes that pass more host inputs than this wait each time.
 pub const MAX_INPUT_STAGING: usize = 32;
 
+/// Host buffers in pageable memory of at least this size skip the pinned
+/// staging: inputs go through the driver's own pipelined staging (which
+/// returns once the bytes are staged, without waiting for the stream) and
+/// outputs are copied by the driver after the execute's one wait. Measured on
+/// the H200: a 32 MiB bf16 input and output took 11.1 ms through staging
+/// against 6.7 ms for plain pageable copies.
+pub const DIRECT_COPY_MIN: usize = 1 << 20;
+
 struct StagingSlot {
     buf: PinnedBuffer,
     done: Event,
@@ -387,7 +395,8 @@ impl CudaHandle {
         if n > 0 && d.data.is_null() {
             return invalid("data is null");
         }
-        match cuda::pointer_kind(d.data)? {
+        let kind = cuda::pointer_kind(d.data)?;
+        match kind {
             PointerKind::Device(ord) if ord != self.device.ordinal => invalid(format!(
                 "is in memory of cuda:{ord} but the method runs on cuda:{}",
                 self.device.ordinal
@@ -421,6 +430,12 @@ impl CudaHandle {
                     if self.mode == ExecMode::Upstream12 {
                         // SAFETY: host source of n bytes; device destination just allocated.
                         unsafe { memory::copy_htod_blocking(t.data_ptr() as u64, d.data, n)? };
+                    } else if kind == PointerKind::Pageable && n >= DIRECT_COPY_MIN {
+                        // Large pageable input: the driver stages it in pipelined chunks and
+                        // returns once the bytes are staged (no wait for the stream), which is
+                        // faster than a host memcpy into our staging buffer first.
+                        // SAFETY: host source of n bytes; device destination just allocated.
+                        unsafe { memory::copy_htod_async(t.data_ptr() as u64, d.data, n, s)? };
                     } else {
                         let slot = self.staging_slot(staging, exec, n)?;
                         // SAFETY: the slot has >= n bytes and no copy in flight; the source has n bytes.
@@ -511,6 +526,8 @@ impl CudaHandle {
         // Host-bound copies: (output index, staging offset, bytes).
         let mut host_copies: Vec<(usize, usize, usize)> = Vec::new();
         let mut staged: Vec<Tensor> = Vec::new();
+        // Large outputs into pageable memory: copied directly after the one wait.
+        let mut direct: Vec<(usize, usize, Tensor)> = Vec::new();
         for (j, t) in outs.into_iter().enumerate() {
             let d = &mut outputs[j];
             check_output(j, d, &t)?;
@@ -530,6 +547,7 @@ impl CudaHandle {
                     // SAFETY: both ranges are device memory of >= n bytes.
                     unsafe { memory::copy_dtod_async(d.data as u64, t.data_ptr() as u64, n, s)? };
                 }
+                PointerKind::Pageable if n >= DIRECT_COPY_MIN => direct.push((j, n, t)),
                 PointerKind::Pageable | PointerKind::Pinned => {
                     let off = host_copies.iter().map(|c| align(c.2)).sum::<usize>();
                     host_copies.push((j, off, n));
@@ -537,14 +555,15 @@ impl CudaHandle {
                 }
             }
         }
-        if host_copies.is_empty() {
+        if host_copies.is_empty() && direct.is_empty() {
             return Ok(());
         }
         let total: usize = host_copies.iter().map(|c| align(c.2)).sum();
-        if st
-            .output_staging
-            .as_ref()
-            .is_none_or(|b| b.capacity() < total)
+        if total > 0
+            && st
+                .output_staging
+                .as_ref()
+                .is_none_or(|b| b.capacity() < total)
         {
             st.output_staging = None;
             st.output_staging = Some(PinnedBuffer::new(self.device.clone(), total)?);
@@ -560,6 +579,12 @@ impl CudaHandle {
         }
         // The one host wait of this execute.
         self.stream.synchronize()?;
+        for (j, n, t) in &direct {
+            // The stream is drained: the driver's pageable copy (pipelined through its own
+            // staging) only moves bytes, faster than device -> pinned -> memcpy for large data.
+            // SAFETY: the caller's buffer has >= n bytes (checked); device source of n bytes.
+            unsafe { memory::copy_dtoh_drained(outputs[*j].data, t.data_ptr() as u64, *n)? };
+        }
         for (j, off, n) in host_copies {
             // SAFETY: the copy finished; the caller's buffer has >= n bytes (checked above).
             unsafe { std::ptr::copy_nonoverlapping(buf.add(off), outputs[j].data.cast::<u8>(), n) };

@@ -278,6 +278,18 @@ pub unsafe fn copy_dtoh_blocking(dst: *mut c_void, src: sys::CUdeviceptr, n: usi
     })
 }
 
+/// Blocking device-to-host copy after the stream was drained (the wait was
+/// already counted): moves bytes, waits for nothing else.
+///
+/// # Safety
+/// As for [`copy_dtoh_async`].
+pub unsafe fn copy_dtoh_drained(dst: *mut c_void, src: sys::CUdeviceptr, n: usize) -> Result<()> {
+    // SAFETY: forwarded contract.
+    counted_copy(Dir::DtoH, n, "cuMemcpyDtoH", || unsafe {
+        sys::cuMemcpyDtoH_v2(dst, src, n)
+    })
+}
+
 /// Synchronous (pageable) host-to-device copy, as upstream does.
 ///
 /// # Safety
