@@ -269,6 +269,25 @@ fn bad_input_corpus() {
             }),
         },
         Case {
+            name: "made-up handle",
+            expect_gpu: (S::InvalidArgument, "not a live handle"),
+            expect_cpu: (S::InvalidArgument, "not a live handle"),
+            run: Box::new(|| {
+                let mut n = 0usize;
+                // SAFETY: a pointer the library never handed out; it is only looked up.
+                status(unsafe { (api().num_inputs)(0xdead_bee0usize as *const c_void, &mut n) })
+            }),
+        },
+        Case {
+            name: "destroy of a made-up handle",
+            expect_gpu: (S::InvalidArgument, "not a live handle"),
+            expect_cpu: (S::InvalidArgument, "not a live handle"),
+            run: Box::new(|| {
+                // SAFETY: as above.
+                status(unsafe { (api().destroy)(0xdead_bee0usize as *mut c_void) })
+            }),
+        },
+        Case {
             name: "num_inputs with a null out-pointer",
             expect_gpu: (S::InvalidArgument, "is null"),
             expect_cpu: (S::InvalidArgument, "is null"),
