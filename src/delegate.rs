@@ -17,7 +17,7 @@ use crate::cuda::stream::{self, CudaStream, StreamScope};
 use crate::cuda::{self, ContextGuard, DeviceState, PointerKind};
 use crate::error::{invalid, Error, Result};
 use crate::ffi::api::{EtCudaExecMode, EtCudaOutputPlacement, EtCudaTensor, ET_CUDA_MAX_DIMS};
-use crate::ffi::shim::{copy_tensor, AtenTensorHandle};
+use crate::ffi::shim::{clone_contiguous, AtenTensorHandle};
 use crate::options;
 use crate::stats::{self, Counters, EtCudaStats, Event as StatEvent};
 use crate::tensor::{self, Device, Memory, Storage, Tensor};
@@ -643,14 +643,7 @@ impl CudaHandle {
         if t.is_contiguous() {
             return Ok(t);
         }
-        let c = Tensor::empty_strided(
-            t.sizes.clone(),
-            tensor::contiguous_strides(&t.sizes),
-            t.dtype,
-            t.device(),
-        )?;
-        copy_tensor(&c, &t)?;
-        Ok(c)
+        clone_contiguous(&t)
     }
 
     /// Delete the container and free everything the handle owns. Idempotent.

@@ -414,7 +414,7 @@ pub unsafe extern "C" fn aoti_torch_create_tensor_from_blob_v2(
     _opaque_metadata: *const u8,
     opaque_metadata_size: i64,
 ) -> AOTITorchError {
-    shim("aoti_torch_create_tensor_from_blob_v2", || unsafe {
+    let rc = shim("aoti_torch_create_tensor_from_blob_v2", || {
         if layout != 0 {
             return invalid(format!(
                 "layout {layout} is not supported (only strided, 0)"
@@ -423,7 +423,14 @@ pub unsafe extern "C" fn aoti_torch_create_tensor_from_blob_v2(
         if opaque_metadata_size != 0 {
             return invalid("opaque metadata (MKLDNN tensors) is not supported");
         }
-        let x = from_blob(
+        Ok(())
+    });
+    if rc != AOTI_TORCH_SUCCESS {
+        return rc;
+    }
+    // SAFETY: same contract as the v1 function.
+    unsafe {
+        aoti_torch_create_tensor_from_blob(
             data,
             ndim,
             sizes_ptr,
@@ -432,9 +439,9 @@ pub unsafe extern "C" fn aoti_torch_create_tensor_from_blob_v2(
             dtype,
             device_type,
             device_index,
-        )?;
-        give(ret, x)
-    })
+            ret,
+        )
+    }
 }
 
 /// A view of `self_` with new sizes and strides at `self_.storage_offset + offset_increment`.
@@ -750,6 +757,18 @@ pub fn copy_tensor(dst: &Tensor, src: &Tensor) -> Result<()> {
     scatter_from_host(dst, &data)
 }
 
+/// A contiguous copy of `x` on its device.
+pub fn clone_contiguous(x: &Tensor) -> Result<Tensor> {
+    let y = Tensor::empty_strided(
+        x.sizes.clone(),
+        tensor::contiguous_strides(&x.sizes),
+        x.dtype,
+        x.device(),
+    )?;
+    copy_tensor(&y, x)?;
+    Ok(y)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn aoti_torch_copy_(
     self_: AtenTensorHandle,
@@ -778,15 +797,7 @@ pub unsafe extern "C" fn aoti_torch_clone(
     ret: *mut AtenTensorHandle,
 ) -> AOTITorchError {
     shim("aoti_torch_clone", || unsafe {
-        let x = t(self_)?;
-        let y = Tensor::empty_strided(
-            x.sizes.clone(),
-            tensor::contiguous_strides(&x.sizes),
-            x.dtype,
-            x.device(),
-        )?;
-        copy_tensor(&y, x)?;
-        give(ret, y)
+        give(ret, clone_contiguous(t(self_)?)?)
     })
 }
 
