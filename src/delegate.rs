@@ -286,7 +286,7 @@ impl CudaHandle {
             ));
         }
         let placement = match placement {
-            OutputPlacement::FromOptions if options::current().skip_copy_for(&self.method) => {
+            OutputPlacement::FromOptions if options::skip_copy_for(&self.method) => {
                 OutputPlacement::Device
             }
             OutputPlacement::FromOptions => OutputPlacement::Copy,

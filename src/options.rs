@@ -70,6 +70,12 @@ pub fn current() -> Options {
     lock().clone()
 }
 
+/// Whether `method` is in the current skip-copy list (no copy of the options:
+/// execute asks this on every call).
+pub fn skip_copy_for(method: &str) -> bool {
+    lock().skip_copy_for(method)
+}
+
 pub fn reset() {
     *lock() = Options::defaults();
 }
