@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use cudarc::driver::result;
-use executorch_cuda::ffi::api::EtCudaExecMode;
+use executorch_cuda::ffi::api::{EtCudaExecMode, EtCudaTensor};
 use std::ffi::c_void;
 
 const COPY: i32 = 1;
@@ -35,6 +35,28 @@ impl Drop for DevBuf {
         // SAFETY: allocated by malloc_sync above, freed once.
         unsafe { result::free_sync(self.0).unwrap() };
     }
+}
+
+/// The case's inputs copied to device memory (kept alive by the returned buffers), their
+/// descriptors, and output descriptors for device placement.
+fn device_io(case: &Case) -> (Vec<DevBuf>, Vec<EtCudaTensor>, Vec<EtCudaTensor>) {
+    let dev_in: Vec<DevBuf> = case
+        .inputs
+        .iter()
+        .map(|t| DevBuf::from_host(&t.bytes))
+        .collect();
+    let ins = case
+        .inputs
+        .iter()
+        .zip(&dev_in)
+        .map(|(t, d)| desc(&t.dtype, &t.sizes, d.ptr(), t.bytes.len()))
+        .collect();
+    let outs = case
+        .outputs
+        .iter()
+        .map(|t| desc(&t.dtype, &t.sizes, std::ptr::null_mut(), 0))
+        .collect();
+    (dev_in, ins, outs)
 }
 
 fn to_host(dev: *const c_void, n: usize) -> Vec<u8> {
@@ -147,22 +169,7 @@ fn host_waits_zero_on_device_path_one_on_host_outputs() {
         let case = &cases(fx, "forward")[0];
         // Warm-up (first run may fold constants and load kernels).
         run_case(&h, case, true, DEVICE);
-        let dev_in: Vec<DevBuf> = case
-            .inputs
-            .iter()
-            .map(|t| DevBuf::from_host(&t.bytes))
-            .collect();
-        let ins: Vec<_> = case
-            .inputs
-            .iter()
-            .zip(&dev_in)
-            .map(|(t, d)| desc(&t.dtype, &t.sizes, d.ptr(), t.bytes.len()))
-            .collect();
-        let mut outs: Vec<_> = case
-            .outputs
-            .iter()
-            .map(|t| desc(&t.dtype, &t.sizes, std::ptr::null_mut(), 0))
-            .collect();
+        let (_dev_in, ins, mut outs) = device_io(case);
         let before = stats(h.0);
         for _ in 0..20 {
             h.execute(&ins, &mut outs, DEVICE).unwrap();
@@ -333,22 +340,7 @@ fn execute_does_not_wait_for_queued_gpu_work() {
         let h = Handle::load(fx, 0, false, mode).unwrap();
         let case = &cases(fx, "forward")[0];
         run_case(&h, case, true, DEVICE); // warm-up
-        let dev_in: Vec<DevBuf> = case
-            .inputs
-            .iter()
-            .map(|t| DevBuf::from_host(&t.bytes))
-            .collect();
-        let ins: Vec<_> = case
-            .inputs
-            .iter()
-            .zip(&dev_in)
-            .map(|(t, d)| desc(&t.dtype, &t.sizes, d.ptr(), t.bytes.len()))
-            .collect();
-        let mut outs: Vec<_> = case
-            .outputs
-            .iter()
-            .map(|t| desc(&t.dtype, &t.sizes, std::ptr::null_mut(), 0))
-            .collect();
+        let (_dev_in, ins, mut outs) = device_io(case);
         // SAFETY: live handle.
         assert_eq!(
             unsafe { (api().synchronize)(h.0) },
