@@ -2,11 +2,14 @@
 //
 // Only type translation lives here: every decision (streams, output placement,
 // memory) is made by libexecutorch_cuda.so. Linking this library is enough to
-// register the backend: a static initializer calls register_backend().
+// register the backend and a CUDA DeviceAllocator (for programs whose inputs
+// and outputs ExecuTorch plans in device memory), and to route the library's
+// log into ET_LOG: static initializers do all three.
 
 #include <executorch_cuda.h>
 
 #include <executorch/runtime/backend/interface.h>
+#include <executorch/runtime/core/device_allocator.h>
 #include <executorch/runtime/core/error.h>
 #include <executorch/runtime/core/evalue.h>
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>
@@ -180,6 +183,9 @@ class CudaBackend final : public BackendInterface {
     args.weights_len = weights_blob->size();
     args.method_name = method.empty() ? nullptr : method.c_str();
     args.so_key = so_key.c_str();
+    args.weights_key = weights_key.c_str();
+    // Methods of one program share one named-data map: mutable buffers are only shared within it.
+    args.share_group = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(named_data));
     args.use_backend_options = true;
     args.mode = ET_CUDA_EXEC_MODE_FROM_OPTIONS;
     EtCudaHandle* handle = nullptr;
@@ -343,8 +349,72 @@ class CudaBackend final : public BackendInterface {
   }
 };
 
+// ExecuTorch's DeviceAllocator for CUDA: planned device buffers come from the
+// library's stream-ordered pool; copies are ordered with the backend's streams
+// (the device-to-host copy is where the one host wait happens).
+class CudaDeviceAllocator final : public executorch::runtime::DeviceAllocator {
+ public:
+  Result<void*> allocate(size_t nbytes, executorch::runtime::etensor::DeviceIndex index,
+                         size_t alignment) override {
+    void* p = nullptr;
+    const EtCudaStatus s = et_cuda_device_allocate(index, nbytes, alignment, &p);
+    if (s != ET_CUDA_STATUS_OK) {
+      return to_error(s);
+    }
+    return p;
+  }
+
+  void deallocate(void* ptr, executorch::runtime::etensor::DeviceIndex /*index*/) override {
+    if (et_cuda_device_deallocate(ptr) != ET_CUDA_STATUS_OK) {
+      ET_LOG(Error, "CudaBackend: %s", et_cuda_last_error());
+    }
+  }
+
+  Error copy_host_to_device(void* dst, const void* src, size_t nbytes,
+                            executorch::runtime::etensor::DeviceIndex index) override {
+    const EtCudaStatus s = et_cuda_copy_host_to_device(dst, src, nbytes, index);
+    return s == ET_CUDA_STATUS_OK ? Error::Ok : to_error(s);
+  }
+
+  Error copy_device_to_host(void* dst, const void* src, size_t nbytes,
+                            executorch::runtime::etensor::DeviceIndex index) override {
+    const EtCudaStatus s = et_cuda_copy_device_to_host(dst, src, nbytes, index);
+    return s == ET_CUDA_STATUS_OK ? Error::Ok : to_error(s);
+  }
+
+  executorch::runtime::etensor::DeviceType device_type() const override {
+    return executorch::runtime::etensor::DeviceType::CUDA;
+  }
+};
+
+// The library's log records, into ExecuTorch's log (which has no warning level:
+// warnings go to Info with a prefix, info and below to Debug).
+void forward_log(EtCudaLogLevel level, const char* message, void* /*user*/) {
+  switch (level) {
+    case ET_CUDA_LOG_ERROR:
+      ET_LOG(Error, "CudaBackend: %s", message);
+      break;
+    case ET_CUDA_LOG_WARN:
+      ET_LOG(Info, "CudaBackend: warning: %s", message);
+      break;
+    default:
+      ET_LOG(Debug, "CudaBackend: %s", message);
+      break;
+  }
+}
+
 CudaBackend backend_instance;
+CudaDeviceAllocator allocator_instance;
+
 const bool registered = [] {
+  if (et_cuda_set_log_callback(&forward_log, nullptr, ET_CUDA_LOG_INFO) != ET_CUDA_STATUS_OK) {
+    ET_LOG(Error, "CudaBackend: %s", et_cuda_last_error());
+  }
+  if (executorch::runtime::get_device_allocator(executorch::runtime::etensor::DeviceType::CUDA) == nullptr) {
+    executorch::runtime::register_device_allocator(&allocator_instance);
+  } else {
+    ET_LOG(Error, "CudaBackend: another CUDA device allocator is registered; keeping it");
+  }
   const Error err = executorch::runtime::register_backend(Backend{"CudaBackend", &backend_instance});
   if (err != Error::Ok) {
     ET_LOG(Error, "CudaBackend: registration failed (error 0x%x): is another CudaBackend linked in?",

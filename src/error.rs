@@ -1,75 +1,45 @@
-//! Errors: one Rust error type for the whole crate, mapped to a C status
-//! code at the FFI boundary, plus the per-thread "last error" message.
+//! The crate's error type. The C boundary (`ffi`) maps each kind to a status
+//! code and keeps the message as the thread's last error; nothing here knows
+//! about C.
 
 use std::cell::RefCell;
-use std::ffi::{c_char, CString};
 
-/// Status codes returned by every fallible `et_cuda_*` function.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EtCudaStatus {
-    /// Success.
-    Ok = 0,
-    /// A caller-supplied argument is wrong (null pointer, bad dtype, wrong count, wrong option type...).
-    InvalidArgument = 1,
-    /// No CUDA driver, no device, or the requested device index does not exist.
-    NoDevice = 2,
-    /// The program blobs are unusable (not an ELF, truncated, wrong architecture, weights size mismatch, hash mismatch).
-    InvalidProgram = 3,
-    /// The `.so` could not be opened or its container could not be created.
-    LoadFailed = 4,
-    /// The compiled model reported a failure while running.
-    ExecutionFailed = 5,
-    /// Device or pinned host memory could not be allocated.
-    OutOfMemory = 6,
-    /// Any other CUDA driver error.
-    CudaError = 7,
-    /// An internal invariant failed (a caught panic, for instance).
-    Internal = 8,
-    /// The option key is not known to this backend (`et_cuda_get_option_*` only).
-    UnknownOption = 9,
-}
-
-/// The crate's error type.
-#[derive(Debug, thiserror::Error)]
+/// The crate's error type: a kind plus a message that names what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
+    /// A caller-supplied argument is wrong.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// No CUDA driver, no device, or no such device.
     #[error("no CUDA device: {0}")]
     NoDevice(String),
+    /// The program's blobs are unusable.
     #[error("invalid program: {0}")]
     InvalidProgram(String),
+    /// The `.so` could not be opened or its container created.
     #[error("load failed: {0}")]
     LoadFailed(String),
+    /// The compiled model reported a failure while running.
     #[error("execution failed: {0}")]
     ExecutionFailed(String),
+    /// Device or host memory could not be allocated.
     #[error("out of memory: {0}")]
     OutOfMemory(String),
+    /// Any other CUDA driver error.
     #[error("CUDA error: {0}")]
     Cuda(String),
+    /// An internal invariant failed (a caught panic, for instance).
     #[error("internal error: {0}")]
     Internal(String),
+    /// An option key this backend does not know.
     #[error("unknown option: {0}")]
     UnknownOption(String),
 }
 
+/// The crate's result type.
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    pub fn status(&self) -> EtCudaStatus {
-        match self {
-            Error::InvalidArgument(_) => EtCudaStatus::InvalidArgument,
-            Error::NoDevice(_) => EtCudaStatus::NoDevice,
-            Error::InvalidProgram(_) => EtCudaStatus::InvalidProgram,
-            Error::LoadFailed(_) => EtCudaStatus::LoadFailed,
-            Error::ExecutionFailed(_) => EtCudaStatus::ExecutionFailed,
-            Error::OutOfMemory(_) => EtCudaStatus::OutOfMemory,
-            Error::Cuda(_) => EtCudaStatus::CudaError,
-            Error::Internal(_) => EtCudaStatus::Internal,
-            Error::UnknownOption(_) => EtCudaStatus::UnknownOption,
-        }
-    }
-
     /// Prefix the message with some context, keeping the kind.
     pub fn context(self, what: &str) -> Error {
         let f = |m: String| format!("{what}: {m}");
@@ -87,33 +57,29 @@ impl Error {
     }
 }
 
-/// Shorthand constructors.
-pub fn invalid<T>(msg: impl Into<String>) -> Result<T> {
+/// Shorthand for an `InvalidArgument` error.
+pub(crate) fn invalid<T>(msg: impl Into<String>) -> Result<T> {
     Err(Error::InvalidArgument(msg.into()))
 }
 
 thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+    /// The first failure the generated code's callbacks (the shims) reported on
+    /// this thread since the last [`take_callback_failure`].
+    static CALLBACK_FAILURE: RefCell<Option<String>> = const { RefCell::new(None) };
 }
 
-/// Record `msg` as this thread's last error (also logged).
-pub fn set_last_error(msg: &str) {
-    log::error!("{msg}");
-    let c = CString::new(msg.replace('\0', "\\0")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+/// Remember a callback failure (the first one wins) so that the container
+/// can name it when the run as a whole fails.
+pub(crate) fn note_callback_failure(msg: &str) {
+    CALLBACK_FAILURE.with(|f| {
+        let mut f = f.borrow_mut();
+        if f.is_none() {
+            *f = Some(msg.to_string());
+        }
+    });
 }
 
-/// Clear this thread's last error.
-pub fn clear_last_error() {
-    LAST_ERROR.with(|e| *e.borrow_mut() = CString::default());
-}
-
-/// This thread's last error message (empty when the last call succeeded).
-pub fn last_error_message() -> String {
-    LAST_ERROR.with(|e| e.borrow().to_string_lossy().into_owned())
-}
-
-/// Pointer to this thread's last error; valid until the next call on this thread.
-pub fn last_error_ptr() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+/// Take (and clear) the first callback failure recorded on this thread.
+pub(crate) fn take_callback_failure() -> Option<String> {
+    CALLBACK_FAILURE.with(|f| f.borrow_mut().take())
 }

@@ -1,34 +1,121 @@
 //! executorch-cuda: ExecuTorch's CUDA backend in Rust.
 //!
-//! Layers, one module per concern:
-//! - [`tensor`]: the tensor model behind `AtenTensorHandle`.
-//! - [`cuda`]: driver loading, primary contexts, streams, the stream-ordered
-//!   allocator, events and pinned staging buffers (on cudarc's `result` level).
-//! - [`aoti`]: validating, opening and caching the AOTInductor `.so` and
-//!   driving its model container.
-//! - [`delegate`]: `CudaHandle`: init / execute / destroy and the IO policy.
-//! - [`ffi`]: the C boundary: the `aoti_torch_*` shim ABI and the `et_cuda_*` API.
-//! - [`options`], [`stats`], [`error`]: backend options, counters, errors.
+//! A program exported with ExecuTorch's `CudaPartitioner` carries, per
+//! delegated method, an AOTInductor CUDA `.so` and a weights blob. This crate
+//! loads the `.so`, serves the `aoti_torch_*` shim ABI it imports, and runs
+//! it on a CUDA stream, waiting on the host only when data must reach host
+//! memory.
+//!
+//! Layers, each importing only the ones before it:
+//! - [`dtype`], `tensor`: the element types and the tensor model behind
+//!   `AtenTensorHandle`;
+//! - `cuda`: driver loading, primary contexts, streams, the stream-ordered
+//!   memory pool, events, pinned staging, CUDA graphs, and every copy;
+//! - `aoti`: validating, opening and caching the `.so`, driving its model
+//!   container;
+//! - `delegate`: one loaded method (init / execute / destroy), its IO
+//!   policy, CUDA graphs and weight sharing;
+//! - the safe Rust API ([`Method`], [`DeviceTensor`], [`Input`]) and
+//!   [`options`], [`logging`], [`Stats`];
+//! - [`ffi`]: the C boundary, the `et_cuda_*` API and the `aoti_torch_*`
+//!   shims. Only `ffi` knows C types.
+//!
+//! # Example
+//!
+//! ```
+//! use executorch_cuda::{dtype::codes::FLOAT32, Error, Input, Method, MethodOptions};
+//!
+//! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/mlp_f32");
+//! let (Ok(so), Ok(weights)) = (
+//!     std::fs::read(format!("{dir}/forward_so_blob.bin")),
+//!     std::fs::read(format!("{dir}/forward_weights_blob.bin")),
+//! ) else {
+//!     return; // the fixtures are not next to this checkout
+//! };
+//! let method = match Method::load("forward", &so, &weights, &MethodOptions::default()) {
+//!     Ok(m) => m,
+//!     // No GPU here: a clear error, never a crash.
+//!     Err(Error::NoDevice(why)) => return println!("skipped: {why}"),
+//!     // The .so needs a newer C library than this machine has.
+//!     Err(Error::LoadFailed(why)) => return println!("skipped: {why}"),
+//!     Err(e) => panic!("{e}"),
+//! };
+//! let x: Vec<u8> = (0..4 * 64).flat_map(|i| (i as f32 / 256.0).to_le_bytes()).collect();
+//! let mut y = vec![0u8; 4 * 10 * 4];
+//! let shapes = method
+//!     .execute_to_host(&[Input::host(FLOAT32, &[4, 64], &x)], &mut [&mut y])
+//!     .unwrap();
+//! assert_eq!(shapes, vec![vec![4, 10]]);
+//! ```
+//!
+//! Safe code cannot hand the library an arbitrary address: the C functions
+//! that take pointers are `unsafe`, as is the one Rust way in for foreign
+//! device memory:
+//!
+//! ```compile_fail,E0133
+//! // Calling a C entry point with a made-up pointer needs `unsafe`.
+//! let key = 0x10 as *const std::ffi::c_char;
+//! executorch_cuda::ffi::options::et_cuda_set_option_str(key, key);
+//! ```
+//!
+//! ```compile_fail,E0133
+//! // So does wrapping memory the library does not own.
+//! let input = executorch_cuda::Input::device_raw(6, &[1], 0x10 as *const std::ffi::c_void, 4);
+//! ```
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks, missing_docs)]
+#![allow(missing_docs)] // the C boundary's constants are documented in the header's sections
 
-// Raw CUDA handles (streams, contexts, events) are opaque values passed to the
-// driver, not memory this crate dereferences, and the `extern "C"` entry
-// points must take raw pointers: their checks go through `ffi::non_null` and
-// friends. Functions that read or write caller memory are `unsafe fn`.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
-
-/// cbindgen:ignore
-pub mod aoti;
-/// cbindgen:ignore
-pub mod cuda;
-/// cbindgen:ignore
-pub mod delegate;
-pub mod error;
+pub(crate) mod aoti;
+mod api;
+pub(crate) mod cuda;
+pub(crate) mod delegate;
+pub mod dtype;
+mod error;
 pub mod ffi;
-/// cbindgen:ignore
+pub mod logging;
 pub mod options;
-pub mod stats;
-/// cbindgen:ignore
-pub mod tensor;
+mod stats;
+pub(crate) mod tensor;
 
-pub use delegate::{CudaHandle, ExecMode, InitParams, OutputPlacement};
-pub use error::{Error, EtCudaStatus, Result};
+pub use api::{
+    device_count, driver_version, global_stats, mem_info, CallerStreamGuard, DeviceTensor, Input,
+    Method, MethodOptions,
+};
+pub use error::{Error, Result};
+pub use options::{ExecMode, OutputPlacement};
+pub use stats::Stats;
+pub use tensor::MAX_RANK;
+
+/// Internals for the fuzz targets (`fuzz/`), behind the `fuzzing` feature.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    use crate::error::Result;
+
+    /// ELF validation of untrusted `.so` bytes: (loadable segments, has a dynamic segment).
+    pub fn elf_validate(b: &[u8]) -> Result<(usize, bool)> {
+        crate::aoti::elf::validate(b).map(|i| (i.loadable_segments, i.has_dynamic))
+    }
+    /// `tensor::required_bytes`.
+    pub fn required_bytes(
+        sizes: &[i64],
+        strides: &[i64],
+        offset: i64,
+        elem: usize,
+    ) -> Result<usize> {
+        crate::tensor::required_bytes(sizes, strides, offset, elem)
+    }
+    /// `tensor::checked_numel`.
+    pub fn checked_numel(sizes: &[i64]) -> Result<i64> {
+        crate::tensor::checked_numel(sizes)
+    }
+    /// `tensor::is_contiguous`.
+    pub fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
+        crate::tensor::is_contiguous(sizes, strides)
+    }
+    /// Whether `method` is in the current skip-copy option.
+    pub fn skip_copy_for(method: &str) -> bool {
+        crate::options::skip_copy_for(method)
+    }
+}

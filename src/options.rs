@@ -1,19 +1,64 @@
-//! Process-wide backend options, with upstream's names and types, plus
-//! this backend's own. Unknown keys are ignored on set (like upstream) and
-//! reported as `UnknownOption` on get; a known key with a value of the
-//! wrong type is `InvalidArgument`.
+//! Process-wide backend options, with upstream's names and types, plus this
+//! backend's own; and the execution mode and output placement they select.
+//! Unknown keys are ignored on set (like upstream) and reported as
+//! `UnknownOption` on get; a known key with a value of the wrong type is
+//! `InvalidArgument`.
 
 use crate::error::{Error, Result};
 use std::sync::Mutex;
 
+/// Every method loaded afterwards shares one stream per device (bool, upstream's name).
 pub const USE_SHARED_CUDA_STREAM: &str = "use_shared_cuda_stream";
+/// Comma-separated methods whose outputs stay on the device (string, upstream's name).
 pub const SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD: &str = "skip_copy_output_to_cpu_for_method";
+/// The CUDA device methods loaded afterwards run on (int).
 pub const DEVICE_INDEX: &str = "device_index";
+/// `default`, `sync-always` or `upstream-1.2` (string; baselines for benchmarks).
 pub const EXECUTION_MODE: &str = "execution_mode";
+/// Comma-separated methods replayed as CUDA graphs (string, upstream's name).
+pub const ENABLE_CUDA_GRAPH_FOR_METHOD: &str = "enable_cuda_graph_for_method";
+/// Most graphs kept per method, one per input shape signature (int, ≥ 1).
+pub const CUDA_GRAPH_CACHE_SIZE: &str = "cuda_graph_cache_size";
+/// Methods loaded afterwards share identical constants with methods loaded before (bool, upstream's name).
+pub const WEIGHT_SHARING_ACROSS_METHODS: &str = "weight_sharing_across_methods";
+/// With weight sharing: registered buffers (possibly mutated, e.g. a KV cache) of the same
+/// program are shared too (bool).
+pub const SHARE_MUTABLE_BUFFERS_ACROSS_METHODS: &str = "share_mutable_buffers_across_methods";
 
 /// Longest string value accepted (ExecuTorch's `kMaxOptionValueLength` minus the NUL).
 pub(crate) const MAX_STR_LEN: usize = 255;
+/// Default of [`CUDA_GRAPH_CACHE_SIZE`].
+pub const DEFAULT_GRAPH_CACHE_SIZE: usize = 8;
+/// Largest accepted [`CUDA_GRAPH_CACHE_SIZE`].
+pub const MAX_GRAPH_CACHE_SIZE: usize = 1024;
 
+/// How a method executes. Only `Default` is meant for production; the others
+/// reproduce older behaviour so one binary can measure the difference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExecMode {
+    /// Stream-ordered; the host waits only for host outputs.
+    #[default]
+    Default,
+    /// Synchronize the stream at the end of every execute.
+    SyncAlways,
+    /// ExecuTorch 1.2: `AOTInductorModelContainerRun` (which waits on the previous run's
+    /// event), stream synchronize, pageable blocking copies.
+    Upstream12,
+}
+
+/// Where execute delivers outputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputPlacement {
+    /// Decided by `skip_copy_output_to_cpu_for_method` and the method name.
+    #[default]
+    FromOptions,
+    /// Copied into the caller's buffers (host or device memory).
+    Copy,
+    /// Left on the device, owned by the method until its next execute or destroy.
+    Device,
+}
+
+/// A typed option value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
     Bool(bool),
@@ -31,12 +76,22 @@ impl Value {
     }
 }
 
+/// The option values.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Options {
-    pub use_shared_cuda_stream: bool,
-    pub skip_copy_output_to_cpu_for_method: String,
-    pub device_index: i64,
-    pub execution_mode: String,
+pub(crate) struct Options {
+    pub(crate) use_shared_cuda_stream: bool,
+    pub(crate) skip_copy_output_to_cpu_for_method: String,
+    pub(crate) device_index: i64,
+    pub(crate) execution_mode: String,
+    pub(crate) enable_cuda_graph_for_method: String,
+    pub(crate) cuda_graph_cache_size: i64,
+    pub(crate) weight_sharing_across_methods: bool,
+    pub(crate) share_mutable_buffers_across_methods: bool,
+}
+
+/// Whether `method` is in a comma-separated list.
+pub(crate) fn in_list(list: &str, method: &str) -> bool {
+    !method.is_empty() && list.split(',').any(|t| t.trim() == method)
 }
 
 impl Options {
@@ -46,16 +101,11 @@ impl Options {
             skip_copy_output_to_cpu_for_method: String::new(),
             device_index: 0,
             execution_mode: String::new(),
+            enable_cuda_graph_for_method: String::new(),
+            cuda_graph_cache_size: DEFAULT_GRAPH_CACHE_SIZE as i64,
+            weight_sharing_across_methods: false,
+            share_mutable_buffers_across_methods: false,
         }
-    }
-
-    /// Whether `method` is in the comma-separated skip-copy list.
-    pub fn skip_copy_for(&self, method: &str) -> bool {
-        !method.is_empty()
-            && self
-                .skip_copy_output_to_cpu_for_method
-                .split(',')
-                .any(|t| t.trim() == method)
     }
 }
 
@@ -66,16 +116,17 @@ fn lock() -> std::sync::MutexGuard<'static, Options> {
 }
 
 /// Snapshot of the current options.
-pub fn current() -> Options {
+pub(crate) fn current() -> Options {
     lock().clone()
 }
 
 /// Whether `method` is in the current skip-copy list (no copy of the options:
 /// execute asks this on every call).
-pub fn skip_copy_for(method: &str) -> bool {
-    lock().skip_copy_for(method)
+pub(crate) fn skip_copy_for(method: &str) -> bool {
+    in_list(&lock().skip_copy_output_to_cpu_for_method, method)
 }
 
+/// Reset every option to its default.
 pub fn reset() {
     *lock() = Options::defaults();
 }
@@ -88,8 +139,7 @@ fn wrong_type(key: &str, want: &str, got: &Value) -> Error {
 }
 
 /// Parse an `execution_mode` value; "" means default.
-pub fn parse_mode(s: &str) -> Result<crate::delegate::ExecMode> {
-    use crate::delegate::ExecMode;
+pub(crate) fn parse_mode(s: &str) -> Result<ExecMode> {
     match s.trim() {
         "" | "default" => Ok(ExecMode::Default),
         "sync-always" => Ok(ExecMode::SyncAlways),
@@ -100,28 +150,53 @@ pub fn parse_mode(s: &str) -> Result<crate::delegate::ExecMode> {
     }
 }
 
+fn method_list(key: &str, v: Value) -> Result<String> {
+    match v {
+        Value::Str(s) if s.len() <= MAX_STR_LEN => Ok(s),
+        Value::Str(s) => Err(Error::InvalidArgument(format!(
+            "option {key}: value is {} bytes, at most {MAX_STR_LEN}",
+            s.len()
+        ))),
+        other => Err(wrong_type(key, "method name string", &other)),
+    }
+}
+
+fn boolean(key: &str, v: Value) -> Result<bool> {
+    match v {
+        Value::Bool(b) => Ok(b),
+        other => Err(wrong_type(key, "bool", &other)),
+    }
+}
+
+/// Set one option. Unknown keys are ignored (Ok).
 pub fn set(key: &str, v: Value) -> Result<()> {
     let mut o = lock();
     match key {
-        USE_SHARED_CUDA_STREAM => match v {
-            Value::Bool(b) => o.use_shared_cuda_stream = b,
-            other => return Err(wrong_type(key, "bool", &other)),
-        },
-        SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD => match v {
-            Value::Str(s) if s.len() <= MAX_STR_LEN => o.skip_copy_output_to_cpu_for_method = s,
-            Value::Str(s) => {
-                return Err(Error::InvalidArgument(format!(
-                    "option {key}: value is {} bytes, at most {MAX_STR_LEN}",
-                    s.len()
-                )))
-            }
-            other => return Err(wrong_type(key, "method name string", &other)),
-        },
+        USE_SHARED_CUDA_STREAM => o.use_shared_cuda_stream = boolean(key, v)?,
+        SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD => {
+            o.skip_copy_output_to_cpu_for_method = method_list(key, v)?
+        }
+        ENABLE_CUDA_GRAPH_FOR_METHOD => o.enable_cuda_graph_for_method = method_list(key, v)?,
+        WEIGHT_SHARING_ACROSS_METHODS => o.weight_sharing_across_methods = boolean(key, v)?,
+        SHARE_MUTABLE_BUFFERS_ACROSS_METHODS => {
+            o.share_mutable_buffers_across_methods = boolean(key, v)?
+        }
         DEVICE_INDEX => match v {
             Value::Int(i) if (0..=i32::MAX as i64).contains(&i) => o.device_index = i,
             Value::Int(i) => {
                 return Err(Error::InvalidArgument(format!(
                     "option {key}: {i} is not a valid device index"
+                )))
+            }
+            other => return Err(wrong_type(key, "int", &other)),
+        },
+        CUDA_GRAPH_CACHE_SIZE => match v {
+            Value::Int(i) if (1..=MAX_GRAPH_CACHE_SIZE as i64).contains(&i) => {
+                o.cuda_graph_cache_size = i
+            }
+            Value::Int(i) => {
+                return Err(Error::InvalidArgument(format!(
+                    "option {key}: {i} is out of range 1..={MAX_GRAPH_CACHE_SIZE}"
                 )))
             }
             other => return Err(wrong_type(key, "int", &other)),
@@ -138,43 +213,26 @@ pub fn set(key: &str, v: Value) -> Result<()> {
     Ok(())
 }
 
-fn unknown(key: &str) -> Error {
-    Error::UnknownOption(format!("{key:?} is not an option of CudaBackend"))
-}
-
-pub fn get_bool(key: &str) -> Result<bool> {
+/// Read one option.
+pub fn get(key: &str) -> Result<Value> {
     let o = lock();
-    match key {
-        USE_SHARED_CUDA_STREAM => Ok(o.use_shared_cuda_stream),
-        SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD | EXECUTION_MODE => {
-            Err(Error::InvalidArgument(format!("option {key} is a string")))
+    Ok(match key {
+        USE_SHARED_CUDA_STREAM => Value::Bool(o.use_shared_cuda_stream),
+        WEIGHT_SHARING_ACROSS_METHODS => Value::Bool(o.weight_sharing_across_methods),
+        SHARE_MUTABLE_BUFFERS_ACROSS_METHODS => Value::Bool(o.share_mutable_buffers_across_methods),
+        SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD => {
+            Value::Str(o.skip_copy_output_to_cpu_for_method.clone())
         }
-        DEVICE_INDEX => Err(Error::InvalidArgument(format!("option {key} is an int"))),
-        _ => Err(unknown(key)),
-    }
-}
-
-pub fn get_int(key: &str) -> Result<i64> {
-    let o = lock();
-    match key {
-        DEVICE_INDEX => Ok(o.device_index),
-        USE_SHARED_CUDA_STREAM => Err(Error::InvalidArgument(format!("option {key} is a bool"))),
-        SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD | EXECUTION_MODE => {
-            Err(Error::InvalidArgument(format!("option {key} is a string")))
+        ENABLE_CUDA_GRAPH_FOR_METHOD => Value::Str(o.enable_cuda_graph_for_method.clone()),
+        EXECUTION_MODE => Value::Str(o.execution_mode.clone()),
+        DEVICE_INDEX => Value::Int(o.device_index),
+        CUDA_GRAPH_CACHE_SIZE => Value::Int(o.cuda_graph_cache_size),
+        _ => {
+            return Err(Error::UnknownOption(format!(
+                "{key:?} is not an option of CudaBackend"
+            )))
         }
-        _ => Err(unknown(key)),
-    }
-}
-
-pub fn get_str(key: &str) -> Result<String> {
-    let o = lock();
-    match key {
-        SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD => Ok(o.skip_copy_output_to_cpu_for_method.clone()),
-        EXECUTION_MODE => Ok(o.execution_mode.clone()),
-        USE_SHARED_CUDA_STREAM => Err(Error::InvalidArgument(format!("option {key} is a bool"))),
-        DEVICE_INDEX => Err(Error::InvalidArgument(format!("option {key} is an int"))),
-        _ => Err(unknown(key)),
-    }
+    })
 }
 
 #[cfg(test)]
@@ -182,20 +240,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn skip_copy_list_matching() {
-        let mut o = Options::defaults();
-        o.skip_copy_output_to_cpu_for_method = " encoder , decoder".into();
-        assert!(o.skip_copy_for("encoder"));
-        assert!(o.skip_copy_for("decoder"));
-        assert!(!o.skip_copy_for("enc"));
-        assert!(!o.skip_copy_for(""));
+    fn list_matching() {
+        let l = " encoder , decoder";
+        assert!(in_list(l, "encoder"));
+        assert!(in_list(l, "decoder"));
+        assert!(!in_list(l, "enc"));
+        assert!(!in_list(l, ""));
     }
 
     #[test]
     fn mode_parsing() {
-        assert!(parse_mode("sync-always").is_ok());
-        assert!(parse_mode("upstream-1.2").is_ok());
-        assert!(parse_mode("").is_ok());
+        assert_eq!(parse_mode("sync-always").unwrap(), ExecMode::SyncAlways);
+        assert_eq!(parse_mode("upstream-1.2").unwrap(), ExecMode::Upstream12);
+        assert_eq!(parse_mode("").unwrap(), ExecMode::Default);
         assert!(parse_mode("fast").is_err());
     }
 }

@@ -6,10 +6,9 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
-/// A snapshot of the counters (C layout, returned by `et_cuda_stats`).
-#[repr(C)]
+/// A snapshot of the counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EtCudaStats {
+pub struct Stats {
     /// Completed `et_cuda_execute` calls.
     pub executes: u64,
     /// Host-blocking waits made by the library (stream/event synchronize).
@@ -35,10 +34,18 @@ pub struct EtCudaStats {
     pub execute_host_ns: u64,
     /// Of that, host time spent inside the container's run call (nanoseconds).
     pub run_host_ns: u64,
+    /// CUDA graphs captured.
+    pub graph_captures: u64,
+    /// Executes served by replaying a captured graph.
+    pub graph_replays: u64,
+    /// Captures that failed (the shape then runs eagerly).
+    pub graph_fallbacks: u64,
+    /// Bytes of constants this method shares with other methods instead of holding its own copy.
+    pub shared_constant_bytes: u64,
 }
 
 #[derive(Debug, Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     executes: AtomicU64,
     host_waits: AtomicU64,
     driver_allocs: AtomicU64,
@@ -51,11 +58,15 @@ pub struct Counters {
     bytes_dtod: AtomicU64,
     execute_host_ns: AtomicU64,
     run_host_ns: AtomicU64,
+    graph_captures: AtomicU64,
+    graph_replays: AtomicU64,
+    graph_fallbacks: AtomicU64,
+    shared_constant_bytes: AtomicU64,
 }
 
 /// What happened, for [`record`].
 #[derive(Debug, Clone, Copy)]
-pub enum Event {
+pub(crate) enum Event {
     Execute,
     HostWait,
     DriverAlloc(u64),
@@ -72,10 +83,15 @@ pub enum Event {
         execute_ns: u64,
         run_ns: u64,
     },
+    GraphCapture,
+    GraphReplay,
+    GraphFallback,
+    /// Bytes of constants shared with another method.
+    SharedConstants(u64),
 }
 
 impl Counters {
-    pub fn apply(&self, e: Event) {
+    pub(crate) fn apply(&self, e: Event) {
         match e {
             Event::Execute => {
                 self.executes.fetch_add(1, Relaxed);
@@ -123,11 +139,23 @@ impl Counters {
                 self.execute_host_ns.fetch_add(execute_ns, Relaxed);
                 self.run_host_ns.fetch_add(run_ns, Relaxed);
             }
+            Event::GraphCapture => {
+                self.graph_captures.fetch_add(1, Relaxed);
+            }
+            Event::GraphReplay => {
+                self.graph_replays.fetch_add(1, Relaxed);
+            }
+            Event::GraphFallback => {
+                self.graph_fallbacks.fetch_add(1, Relaxed);
+            }
+            Event::SharedConstants(n) => {
+                self.shared_constant_bytes.fetch_add(n, Relaxed);
+            }
         }
     }
 
-    pub fn snapshot(&self) -> EtCudaStats {
-        EtCudaStats {
+    pub(crate) fn snapshot(&self) -> Stats {
+        Stats {
             executes: self.executes.load(Relaxed),
             host_waits: self.host_waits.load(Relaxed),
             driver_allocs: self.driver_allocs.load(Relaxed),
@@ -140,6 +168,10 @@ impl Counters {
             bytes_dtod: self.bytes_dtod.load(Relaxed),
             execute_host_ns: self.execute_host_ns.load(Relaxed),
             run_host_ns: self.run_host_ns.load(Relaxed),
+            graph_captures: self.graph_captures.load(Relaxed),
+            graph_replays: self.graph_replays.load(Relaxed),
+            graph_fallbacks: self.graph_fallbacks.load(Relaxed),
+            shared_constant_bytes: self.shared_constant_bytes.load(Relaxed),
         }
     }
 }
@@ -157,9 +189,13 @@ static GLOBAL: Counters = Counters {
     bytes_dtod: AtomicU64::new(0),
     execute_host_ns: AtomicU64::new(0),
     run_host_ns: AtomicU64::new(0),
+    graph_captures: AtomicU64::new(0),
+    graph_replays: AtomicU64::new(0),
+    graph_fallbacks: AtomicU64::new(0),
+    shared_constant_bytes: AtomicU64::new(0),
 };
 
-pub fn global() -> &'static Counters {
+pub(crate) fn global() -> &'static Counters {
     &GLOBAL
 }
 
@@ -168,7 +204,7 @@ thread_local! {
 }
 
 /// Count `e` process-wide and for the handle active on this thread.
-pub fn record(e: Event) {
+pub(crate) fn record(e: Event) {
     GLOBAL.apply(e);
     CURRENT.with(|c| {
         if let Some(h) = c.borrow().as_ref() {
@@ -179,7 +215,7 @@ pub fn record(e: Event) {
 
 /// Count `e` process-wide and for `owner` (used when an allocation is freed
 /// outside the execute that made it).
-pub fn record_for(owner: Option<&Arc<Counters>>, e: Event) {
+pub(crate) fn record_for(owner: Option<&Arc<Counters>>, e: Event) {
     GLOBAL.apply(e);
     if let Some(h) = owner {
         h.apply(e)
@@ -187,17 +223,17 @@ pub fn record_for(owner: Option<&Arc<Counters>>, e: Event) {
 }
 
 /// The handle counters active on this thread, if any.
-pub fn current() -> Option<Arc<Counters>> {
+pub(crate) fn current() -> Option<Arc<Counters>> {
     CURRENT.with(|c| c.borrow().clone())
 }
 
 /// Makes `c` the active handle counters on this thread until dropped.
-pub struct Scope {
+pub(crate) struct Scope {
     prev: Option<Arc<Counters>>,
 }
 
 impl Scope {
-    pub fn enter(c: &Arc<Counters>) -> Scope {
+    pub(crate) fn enter(c: &Arc<Counters>) -> Scope {
         let prev = CURRENT.with(|cur| cur.borrow_mut().replace(c.clone()));
         Scope { prev }
     }

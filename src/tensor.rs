@@ -1,58 +1,28 @@
 //! The tensor model behind `AtenTensorHandle`: dtype (c10 `ScalarType`
 //! codes), device, sizes, strides, storage offset, and a shared storage that
 //! is either owned (freed when the last view goes) or borrowed.
+//!
+//! Every view is validated to lie inside its storage when it is made, so
+//! code holding a [`Tensor`] may address any of its elements. Memory someone
+//! else owns enters only through the `unsafe` [`Tensor::borrowed`].
 
 use crate::cuda::DeviceAlloc;
+use crate::dtype::{self, DType};
 use crate::error::{invalid, Error, Result};
 use crate::stats::{self, Event};
 use std::alloc::Layout;
 use std::ffi::c_void;
 use std::sync::Arc;
 
-/// c10 `ScalarType` codes.
-pub mod dtype {
-    pub const UINT8: i32 = 0;
-    pub const INT8: i32 = 1;
-    pub const INT16: i32 = 2;
-    pub const INT32: i32 = 3;
-    pub const INT64: i32 = 4;
-    pub const FLOAT16: i32 = 5;
-    pub const FLOAT32: i32 = 6;
-    pub const FLOAT64: i32 = 7;
-    pub const COMPLEX32: i32 = 8;
-    pub const COMPLEX64: i32 = 9;
-    pub const COMPLEX128: i32 = 10;
-    pub const BOOL: i32 = 11;
-    pub const BFLOAT16: i32 = 15;
-    pub const FLOAT8_E5M2: i32 = 23;
-    pub const FLOAT8_E4M3FN: i32 = 24;
-    pub const FLOAT8_E5M2FNUZ: i32 = 25;
-    pub const FLOAT8_E4M3FNUZ: i32 = 26;
-    pub const UINT16: i32 = 27;
-    pub const UINT32: i32 = 28;
-    pub const UINT64: i32 = 29;
-}
+/// Largest tensor rank this backend accepts anywhere (shims, C API, Rust API).
+pub const MAX_RANK: usize = 16;
 
-/// Bytes per element of a dtype code, `None` for codes this backend does not know.
-pub fn element_size(code: i32) -> Option<usize> {
-    use dtype::*;
-    Some(match code {
-        UINT8 | INT8 | BOOL | FLOAT8_E5M2 | FLOAT8_E4M3FN | FLOAT8_E5M2FNUZ | FLOAT8_E4M3FNUZ => 1,
-        INT16 | FLOAT16 | BFLOAT16 | UINT16 => 2,
-        INT32 | FLOAT32 | COMPLEX32 | UINT32 => 4,
-        INT64 | FLOAT64 | COMPLEX64 | UINT64 => 8,
-        COMPLEX128 => 16,
-        _ => return None,
-    })
-}
+/// Alignment of host allocations made for tensors (a cache line; also what
+/// ExecuTorch's planned buffers guarantee).
+const HOST_ALIGN: usize = 64;
 
-/// Element size or a clear error.
-pub fn checked_element_size(code: i32) -> Result<usize> {
-    element_size(code).ok_or_else(|| Error::InvalidArgument(format!("unknown dtype code {code}")))
-}
-
-/// c10 `DeviceType` codes used by the shim.
-pub mod device_type {
+/// c10 `DeviceType` codes used by the shim ABI.
+pub(crate) mod device_type {
     pub const CPU: i32 = 0;
     pub const CUDA: i32 = 1;
     pub const XPU: i32 = 12;
@@ -64,29 +34,31 @@ pub mod device_type {
 /// Where a tensor's memory lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Device {
+    /// Host memory.
     Cpu,
+    /// Memory of the CUDA device with this ordinal.
     Cuda(i32),
 }
 
 impl Device {
-    pub fn from_codes(device_type: i32, index: i32) -> Result<Device> {
+    /// From c10 device type and index codes (index -1 on CUDA: the current device).
+    pub(crate) fn from_codes(device_type: i32, index: i32) -> Result<Device> {
         match device_type {
             device_type::CPU => Ok(Device::Cpu),
             device_type::CUDA if index >= 0 => Ok(Device::Cuda(index)),
-            // c10 uses -1 for "the current device".
             device_type::CUDA => Ok(Device::Cuda(crate::cuda::current_device_ordinal())),
             other => invalid(format!(
                 "device type {other} is not supported (only CPU 0 and CUDA 1)"
             )),
         }
     }
-    pub fn type_code(self) -> i32 {
+    pub(crate) fn type_code(self) -> i32 {
         match self {
             Device::Cpu => device_type::CPU,
             Device::Cuda(_) => device_type::CUDA,
         }
     }
-    pub fn index(self) -> i32 {
+    pub(crate) fn index(self) -> i32 {
         match self {
             Device::Cpu => -1,
             Device::Cuda(i) => i,
@@ -94,9 +66,9 @@ impl Device {
     }
 }
 
-/// Host memory owned by a storage (64-byte aligned).
+/// Host memory owned by a storage (zeroed, [`HOST_ALIGN`]-aligned).
 #[derive(Debug)]
-pub struct HostAlloc {
+pub(crate) struct HostAlloc {
     ptr: *mut u8,
     layout: Layout,
     owner: Option<Arc<stats::Counters>>,
@@ -108,8 +80,8 @@ unsafe impl Send for HostAlloc {}
 unsafe impl Sync for HostAlloc {}
 
 impl HostAlloc {
-    pub fn new(nbytes: usize) -> Result<HostAlloc> {
-        let layout = Layout::from_size_align(nbytes.max(1), 64)
+    pub(crate) fn new(nbytes: usize) -> Result<HostAlloc> {
+        let layout = Layout::from_size_align(nbytes.max(1), HOST_ALIGN)
             .map_err(|_| Error::InvalidArgument(format!("host allocation of {nbytes} bytes")))?;
         // SAFETY: layout has non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -126,7 +98,7 @@ impl HostAlloc {
 
 impl Drop for HostAlloc {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
+        // SAFETY: allocated in `new` with this layout, freed once.
         unsafe { std::alloc::dealloc(self.ptr, self.layout) };
         stats::record_for(
             self.owner.as_ref(),
@@ -137,12 +109,13 @@ impl Drop for HostAlloc {
 
 /// The memory behind a storage.
 #[derive(Debug)]
-pub enum Memory {
+pub(crate) enum Memory {
     /// Host memory owned by the storage.
     Host(HostAlloc),
     /// Device memory from the stream-ordered pool, owned by the storage.
     Device(DeviceAlloc),
-    /// Memory someone else owns (caller buffers, constants inside the `.so`).
+    /// Memory someone else owns (caller buffers, constants inside the `.so`,
+    /// a CUDA graph's own allocations); see [`Tensor::borrowed`].
     Borrowed(*mut c_void),
     /// No memory (zero bytes).
     Empty,
@@ -150,20 +123,21 @@ pub enum Memory {
 
 /// A storage shared by every view made from it.
 #[derive(Debug)]
-pub struct Storage {
-    pub memory: Memory,
-    pub nbytes: usize,
-    pub device: Device,
+pub(crate) struct Storage {
+    pub(crate) memory: Memory,
+    pub(crate) nbytes: usize,
+    pub(crate) device: Device,
 }
 
 // SAFETY: the raw pointers are addresses of memory whose lifetime the storage
-// (or its documented owner) manages; the storage itself is never mutated.
+// (or, for borrowed memory, the contract of `Tensor::borrowed`) manages; the
+// storage itself is never mutated.
 unsafe impl Send for Storage {}
 // SAFETY: as above.
 unsafe impl Sync for Storage {}
 
 impl Storage {
-    pub fn base_ptr(&self) -> *mut c_void {
+    pub(crate) fn base_ptr(&self) -> *mut c_void {
         match &self.memory {
             Memory::Host(h) => h.ptr.cast(),
             Memory::Device(d) => d.ptr() as *mut c_void,
@@ -175,17 +149,17 @@ impl Storage {
 
 /// A strided view of a storage.
 #[derive(Debug, Clone)]
-pub struct Tensor {
-    pub storage: Arc<Storage>,
-    pub dtype: i32,
-    pub sizes: Vec<i64>,
-    pub strides: Vec<i64>,
+pub(crate) struct Tensor {
+    pub(crate) storage: Arc<Storage>,
+    pub(crate) dtype: DType,
+    pub(crate) sizes: Vec<i64>,
+    pub(crate) strides: Vec<i64>,
     /// In elements.
-    pub storage_offset: i64,
+    pub(crate) storage_offset: i64,
 }
 
 /// Contiguous (row-major) strides for `sizes`.
-pub fn contiguous_strides(sizes: &[i64]) -> Vec<i64> {
+pub(crate) fn contiguous_strides(sizes: &[i64]) -> Vec<i64> {
     let mut strides = vec![1i64; sizes.len()];
     let mut acc: i64 = 1;
     for i in (0..sizes.len()).rev() {
@@ -196,7 +170,7 @@ pub fn contiguous_strides(sizes: &[i64]) -> Vec<i64> {
 }
 
 /// Whether `strides` are the contiguous strides of `sizes` (dims of size 1 may have any stride).
-pub fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
+pub(crate) fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
     if sizes.len() != strides.len() {
         return false;
     }
@@ -213,8 +187,16 @@ pub fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
     true
 }
 
+/// Check a rank against [`MAX_RANK`].
+pub(crate) fn check_rank(rank: usize) -> Result<()> {
+    if rank > MAX_RANK {
+        return invalid(format!("rank {rank} is above the limit of {MAX_RANK}"));
+    }
+    Ok(())
+}
+
 /// Number of elements, checked for negative sizes and overflow.
-pub fn checked_numel(sizes: &[i64]) -> Result<i64> {
+pub(crate) fn checked_numel(sizes: &[i64]) -> Result<i64> {
     let mut n: i64 = 1;
     for (d, &s) in sizes.iter().enumerate() {
         if s < 0 {
@@ -230,7 +212,12 @@ pub fn checked_numel(sizes: &[i64]) -> Result<i64> {
 /// Bytes a view needs from the start of its storage: 0 for an empty view,
 /// else `(offset + sum((size - 1) * stride) + 1) * element size`.
 /// Rejects negative sizes, strides and offsets, and overflow.
-pub fn required_bytes(sizes: &[i64], strides: &[i64], offset: i64, elem: usize) -> Result<usize> {
+pub(crate) fn required_bytes(
+    sizes: &[i64],
+    strides: &[i64],
+    offset: i64,
+    elem: usize,
+) -> Result<usize> {
     if sizes.len() != strides.len() {
         return invalid(format!(
             "{} sizes but {} strides",
@@ -262,29 +249,17 @@ pub fn required_bytes(sizes: &[i64], strides: &[i64], offset: i64, elem: usize) 
         .ok_or_else(overflow)
 }
 
-/// Copy `ndim` values from a C array (null allowed when `ndim == 0`).
-///
-/// # Safety
-/// A non-null `p` must point to `ndim` readable `i64`s.
-pub unsafe fn dims_from_raw(p: *const i64, ndim: i64, what: &str) -> Result<Vec<i64>> {
-    if !(0..=64).contains(&ndim) {
-        return invalid(format!("ndim {ndim} out of range 0..=64"));
-    }
-    // SAFETY: forwarded contract.
-    let s = unsafe { crate::ffi::slice_from(p, ndim as usize, what)? };
-    Ok(s.to_vec())
-}
-
 impl Tensor {
     /// A view over `storage`, validated to fit inside it.
-    pub fn view(
+    pub(crate) fn view(
         storage: Arc<Storage>,
-        dtype: i32,
+        dtype: DType,
         sizes: Vec<i64>,
         strides: Vec<i64>,
         storage_offset: i64,
     ) -> Result<Tensor> {
-        let elem = checked_element_size(dtype)?;
+        check_rank(sizes.len())?;
+        let elem = dtype::checked_element_size(dtype)?;
         let need = required_bytes(&sizes, &strides, storage_offset, elem)?;
         // The elements' bytes must be addressable too (views with zero strides repeat
         // elements, so this can exceed the storage): keeps `nbytes()` from overflowing.
@@ -313,15 +288,21 @@ impl Tensor {
     }
 
     /// A tensor over memory someone else owns; the storage size is what the view needs.
-    pub fn borrowed(
+    ///
+    /// # Safety
+    /// Unless the view is empty, `data` must point to memory on `device` that
+    /// is valid for reads and writes of the view's bytes (`required_bytes`
+    /// from `data`, storage offset included) for as long as the returned
+    /// tensor or any view made from it lives.
+    pub(crate) unsafe fn borrowed(
         data: *mut c_void,
-        dtype: i32,
+        dtype: DType,
         sizes: Vec<i64>,
         strides: Vec<i64>,
         storage_offset: i64,
         device: Device,
     ) -> Result<Tensor> {
-        let elem = checked_element_size(dtype)?;
+        let elem = dtype::checked_element_size(dtype)?;
         let need = required_bytes(&sizes, &strides, storage_offset, elem)?;
         if data.is_null() && need > 0 {
             return invalid("data is null for a non-empty tensor");
@@ -334,23 +315,15 @@ impl Tensor {
         Tensor::view(storage, dtype, sizes, strides, storage_offset)
     }
 
-    /// A new tensor with fresh memory on `device` (uninitialized on CUDA, zeroed on CPU).
-    pub fn empty_strided(
+    /// A tensor owning `memory` of `nbytes` on `device`, with the given view.
+    pub(crate) fn from_memory(
+        memory: Memory,
+        nbytes: usize,
+        device: Device,
+        dtype: DType,
         sizes: Vec<i64>,
         strides: Vec<i64>,
-        dtype: i32,
-        device: Device,
     ) -> Result<Tensor> {
-        let elem = checked_element_size(dtype)?;
-        let nbytes = required_bytes(&sizes, &strides, 0, elem)?;
-        let memory = if nbytes == 0 {
-            Memory::Empty
-        } else {
-            match device {
-                Device::Cpu => Memory::Host(HostAlloc::new(nbytes)?),
-                Device::Cuda(i) => Memory::Device(crate::cuda::alloc_on_current_stream(i, nbytes)?),
-            }
-        };
         let storage = Arc::new(Storage {
             memory,
             nbytes,
@@ -359,23 +332,47 @@ impl Tensor {
         Tensor::view(storage, dtype, sizes, strides, 0)
     }
 
-    pub fn device(&self) -> Device {
+    /// A new tensor with fresh memory on `device` (uninitialized on CUDA,
+    /// zeroed on CPU); CUDA memory is ordered on this thread's current stream.
+    pub(crate) fn empty_strided(
+        sizes: Vec<i64>,
+        strides: Vec<i64>,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Tensor> {
+        check_rank(sizes.len())?;
+        let elem = dtype::checked_element_size(dtype)?;
+        let nbytes = required_bytes(&sizes, &strides, 0, elem)?;
+        let memory = if nbytes == 0 {
+            Memory::Empty
+        } else {
+            match device {
+                Device::Cpu => Memory::Host(HostAlloc::new(nbytes)?),
+                Device::Cuda(i) => {
+                    Memory::Device(crate::cuda::memory::alloc_on_current_stream(i, nbytes)?)
+                }
+            }
+        };
+        Tensor::from_memory(memory, nbytes, device, dtype, sizes, strides)
+    }
+
+    pub(crate) fn device(&self) -> Device {
         self.storage.device
     }
-    pub fn element_size(&self) -> usize {
-        element_size(self.dtype).unwrap_or(1)
+    pub(crate) fn element_size(&self) -> usize {
+        dtype::element_size(self.dtype).unwrap_or(1)
     }
-    pub fn numel(&self) -> i64 {
+    pub(crate) fn numel(&self) -> i64 {
         self.sizes.iter().product()
     }
-    pub fn nbytes(&self) -> usize {
+    pub(crate) fn nbytes(&self) -> usize {
         self.numel().max(0) as usize * self.element_size()
     }
-    pub fn is_contiguous(&self) -> bool {
+    pub(crate) fn is_contiguous(&self) -> bool {
         is_contiguous(&self.sizes, &self.strides)
     }
     /// Address of element 0 (storage base + offset), like `Tensor::data_ptr()`.
-    pub fn data_ptr(&self) -> *mut c_void {
+    pub(crate) fn data_ptr(&self) -> *mut c_void {
         let base = self.storage.base_ptr();
         if base.is_null() {
             return base;
@@ -383,25 +380,21 @@ impl Tensor {
         let off = self.storage_offset as usize * self.element_size();
         base.cast::<u8>().wrapping_add(off).cast()
     }
+    /// Byte range `[start, end)` of the storage the view touches (`(0, 0)` when empty).
+    pub(crate) fn span(&self) -> Result<(usize, usize)> {
+        let elem = self.element_size();
+        let end = required_bytes(&self.sizes, &self.strides, self.storage_offset, elem)?;
+        if end == 0 {
+            return Ok((0, 0));
+        }
+        Ok((self.storage_offset as usize * elem, end))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dtype_table() {
-        assert_eq!(element_size(dtype::FLOAT32), Some(4));
-        assert_eq!(element_size(dtype::BFLOAT16), Some(2));
-        assert_eq!(element_size(dtype::FLOAT16), Some(2));
-        assert_eq!(element_size(dtype::INT64), Some(8));
-        assert_eq!(element_size(dtype::BOOL), Some(1));
-        assert_eq!(element_size(dtype::COMPLEX128), Some(16));
-        assert_eq!(element_size(dtype::UINT64), Some(8));
-        assert_eq!(element_size(12), None); // qint8
-        assert_eq!(element_size(-1), None);
-        assert!(checked_element_size(99).is_err());
-    }
+    use crate::dtype::codes::FLOAT32;
 
     #[test]
     fn strides_and_contiguity() {
@@ -428,44 +421,54 @@ mod tests {
 
     #[test]
     fn cpu_views_share_storage() {
-        let t = Tensor::empty_strided(vec![4, 4], vec![4, 1], dtype::FLOAT32, Device::Cpu).unwrap();
+        let t = Tensor::empty_strided(vec![4, 4], vec![4, 1], FLOAT32, Device::Cpu).unwrap();
         assert_eq!(t.storage.nbytes, 64);
-        let v = Tensor::view(t.storage.clone(), dtype::FLOAT32, vec![2, 2], vec![4, 1], 5).unwrap();
+        let v = Tensor::view(t.storage.clone(), FLOAT32, vec![2, 2], vec![4, 1], 5).unwrap();
         assert_eq!(v.data_ptr() as usize - t.data_ptr() as usize, 20);
         assert_eq!(Arc::strong_count(&t.storage), 2);
         // A view past the end of the storage is refused.
-        assert!(
-            Tensor::view(t.storage.clone(), dtype::FLOAT32, vec![4, 4], vec![4, 1], 1).is_err()
-        );
+        assert!(Tensor::view(t.storage.clone(), FLOAT32, vec![4, 4], vec![4, 1], 1).is_err());
         drop(v);
         assert_eq!(Arc::strong_count(&t.storage), 1);
+        let i = Tensor::empty_strided(vec![3], vec![1], crate::dtype::codes::INT64, Device::Cpu)
+            .unwrap();
+        assert_eq!(i.nbytes(), 24);
+        // Rank above the limit.
+        let big = vec![1i64; MAX_RANK + 1];
+        assert!(Tensor::empty_strided(big.clone(), big, FLOAT32, Device::Cpu).is_err());
     }
 
     #[test]
     fn borrowed_storage_is_not_freed() {
         let mut buf = vec![1.0f32; 6];
         {
-            let t = Tensor::borrowed(
-                buf.as_mut_ptr().cast(),
-                dtype::FLOAT32,
-                vec![2, 3],
-                vec![3, 1],
-                0,
-                Device::Cpu,
-            )
+            // SAFETY: `buf` holds the 6 floats the view covers and outlives the tensor.
+            let t = unsafe {
+                Tensor::borrowed(
+                    buf.as_mut_ptr().cast(),
+                    FLOAT32,
+                    vec![2, 3],
+                    vec![3, 1],
+                    0,
+                    Device::Cpu,
+                )
+            }
             .unwrap();
             assert_eq!(t.nbytes(), 24);
         }
         assert_eq!(buf[5], 1.0);
-        assert!(Tensor::borrowed(
-            std::ptr::null_mut(),
-            dtype::FLOAT32,
-            vec![1],
-            vec![1],
-            0,
-            Device::Cpu
-        )
-        .is_err());
+        // SAFETY: a null pointer is refused before it could be used.
+        let r = unsafe {
+            Tensor::borrowed(
+                std::ptr::null_mut(),
+                FLOAT32,
+                vec![1],
+                vec![1],
+                0,
+                Device::Cpu,
+            )
+        };
+        assert!(r.is_err());
     }
 
     #[test]

@@ -2,16 +2,15 @@
 //! many threads, per-thread last-error messages, and options read and written
 //! concurrently. (The GPU-side test with eight handles is in tests/gpu.rs.)
 
-use executorch_cuda::ffi::api::*;
 use executorch_cuda::ffi::shim::*;
-use executorch_cuda::EtCudaStatus;
+use executorch_cuda::ffi::{options::*, types::*};
 use std::ffi::{CStr, CString};
 
 #[test]
 fn shared_storage_and_thread_local_errors() {
     let mut base = std::ptr::null_mut();
-    // SAFETY: arrays of one element; out-pointer to a local.
     assert_eq!(
+        // SAFETY: arrays of one element; out-pointer to a local.
         unsafe { aoti_torch_empty_strided(1, [1024].as_ptr(), [1].as_ptr(), 6, 0, 0, &mut base) },
         0
     );
@@ -56,7 +55,7 @@ fn shared_storage_and_thread_local_errors() {
                             ),
                             1
                         );
-                        let msg = executorch_cuda::error::last_error_message();
+                        let msg = executorch_cuda::ffi::last_error_message();
                         assert!(
                             msg.contains(&format!("offset {}", 5000 + k)),
                             "thread {k}: {msg}"
@@ -71,13 +70,17 @@ fn shared_storage_and_thread_local_errors() {
                 let mine = CString::new(format!("method{k}")).unwrap();
                 for _ in 0..2000 {
                     assert_eq!(
-                        et_cuda_set_option_str(key.as_ptr(), mine.as_ptr()),
-                        EtCudaStatus::Ok
+                        // SAFETY: NUL-terminated strings.
+                        unsafe { et_cuda_set_option_str(key.as_ptr(), mine.as_ptr()) },
+                        ET_CUDA_STATUS_OK
                     );
                     let mut buf = [0 as std::ffi::c_char; 64];
                     assert_eq!(
-                        et_cuda_get_option_str(key.as_ptr(), buf.as_mut_ptr(), buf.len()),
-                        EtCudaStatus::Ok
+                        // SAFETY: NUL-terminated key; a buffer of buf.len() bytes.
+                        unsafe {
+                            et_cuda_get_option_str(key.as_ptr(), buf.as_mut_ptr(), buf.len())
+                        },
+                        ET_CUDA_STATUS_OK
                     );
                     // SAFETY: NUL-terminated by the library.
                     let v = unsafe { CStr::from_ptr(buf.as_ptr()) }
@@ -91,7 +94,7 @@ fn shared_storage_and_thread_local_errors() {
     });
     // SAFETY: deleted once; no views remain.
     assert_eq!(unsafe { aoti_torch_delete_tensor_object(base) }, 0);
-    assert_eq!(et_cuda_reset_options(), EtCudaStatus::Ok);
-    let s = executorch_cuda::stats::global().snapshot();
+    assert_eq!(et_cuda_reset_options(), ET_CUDA_STATUS_OK);
+    let s = executorch_cuda::global_stats();
     assert_eq!(s.live_allocs, 0, "every host tensor was freed");
 }

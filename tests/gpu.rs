@@ -1,40 +1,47 @@
 //! GPU integration tests through the C API: every fixture case with host and
 //! device inputs, host-wait counters, and init/execute/destroy cycles.
-//! Each test prints "SKIPPED ..." and returns where there is no GPU.
+//! They need a CUDA device: a plain `cargo test` reports them as ignored;
+//! on a GPU machine run them with `--include-ignored`.
 
 mod common;
 use common::*;
 use cudarc::driver::result;
-use executorch_cuda::ffi::api::{EtCudaExecMode, EtCudaTensor};
+use executorch_cuda::ffi::{
+    EtCudaTensor, ET_CUDA_EXEC_MODE_DEFAULT, ET_CUDA_EXEC_MODE_UPSTREAM12, ET_CUDA_STATUS_OK,
+};
 use std::ffi::c_void;
 
 const COPY: i32 = 1;
 const DEVICE: i32 = 2;
 
-/// Device memory for a test, freed on drop.
-struct DevBuf(u64);
+/// Device memory for a test (through the library's C API), freed on drop.
+pub struct DevBuf(*mut c_void);
 impl DevBuf {
-    fn from_host(bytes: &[u8]) -> DevBuf {
-        let d = executorch_cuda::cuda::device(0).unwrap();
-        let _g = executorch_cuda::cuda::ContextGuard::device(&d).unwrap();
-        // SAFETY: plain allocation and copy of `bytes.len()` bytes.
-        unsafe {
-            let p = result::malloc_sync(bytes.len().max(1)).unwrap();
-            result::memcpy_htod_sync(p, bytes).unwrap();
-            DevBuf(p)
-        }
+    pub fn from_host(bytes: &[u8]) -> DevBuf {
+        let mut p = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        let st = unsafe { (api().alloc_device)(0, bytes.len().max(1), &mut p) };
+        assert_eq!(st, ET_CUDA_STATUS_OK, "{}", last_error());
+        // SAFETY: `p` has bytes.len() device bytes; a null handle makes a blocking copy.
+        let st = unsafe { (api().memcpy)(std::ptr::null(), p, bytes.as_ptr().cast(), bytes.len()) };
+        assert_eq!(st, ET_CUDA_STATUS_OK, "{}", last_error());
+        DevBuf(p)
     }
-    fn ptr(&self) -> *mut c_void {
-        self.0 as *mut c_void
+    pub fn ptr(&self) -> *mut c_void {
+        self.0
     }
 }
 impl Drop for DevBuf {
     fn drop(&mut self) {
-        let d = executorch_cuda::cuda::device(0).unwrap();
-        let _g = executorch_cuda::cuda::ContextGuard::device(&d).unwrap();
-        // SAFETY: allocated by malloc_sync above, freed once.
-        unsafe { result::free_sync(self.0).unwrap() };
+        // SAFETY: allocated by et_cuda_alloc_device above, freed once.
+        let st = unsafe { (api().free_device)(self.0) };
+        assert_eq!(st, ET_CUDA_STATUS_OK, "{}", last_error());
     }
+}
+
+/// Panic with a clear message when an ignored GPU test runs without a GPU.
+fn require_gpu(test: &str) {
+    assert!(gpus_or_skip(test).is_some(), "{test} needs a CUDA device");
 }
 
 /// The case's inputs copied to device memory (kept alive by the returned buffers), their
@@ -63,7 +70,7 @@ fn to_host(dev: *const c_void, n: usize) -> Vec<u8> {
     let mut v = vec![0u8; n];
     // SAFETY: n bytes at both; null handle = blocking copy.
     let st = unsafe { (api().memcpy)(std::ptr::null(), v.as_mut_ptr().cast(), dev, n) };
-    assert_eq!(st, executorch_cuda::EtCudaStatus::Ok, "{}", last_error());
+    assert_eq!(st, ET_CUDA_STATUS_OK, "{}", last_error());
     v
 }
 
@@ -123,10 +130,9 @@ fn run_case(h: &Handle, case: &Case, device_inputs: bool, placement: i32) -> Vec
 }
 
 #[test]
+#[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
 fn fixtures_match_reference_host_and_device_io() {
-    if gpus_or_skip("fixtures_match_reference_host_and_device_io").is_none() {
-        return;
-    }
+    require_gpu("fixtures_match_reference_host_and_device_io");
     let mut failures = Vec::new();
     let only = std::env::var("ET_CUDA_ONLY").ok();
     for fx in FIXTURES
@@ -134,7 +140,7 @@ fn fixtures_match_reference_host_and_device_io() {
         .copied()
         .filter(|f| only.as_deref().is_none_or(|o| o == *f))
     {
-        let h = Handle::load(fx, 0, false, EtCudaExecMode::Default)
+        let h = Handle::load(fx, 0, false, ET_CUDA_EXEC_MODE_DEFAULT)
             .unwrap_or_else(|e| panic!("{fx}: {e:?}"));
         for (ci, case) in cases(fx, "forward").iter().enumerate() {
             for (label, dev_in, placement) in [
@@ -160,12 +166,11 @@ fn fixtures_match_reference_host_and_device_io() {
 }
 
 #[test]
+#[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
 fn host_waits_zero_on_device_path_one_on_host_outputs() {
-    if gpus_or_skip("host_waits_zero_on_device_path_one_on_host_outputs").is_none() {
-        return;
-    }
+    require_gpu("host_waits_zero_on_device_path_one_on_host_outputs");
     for fx in FIXTURES {
-        let h = Handle::load(fx, 0, false, EtCudaExecMode::Default).unwrap();
+        let h = Handle::load(fx, 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
         let case = &cases(fx, "forward")[0];
         // Warm-up (first run may fold constants and load kernels).
         run_case(&h, case, true, DEVICE);
@@ -225,10 +230,9 @@ fn host_waits_zero_on_device_path_one_on_host_outputs() {
 }
 
 #[test]
+#[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
 fn init_execute_destroy_cycles() {
-    if gpus_or_skip("init_execute_destroy_cycles").is_none() {
-        return;
-    }
+    require_gpu("init_execute_destroy_cycles");
     let cycles: usize = std::env::var("ET_CUDA_CYCLES")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -239,12 +243,12 @@ fn init_execute_destroy_cycles() {
     let mut first_free = 0usize;
     let mut first_rss = 0u64;
     for c in 0..cycles {
-        let h = Handle::load(fx, 0, false, EtCudaExecMode::Default).unwrap();
+        let h = Handle::load(fx, 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
         let out = run_case(&h, case, false, COPY);
         assert!(compare("float32", &out[0], &case.outputs[0].bytes).1);
         drop(h);
         let s = stats(std::ptr::null());
-        let (free, total) = executorch_cuda::cuda::mem_info(0).unwrap();
+        let (free, total) = executorch_cuda::mem_info(0).unwrap();
         let rss = rss_bytes();
         if c == 0 {
             first_free = free;
@@ -296,8 +300,12 @@ LOOP:
 
 fn launch_spin(stream: *mut c_void, ns: u64) {
     use cudarc::driver::sys;
-    let d = executorch_cuda::cuda::device(0).unwrap();
-    let _g = executorch_cuda::cuda::ContextGuard::device(&d).unwrap();
+    // SAFETY: the device's primary context (the one the library uses), retained for the process.
+    unsafe {
+        let dev = result::device::get(0).unwrap();
+        let ctx = result::primary_ctx::retain(dev).unwrap();
+        result::ctx::set_current(ctx).unwrap();
+    }
     static FUNC: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let f = *FUNC.get_or_init(|| {
         let ptx = std::ffi::CString::new(SPIN_PTX).unwrap();
@@ -330,35 +338,28 @@ fn launch_spin(stream: *mut c_void, ns: u64) {
 }
 
 #[test]
+#[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
 fn execute_does_not_wait_for_queued_gpu_work() {
-    if gpus_or_skip("execute_does_not_wait_for_queued_gpu_work").is_none() {
-        return;
-    }
+    require_gpu("execute_does_not_wait_for_queued_gpu_work");
     let spin_ns: u64 = 50_000_000;
-    for mode in [EtCudaExecMode::Default, EtCudaExecMode::Upstream12] {
+    for mode in [ET_CUDA_EXEC_MODE_DEFAULT, ET_CUDA_EXEC_MODE_UPSTREAM12] {
         let fx = "mlp_f32";
         let h = Handle::load(fx, 0, false, mode).unwrap();
         let case = &cases(fx, "forward")[0];
         run_case(&h, case, true, DEVICE); // warm-up
         let (_dev_in, ins, mut outs) = device_io(case);
         // SAFETY: live handle.
-        assert_eq!(
-            unsafe { (api().synchronize)(h.0) },
-            executorch_cuda::EtCudaStatus::Ok
-        );
+        assert_eq!(unsafe { (api().synchronize)(h.0) }, ET_CUDA_STATUS_OK);
         launch_spin(h.stream(), spin_ns);
         let t0 = std::time::Instant::now();
         h.execute(&ins, &mut outs, DEVICE).unwrap();
         h.execute(&ins, &mut outs, DEVICE).unwrap();
         let host = t0.elapsed();
         // SAFETY: live handle.
-        assert_eq!(
-            unsafe { (api().synchronize)(h.0) },
-            executorch_cuda::EtCudaStatus::Ok
-        );
+        assert_eq!(unsafe { (api().synchronize)(h.0) }, ET_CUDA_STATUS_OK);
         let total = t0.elapsed();
-        println!("{mode:?}: 2 device-resident executes behind a {} ms kernel returned after {:.3} ms (stream drained after {:.3} ms)", spin_ns / 1_000_000, host.as_secs_f64() * 1e3, total.as_secs_f64() * 1e3);
-        if mode == EtCudaExecMode::Default {
+        println!("mode {mode}: 2 device-resident executes behind a {} ms kernel returned after {:.3} ms (stream drained after {:.3} ms)", spin_ns / 1_000_000, host.as_secs_f64() * 1e3, total.as_secs_f64() * 1e3);
+        if mode == ET_CUDA_EXEC_MODE_DEFAULT {
             assert!(
                 host.as_nanos() < (spin_ns / 5) as u128,
                 "execute waited for queued GPU work: {host:?}"
@@ -395,14 +396,13 @@ fn run_bytes(h: &Handle, case: &Case, input: &mut [u8]) -> Vec<u8> {
 }
 
 #[test]
+#[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
 fn threads_with_own_handles_match_single_threaded_bit_for_bit() {
-    if gpus_or_skip("threads_with_own_handles_match_single_threaded_bit_for_bit").is_none() {
-        return;
-    }
+    require_gpu("threads_with_own_handles_match_single_threaded_bit_for_bit");
     let fx = "mlp_f32";
     let case = cases(fx, "forward")[0].clone();
     let reference: Vec<Vec<u8>> = {
-        let h = Handle::load(fx, 0, false, EtCudaExecMode::Default).unwrap();
+        let h = Handle::load(fx, 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
         (0..8)
             .map(|k| run_bytes(&h, &case, &mut scaled_input(&case, k)))
             .collect()
@@ -413,7 +413,7 @@ fn threads_with_own_handles_match_single_threaded_bit_for_bit() {
             for (k, want) in reference.iter().enumerate() {
                 let case = &case;
                 sc.spawn(move || {
-                    let h = Handle::load(fx, 0, shared, EtCudaExecMode::Default).unwrap();
+                    let h = Handle::load(fx, 0, shared, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
                     let mut inp = scaled_input(case, k);
                     for it in 0..200 {
                         assert_eq!(
@@ -431,7 +431,7 @@ fn threads_with_own_handles_match_single_threaded_bit_for_bit() {
         );
     }
     // Two threads on one handle: serialized by the handle's lock.
-    let h = Handle::load(fx, 0, false, EtCudaExecMode::Default).unwrap();
+    let h = Handle::load(fx, 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
     let hp = h.0 as usize;
     std::thread::scope(|sc| {
         for (k, want) in reference.iter().enumerate().take(2) {
@@ -449,13 +449,12 @@ fn threads_with_own_handles_match_single_threaded_bit_for_bit() {
 }
 
 #[test]
+#[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
 fn two_programs_loaded_at_once_and_one_destroyed() {
-    if gpus_or_skip("two_programs_loaded_at_once_and_one_destroyed").is_none() {
-        return;
-    }
-    let a = Handle::load("mlp_f32", 0, false, EtCudaExecMode::Default).unwrap();
-    let b = Handle::load("conv_f32", 0, false, EtCudaExecMode::Default).unwrap();
-    let c = Handle::load("attn_bf16", 0, false, EtCudaExecMode::Default).unwrap();
+    require_gpu("two_programs_loaded_at_once_and_one_destroyed");
+    let a = Handle::load("mlp_f32", 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
+    let b = Handle::load("conv_f32", 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
+    let c = Handle::load("attn_bf16", 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
     for (h, fx) in [(&a, "mlp_f32"), (&b, "conv_f32"), (&c, "attn_bf16")] {
         let case = &cases(fx, "forward")[0];
         let out = run_case(h, case, false, COPY);
@@ -486,10 +485,9 @@ fn two_programs_loaded_at_once_and_one_destroyed() {
 }
 
 #[test]
+#[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
 fn fake_model_cycles_keep_rss_and_device_memory_flat() {
-    if gpus_or_skip("fake_model_cycles_keep_rss_and_device_memory_flat").is_none() {
-        return;
-    }
+    require_gpu("fake_model_cycles_keep_rss_and_device_memory_flat");
     let Some(so) = c_shared_object(
         "fake_aoti",
         include_str!("../c_tests/fake_aoti.c"),
@@ -503,7 +501,8 @@ fn fake_model_cycles_keep_rss_and_device_memory_flat() {
     let base = stats(std::ptr::null());
     let (mut rss0, mut free0) = (0u64, 0usize);
     for c in 0..cycles {
-        let h = Handle::from_bytes(&so, &[0; 16], None, 0, false, EtCudaExecMode::Default).unwrap();
+        let h =
+            Handle::from_bytes(&so, &[0; 16], None, 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
         let src: Vec<u8> = (0..64).collect();
         let mut dst = vec![0u8; 64];
         let mut outs = [desc("float32", &[16], dst.as_mut_ptr().cast(), 64)];
@@ -519,11 +518,11 @@ fn fake_model_cycles_keep_rss_and_device_memory_flat() {
         assert_eq!(s.live_allocs, base.live_allocs, "cycle {c}");
         if c == 99 {
             rss0 = rss_bytes();
-            free0 = executorch_cuda::cuda::mem_info(0).unwrap().0;
+            free0 = executorch_cuda::mem_info(0).unwrap().0;
         }
     }
     let rss1 = rss_bytes();
-    let free1 = executorch_cuda::cuda::mem_info(0).unwrap().0;
+    let free1 = executorch_cuda::mem_info(0).unwrap().0;
     println!(
         "fake model, {cycles} init/execute/destroy cycles: own live allocs back to {} each cycle; from cycle 100 to {cycles}: RSS {:+} KiB, driver free memory {:+} KiB",
         base.live_allocs,

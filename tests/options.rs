@@ -1,7 +1,6 @@
 //! Backend options through the C API: round trips, wrong types, unknown keys.
 
-use executorch_cuda::ffi::api::*;
-use executorch_cuda::EtCudaStatus as S;
+use executorch_cuda::ffi::{api::*, options::*, types::*};
 use std::ffi::{CStr, CString};
 
 fn c(s: &str) -> CString {
@@ -10,7 +9,13 @@ fn c(s: &str) -> CString {
 
 #[test]
 fn option_round_trips_and_errors() {
-    assert_eq!(et_cuda_reset_options(), S::Ok);
+    // SAFETY: every pointer passed below is a live CString, a local buffer of the stated
+    // length, or deliberately null.
+    unsafe { round_trips_and_errors() }
+}
+
+unsafe fn round_trips_and_errors() {
+    assert_eq!(et_cuda_reset_options(), ET_CUDA_STATUS_OK);
     let (shared, skip, dev, mode) = (
         c("use_shared_cuda_stream"),
         c("skip_copy_output_to_cpu_for_method"),
@@ -20,117 +25,141 @@ fn option_round_trips_and_errors() {
     let mut b = false;
     let mut i = -1i64;
     let mut buf = [0 as std::ffi::c_char; 256];
-    assert_eq!(et_cuda_get_option_bool(shared.as_ptr(), &mut b), S::Ok);
+    assert_eq!(
+        et_cuda_get_option_bool(shared.as_ptr(), &mut b),
+        ET_CUDA_STATUS_OK
+    );
     assert!(!b);
-    assert_eq!(et_cuda_set_option_bool(shared.as_ptr(), true), S::Ok);
-    assert_eq!(et_cuda_get_option_bool(shared.as_ptr(), &mut b), S::Ok);
+    assert_eq!(
+        et_cuda_set_option_bool(shared.as_ptr(), true),
+        ET_CUDA_STATUS_OK
+    );
+    assert_eq!(
+        et_cuda_get_option_bool(shared.as_ptr(), &mut b),
+        ET_CUDA_STATUS_OK
+    );
     assert!(b);
     assert_eq!(
         et_cuda_set_option_str(skip.as_ptr(), c("encoder,decoder").as_ptr()),
-        S::Ok
+        ET_CUDA_STATUS_OK
     );
     assert_eq!(
         et_cuda_get_option_str(skip.as_ptr(), buf.as_mut_ptr(), buf.len()),
-        S::Ok
+        ET_CUDA_STATUS_OK
     );
-    // SAFETY: the library NUL-terminates within buf.
     assert_eq!(
+        // SAFETY: the library NUL-terminates within buf.
         unsafe { CStr::from_ptr(buf.as_ptr()) }.to_str().unwrap(),
         "encoder,decoder"
     );
-    assert_eq!(et_cuda_set_option_int(dev.as_ptr(), 3), S::Ok);
-    assert_eq!(et_cuda_get_option_int(dev.as_ptr(), &mut i), S::Ok);
+    assert_eq!(et_cuda_set_option_int(dev.as_ptr(), 3), ET_CUDA_STATUS_OK);
+    assert_eq!(
+        et_cuda_get_option_int(dev.as_ptr(), &mut i),
+        ET_CUDA_STATUS_OK
+    );
     assert_eq!(i, 3);
     assert_eq!(
         et_cuda_set_option_str(mode.as_ptr(), c("sync-always").as_ptr()),
-        S::Ok
+        ET_CUDA_STATUS_OK
     );
     assert_eq!(
         et_cuda_set_option_str(mode.as_ptr(), c("turbo").as_ptr()),
-        S::InvalidArgument
+        ET_CUDA_STATUS_INVALID_ARGUMENT
     );
     // Wrong types.
     assert_eq!(
         et_cuda_set_option_int(shared.as_ptr(), 1),
-        S::InvalidArgument
+        ET_CUDA_STATUS_INVALID_ARGUMENT
     );
-    assert!(executorch_cuda::error::last_error_message().contains("must be a bool"));
+    assert!(executorch_cuda::ffi::last_error_message().contains("must be a bool"));
     assert_eq!(
         et_cuda_set_option_bool(skip.as_ptr(), true),
-        S::InvalidArgument
+        ET_CUDA_STATUS_INVALID_ARGUMENT
     );
     assert_eq!(
         et_cuda_set_option_str(dev.as_ptr(), c("1").as_ptr()),
-        S::InvalidArgument
+        ET_CUDA_STATUS_INVALID_ARGUMENT
     );
-    assert_eq!(et_cuda_set_option_int(dev.as_ptr(), -2), S::InvalidArgument);
+    assert_eq!(
+        et_cuda_set_option_int(dev.as_ptr(), -2),
+        ET_CUDA_STATUS_INVALID_ARGUMENT
+    );
     assert_eq!(
         et_cuda_get_option_int(shared.as_ptr(), &mut i),
-        S::InvalidArgument
+        ET_CUDA_STATUS_INVALID_ARGUMENT
     );
     // Unknown keys: set is ignored, get says unknown.
     assert_eq!(
         et_cuda_set_option_bool(c("no_such_option").as_ptr(), true),
-        S::Ok
+        ET_CUDA_STATUS_OK
     );
     assert_eq!(
         et_cuda_get_option_bool(c("no_such_option").as_ptr(), &mut b),
-        S::UnknownOption
+        ET_CUDA_STATUS_UNKNOWN_OPTION
     );
     // Null arguments.
     assert_eq!(
         et_cuda_set_option_bool(std::ptr::null(), true),
-        S::InvalidArgument
+        ET_CUDA_STATUS_INVALID_ARGUMENT
     );
     assert_eq!(
         et_cuda_get_option_bool(shared.as_ptr(), std::ptr::null_mut()),
-        S::InvalidArgument
+        ET_CUDA_STATUS_INVALID_ARGUMENT
     );
     assert_eq!(
         et_cuda_get_option_str(skip.as_ptr(), buf.as_mut_ptr(), 0),
-        S::InvalidArgument
+        ET_CUDA_STATUS_INVALID_ARGUMENT
     );
     // Truncation to the buffer.
     let mut small = [0 as std::ffi::c_char; 4];
     assert_eq!(
         et_cuda_get_option_str(skip.as_ptr(), small.as_mut_ptr(), small.len()),
-        S::Ok
+        ET_CUDA_STATUS_OK
     );
-    // SAFETY: NUL-terminated within small.
     assert_eq!(
+        // SAFETY: NUL-terminated within small.
         unsafe { CStr::from_ptr(small.as_ptr()) }.to_str().unwrap(),
         "enc"
     );
     let long = "x".repeat(300);
     assert_eq!(
         et_cuda_set_option_str(skip.as_ptr(), c(&long).as_ptr()),
-        S::InvalidArgument
+        ET_CUDA_STATUS_INVALID_ARGUMENT
     );
-    assert_eq!(et_cuda_reset_options(), S::Ok);
+    assert_eq!(et_cuda_reset_options(), ET_CUDA_STATUS_OK);
 }
 
 #[test]
 fn c_api_rejects_null_and_reports_no_device() {
+    // SAFETY: every pointer passed below is a local or deliberately null.
+    unsafe { rejects_null_and_reports_no_device() }
+}
+
+unsafe fn rejects_null_and_reports_no_device() {
     let mut h = std::ptr::null_mut();
-    assert_eq!(et_cuda_init(std::ptr::null(), &mut h), S::InvalidArgument);
-    assert_eq!(et_cuda_destroy(std::ptr::null_mut()), S::Ok);
+    assert_eq!(
+        et_cuda_init(std::ptr::null(), &mut h),
+        ET_CUDA_STATUS_INVALID_ARGUMENT
+    );
+    assert_eq!(et_cuda_destroy(std::ptr::null_mut()), ET_CUDA_STATUS_OK);
     let mut n = 0usize;
     assert_eq!(
         et_cuda_num_inputs(std::ptr::null(), &mut n),
-        S::InvalidArgument
+        ET_CUDA_STATUS_INVALID_ARGUMENT
     );
     // SAFETY: static string.
     let msg = unsafe { CStr::from_ptr(et_cuda_last_error()) }
         .to_string_lossy()
         .into_owned();
     assert!(msg.contains("handle is null"), "{msg}");
+    // SAFETY: a static string.
     assert!(!unsafe { CStr::from_ptr(et_cuda_version()) }
         .to_bytes()
         .is_empty());
     let mut count = 0;
     match et_cuda_device_count(&mut count) {
-        S::Ok => assert!(count >= 0),
-        S::NoDevice => {
+        ET_CUDA_STATUS_OK => assert!(count >= 0),
+        ET_CUDA_STATUS_NO_DEVICE => {
             // SAFETY: valid until the next call.
             let m = unsafe { CStr::from_ptr(et_cuda_last_error()) }
                 .to_string_lossy()

@@ -3,7 +3,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(info) = executorch_cuda::aoti::elf::validate(data) {
-        assert!(info.loadable_segments > 0 && info.has_dynamic);
+    if let Ok((loadable, dynamic)) = executorch_cuda::fuzzing::elf_validate(data) {
+        assert!(loadable > 0 && dynamic);
     }
 });

@@ -1,6 +1,6 @@
 //! Option keys and values as the adapter passes them, plus `<sha256>_so_blob` keys.
 #![no_main]
-use executorch_cuda::ffi::api::*;
+use executorch_cuda::ffi::options::*;
 use libfuzzer_sys::fuzz_target;
 use std::ffi::CString;
 
@@ -15,6 +15,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let Ok(k) = CString::new(key) else { return };
     let value = &data[1..];
+    // SAFETY: every pointer is a live CString or a local buffer of the stated length.
+    unsafe { fuzz_options(&k, value) };
+});
+
+unsafe fn fuzz_options(k: &CString, value: &[u8]) {
     let _ = et_cuda_set_option_bool(k.as_ptr(), value.first().is_some_and(|b| b & 1 == 1));
     let _ = et_cuda_set_option_int(k.as_ptr(), i64::from_le_bytes(value.iter().copied().chain(std::iter::repeat(0)).take(8).collect::<Vec<_>>().try_into().unwrap_or([0; 8])));
     let nul_free: Vec<u8> = value.iter().copied().filter(|b| *b != 0).collect();
@@ -27,7 +32,6 @@ fuzz_target!(|data: &[u8]| {
     let _ = et_cuda_get_option_bool(k.as_ptr(), &mut b);
     let _ = et_cuda_get_option_int(k.as_ptr(), &mut i);
     let _ = et_cuda_get_option_str(k.as_ptr(), buf.as_mut_ptr(), (value.len() % 64) + 1);
-    let o = executorch_cuda::options::current();
-    let _ = o.skip_copy_for(&String::from_utf8_lossy(value));
+    let _ = executorch_cuda::fuzzing::skip_copy_for(&String::from_utf8_lossy(value));
     let _ = et_cuda_reset_options();
-});
+}

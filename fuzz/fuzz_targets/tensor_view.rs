@@ -2,7 +2,7 @@
 //! through the tensor model and the CPU shim functions that build views.
 #![no_main]
 use executorch_cuda::ffi::shim::*;
-use executorch_cuda::tensor::{self, Device, Tensor};
+use executorch_cuda::fuzzing as tensor;
 use libfuzzer_sys::fuzz_target;
 
 fn dims(b: &[u8], n: usize) -> Vec<i64> {
@@ -32,13 +32,13 @@ fuzz_target!(|data: &[u8]| {
     let _ = tensor::checked_numel(&sizes);
     let _ = tensor::is_contiguous(&sizes, &strides);
     // A small real storage, and views of it described by the fuzzer.
-    let Ok(base) = Tensor::empty_strided(vec![64], vec![1], tensor::dtype::FLOAT32, Device::Cpu) else {
-        return;
-    };
-    let h = Box::into_raw(Box::new(base));
+    let mut h = std::ptr::null_mut();
     let mut v = std::ptr::null_mut();
     // SAFETY: arrays of `nd` elements; handles made here and deleted once.
     unsafe {
+        if aoti_torch_empty_strided(1, [64].as_ptr(), [1].as_ptr(), 6, 0, 0, &mut h) != 0 {
+            return;
+        }
         // Element loops are bounded by the harness (expanded views of 2^40 elements are valid
         // and would only make the fuzzer slow).
         let small = tensor::checked_numel(&sizes).is_ok_and(|n| n <= 1 << 16);

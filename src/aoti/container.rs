@@ -1,8 +1,8 @@
-//! The AOTInductor model container of one loaded method.
+//! The AOTInductor model container of one loaded method: its C entry points
+//! (`torch/csrc/inductor/aoti_runtime/interface.h`), resolved from the `.so`.
 
-use super::Library;
+use super::{AtenTensorHandle, Library};
 use crate::error::{Error, Result};
-use crate::ffi::shim::AtenTensorHandle;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::Arc;
 
@@ -11,7 +11,7 @@ type CreateWithDeviceFn =
     unsafe extern "C" fn(*mut ContainerHandle, usize, *const c_char, *const c_char) -> i32;
 type DeleteFn = unsafe extern "C" fn(ContainerHandle) -> i32;
 type GetCountFn = unsafe extern "C" fn(ContainerHandle, *mut usize) -> i32;
-pub type RunFn = unsafe extern "C" fn(
+type RunFn = unsafe extern "C" fn(
     ContainerHandle,
     *mut AtenTensorHandle,
     usize,
@@ -23,6 +23,38 @@ pub type RunFn = unsafe extern "C" fn(
 type UpdateFromBlobFn = unsafe extern "C" fn(ContainerHandle, *const u8) -> i32;
 type BlobSizeFn = unsafe extern "C" fn(ContainerHandle, *mut u64) -> i32;
 type GetLastErrorFn = unsafe extern "C" fn(*mut *const c_char) -> i32;
+type ConstStrFn = unsafe extern "C" fn(ContainerHandle, usize, *mut *const c_char) -> i32;
+type ConstBoolFn = unsafe extern "C" fn(ContainerHandle, usize, *mut bool) -> i32;
+type ConstI32Fn = unsafe extern "C" fn(ContainerHandle, usize, *mut i32) -> i32;
+type ConstSizeFn = unsafe extern "C" fn(ContainerHandle, usize, *mut usize) -> i32;
+type UpdatePairsFn =
+    unsafe extern "C" fn(ContainerHandle, *const ConstantMapEntry, usize, bool, bool) -> i32;
+
+/// `AOTInductorConstantMapEntry`: one (name, tensor) pair.
+#[repr(C)]
+pub(crate) struct ConstantMapEntry {
+    pub(crate) name: *const c_char,
+    pub(crate) handle: AtenTensorHandle,
+}
+
+/// Kinds of constants (`ConstantType` in AOTI's `constant_type.h`).
+pub(crate) mod constant_type {
+    /// A registered buffer: possibly mutated in place (a KV cache).
+    pub const BUFFER: i32 = 2;
+}
+
+/// The constant-management entry points (all present in PyTorch ≥ 2.6 `.so` files).
+#[derive(Debug, Clone, Copy)]
+struct ConstantsApi {
+    num: GetCountFn,
+    name: ConstStrFn,
+    original_fqn: ConstStrFn,
+    from_folded: ConstBoolFn,
+    kind: ConstI32Fn,
+    dtype: ConstI32Fn,
+    data_size: ConstSizeFn,
+    update_user_managed_pairs: UpdatePairsFn,
+}
 
 /// The container's entry points, resolved from the `.so`.
 #[derive(Debug, Clone, Copy)]
@@ -36,6 +68,7 @@ struct Api {
     update_constants_from_blob: Option<UpdateFromBlobFn>,
     constants_blob_size: Option<BlobSizeFn>,
     last_error: Option<GetLastErrorFn>,
+    constants: Option<ConstantsApi>,
 }
 
 fn required(lib: &Library, name: &str) -> Result<*mut c_void> {
@@ -46,68 +79,135 @@ fn required(lib: &Library, name: &str) -> Result<*mut c_void> {
     })
 }
 
+/// Resolve `name` as a function of type `F`.
+///
+/// # Safety
+/// The symbol, when present, must be a function of signature `F`.
+unsafe fn optional<F: Copy>(lib: &Library, name: &str) -> Option<F> {
+    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
+    // SAFETY: per the contract, the symbol is a function pointer of type F (same size checked).
+    lib.symbol(name)
+        .map(|p| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+}
+
+/// Resolve a required function.
+///
+/// # Safety
+/// As for [`optional`].
+unsafe fn needed<F: Copy>(lib: &Library, name: &str) -> Result<F> {
+    let p = required(lib, name)?;
+    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
+    // SAFETY: per the contract (same size checked).
+    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+}
+
 impl Api {
     fn resolve(lib: &Library) -> Result<Api> {
-        // SAFETY: each symbol is a function of the declared AOTInductor C signature
-        // (torch/csrc/inductor/aoti_runtime/interface.h).
+        // SAFETY: each name is resolved to the signature AOTInductor's interface.h declares.
         unsafe {
+            let constants = (|| {
+                Some(ConstantsApi {
+                    num: optional(lib, "AOTInductorModelContainerGetNumConstants")?,
+                    name: optional(lib, "AOTInductorModelContainerGetConstantName")?,
+                    original_fqn: optional(lib, "AOTInductorModelContainerGetConstantOriginalFQN")?,
+                    from_folded: optional(lib, "AOTInductorModelContainerGetConstantFromFolded")?,
+                    kind: optional(lib, "AOTInductorModelContainerGetConstantType")?,
+                    dtype: optional(lib, "AOTInductorModelContainerGetConstantDtype")?,
+                    data_size: optional(lib, "AOTInductorModelContainerGetConstantDataSize")?,
+                    update_user_managed_pairs: optional(
+                        lib,
+                        "AOTInductorModelContainerUpdateUserManagedConstantBufferPairs",
+                    )?,
+                })
+            })();
             Ok(Api {
-                create_with_device: std::mem::transmute::<*mut c_void, CreateWithDeviceFn>(
-                    required(lib, "AOTInductorModelContainerCreateWithDevice")?,
+                create_with_device: needed(lib, "AOTInductorModelContainerCreateWithDevice")?,
+                delete: needed(lib, "AOTInductorModelContainerDelete")?,
+                num_inputs: needed(lib, "AOTInductorModelContainerGetNumInputs")?,
+                num_outputs: needed(lib, "AOTInductorModelContainerGetNumOutputs")?,
+                run: needed(lib, "AOTInductorModelContainerRun")?,
+                run_single_threaded: optional(lib, "AOTInductorModelContainerRunSingleThreaded"),
+                update_constants_from_blob: optional(
+                    lib,
+                    "AOTInductorModelUpdateConstantsFromBlob",
                 ),
-                delete: std::mem::transmute::<*mut c_void, DeleteFn>(required(
-                    lib,
-                    "AOTInductorModelContainerDelete",
-                )?),
-                num_inputs: std::mem::transmute::<*mut c_void, GetCountFn>(required(
-                    lib,
-                    "AOTInductorModelContainerGetNumInputs",
-                )?),
-                num_outputs: std::mem::transmute::<*mut c_void, GetCountFn>(required(
-                    lib,
-                    "AOTInductorModelContainerGetNumOutputs",
-                )?),
-                run: std::mem::transmute::<*mut c_void, RunFn>(required(
-                    lib,
-                    "AOTInductorModelContainerRun",
-                )?),
-                run_single_threaded: lib
-                    .symbol("AOTInductorModelContainerRunSingleThreaded")
-                    .map(|p| std::mem::transmute::<*mut c_void, RunFn>(p)),
-                update_constants_from_blob: lib
-                    .symbol("AOTInductorModelUpdateConstantsFromBlob")
-                    .map(|p| std::mem::transmute::<*mut c_void, UpdateFromBlobFn>(p)),
-                constants_blob_size: lib
-                    .symbol("AOTInductorModelContainerGetConstantsBlobSize")
-                    .map(|p| std::mem::transmute::<*mut c_void, BlobSizeFn>(p)),
-                last_error: lib
-                    .symbol("AOTInductorGetLastError")
-                    .map(|p| std::mem::transmute::<*mut c_void, GetLastErrorFn>(p)),
+                constants_blob_size: optional(lib, "AOTInductorModelContainerGetConstantsBlobSize"),
+                last_error: optional(lib, "AOTInductorGetLastError"),
+                constants,
             })
         }
     }
 }
 
+/// What the container says about one of its constants.
+#[derive(Debug, Clone)]
+pub(crate) struct ConstantInfo {
+    pub(crate) name: String,
+    pub(crate) original_fqn: String,
+    pub(crate) from_folded: bool,
+    pub(crate) kind: i32,
+    pub(crate) dtype: i32,
+    pub(crate) data_size: usize,
+}
+
+thread_local! {
+    /// Tensors the generated code creates over its constant blob while loading weights
+    /// (see [`Container::load_weights_recording`]).
+    static RECORDED: std::cell::RefCell<Option<Vec<crate::tensor::Tensor>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Called by the tensor-from-blob shims: while a container loads its weights with
+/// recording on, every tensor it creates is one constant, in the container's order.
+pub(crate) fn record_constant(t: &crate::tensor::Tensor) {
+    RECORDED.with(|r| {
+        if let Some(v) = r.borrow_mut().as_mut() {
+            v.push(t.clone());
+        }
+    });
+}
+
+/// Stops recording when dropped (also on an error path).
+struct Recording;
+
+impl Recording {
+    fn start() -> Recording {
+        RECORDED.with(|r| *r.borrow_mut() = Some(Vec::new()));
+        Recording
+    }
+    fn take(&self) -> Vec<crate::tensor::Tensor> {
+        RECORDED.with(|r| r.borrow_mut().take().unwrap_or_default())
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        RECORDED.with(|r| *r.borrow_mut() = None);
+    }
+}
+
 /// One model container (one model instance) on one device.
 #[derive(Debug)]
-pub struct Container {
+pub(crate) struct Container {
     handle: ContainerHandle,
     api: Api,
-    pub num_inputs: usize,
-    pub num_outputs: usize,
+    pub(crate) num_inputs: usize,
+    pub(crate) num_outputs: usize,
+    device: i32,
     _lib: Arc<Library>,
 }
 
-// SAFETY: the container is only used under the owning handle's lock.
+// SAFETY: the container is only used under its owners' locks (one run at a time).
 unsafe impl Send for Container {}
 // SAFETY: as above.
 unsafe impl Sync for Container {}
 
 impl Container {
     /// Create the container for `cuda:<device>` (the device's context must be current).
-    pub fn create(lib: Arc<Library>, device: i32) -> Result<Container> {
+    pub(crate) fn create(lib: Arc<Library>, device: i32) -> Result<Container> {
         let api = Api::resolve(&lib)?;
-        let dev = CString::new(format!("cuda:{device}")).unwrap_or_default();
+        let dev = CString::new(format!("cuda:{device}"))
+            .map_err(|_| Error::Internal("device string".into()))?;
         let mut handle: ContainerHandle = std::ptr::null_mut();
         // SAFETY: valid out-pointer and device string; the .so catches its own exceptions.
         let rc =
@@ -123,19 +223,17 @@ impl Container {
             api,
             num_inputs: 0,
             num_outputs: 0,
+            device,
             _lib: lib,
         };
-        // SAFETY: live container; out-pointers to fields.
-        unsafe {
-            c.num_inputs = c.count(c.api.num_inputs, "GetNumInputs")?;
-            c.num_outputs = c.count(c.api.num_outputs, "GetNumOutputs")?;
-        }
+        c.num_inputs = c.count(c.api.num_inputs, "GetNumInputs")?;
+        c.num_outputs = c.count(c.api.num_outputs, "GetNumOutputs")?;
         Ok(c)
     }
 
-    unsafe fn count(&self, f: GetCountFn, what: &str) -> Result<usize> {
+    fn count(&self, f: GetCountFn, what: &str) -> Result<usize> {
         let mut n = 0usize;
-        // SAFETY: live container and out-pointer.
+        // SAFETY: live container and out-pointer; `f` has this signature.
         let rc = unsafe { f(self.handle, &mut n) };
         if rc != 0 {
             return Err(Error::LoadFailed(format!(
@@ -146,7 +244,7 @@ impl Container {
     }
 
     /// Bytes of weights the model expects, when the `.so` can say.
-    pub fn constants_blob_size(&self) -> Result<Option<u64>> {
+    pub(crate) fn constants_blob_size(&self) -> Result<Option<u64>> {
         let Some(f) = self.api.constants_blob_size else {
             return Ok(None);
         };
@@ -161,8 +259,9 @@ impl Container {
         Ok(Some(n))
     }
 
-    /// Load the weights (the size was checked by the caller: the function takes no length).
-    pub fn load_weights(&self, blob: &[u8]) -> Result<()> {
+    /// Load the weights. The caller checked the size against
+    /// [`Container::constants_blob_size`]: the function takes no length.
+    pub(crate) fn load_weights(&self, blob: &[u8]) -> Result<()> {
         let Some(f) = self.api.update_constants_from_blob else {
             if blob.is_empty() {
                 return Ok(());
@@ -171,6 +270,7 @@ impl Container {
                 "the .so cannot load a weights blob (no AOTInductorModelUpdateConstantsFromBlob; built with torch < 2.9?)".into(),
             ));
         };
+        let _ = crate::error::take_callback_failure();
         // SAFETY: live container; `blob` holds exactly the size the model declared.
         let rc = unsafe { f(self.handle, blob.as_ptr()) };
         if rc != 0 {
@@ -182,8 +282,121 @@ impl Container {
         Ok(())
     }
 
+    /// [`Container::load_weights`], returning the tensors the generated code made over its
+    /// constant blob: one per constant that is not folded, in the container's order.
+    pub(crate) fn load_weights_recording(&self, blob: &[u8]) -> Result<Vec<crate::tensor::Tensor>> {
+        let rec = Recording::start();
+        self.load_weights(blob)?;
+        Ok(rec.take())
+    }
+
+    /// Whether the constant-management entry points exist.
+    pub(crate) fn has_constants_api(&self) -> bool {
+        self.api.constants.is_some()
+    }
+
+    /// Every constant's metadata, in the container's order (the order of the weights blob).
+    pub(crate) fn constants(&self) -> Result<Vec<ConstantInfo>> {
+        let Some(c) = self.api.constants else {
+            return Err(Error::LoadFailed(
+                "the .so has no constant-management entry points".into(),
+            ));
+        };
+        let n = self.count(c.num, "GetNumConstants")?;
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            out.push(ConstantInfo {
+                name: self.const_str(c.name, i, "GetConstantName")?,
+                original_fqn: self.const_str(c.original_fqn, i, "GetConstantOriginalFQN")?,
+                from_folded: {
+                    let mut v = false;
+                    self.const_rc(
+                        // SAFETY: live container, index < n, out-pointer to a local.
+                        unsafe { (c.from_folded)(self.handle, i, &mut v) },
+                        "GetConstantFromFolded",
+                    )?;
+                    v
+                },
+                kind: {
+                    let mut v = 0i32;
+                    self.const_rc(
+                        // SAFETY: as above.
+                        unsafe { (c.kind)(self.handle, i, &mut v) },
+                        "GetConstantType",
+                    )?;
+                    v
+                },
+                dtype: {
+                    let mut v = 0i32;
+                    self.const_rc(
+                        // SAFETY: as above.
+                        unsafe { (c.dtype)(self.handle, i, &mut v) },
+                        "GetConstantDtype",
+                    )?;
+                    v
+                },
+                data_size: {
+                    let mut v = 0usize;
+                    self.const_rc(
+                        // SAFETY: as above.
+                        unsafe { (c.data_size)(self.handle, i, &mut v) },
+                        "GetConstantDataSize",
+                    )?;
+                    v
+                },
+            });
+        }
+        Ok(out)
+    }
+
+    fn const_rc(&self, rc: i32, what: &str) -> Result<()> {
+        if rc != 0 {
+            return Err(Error::LoadFailed(format!(
+                "AOTInductorModelContainer{what} failed (code {rc})"
+            )));
+        }
+        Ok(())
+    }
+
+    fn const_str(&self, f: ConstStrFn, i: usize, what: &str) -> Result<String> {
+        let mut p: *const c_char = std::ptr::null();
+        // SAFETY: live container, valid index, out-pointer to a local.
+        self.const_rc(unsafe { f(self.handle, i, &mut p) }, what)?;
+        if p.is_null() {
+            return Ok(String::new());
+        }
+        // SAFETY: a NUL-terminated string owned by the container.
+        Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    }
+
+    /// Point the container's constants at tensors the caller keeps alive
+    /// (`UpdateUserManagedConstantBufferPairs` on the active buffer).
+    ///
+    /// # Safety
+    /// Every handle must stay alive, and its memory valid, until the
+    /// container is deleted or the constants are replaced.
+    pub(crate) unsafe fn use_constants(&self, pairs: &[ConstantMapEntry]) -> Result<()> {
+        let Some(c) = self.api.constants else {
+            return Err(Error::LoadFailed(
+                "the .so has no constant-management entry points".into(),
+            ));
+        };
+        // SAFETY: live container; `pairs` is a valid array whose handles outlive the container
+        // (the caller's contract); use_inactive = false, validate_full_update = false.
+        let rc = unsafe {
+            (c.update_user_managed_pairs)(self.handle, pairs.as_ptr(), pairs.len(), false, false)
+        };
+        if rc != 0 {
+            return Err(Error::LoadFailed(format!(
+                "AOTInductorModelContainerUpdateUserManagedConstantBufferPairs failed (code {rc}){}",
+                last_error_suffix(&self.api)
+            )));
+        }
+        Ok(())
+    }
+
     /// Whether the single-threaded run entry point exists.
-    pub fn has_single_threaded(&self) -> bool {
+    pub(crate) fn has_single_threaded(&self) -> bool {
         self.api.run_single_threaded.is_some()
     }
 
@@ -193,7 +406,7 @@ impl Container {
     /// # Safety
     /// `inputs` must hold `num_inputs` live handles and `outputs` `num_outputs` slots; `stream`
     /// must be a live stream of the container's device.
-    pub unsafe fn run(
+    pub(crate) unsafe fn run(
         &self,
         single_threaded: bool,
         inputs: &mut [AtenTensorHandle],
@@ -204,6 +417,7 @@ impl Container {
             (true, Some(f)) => f,
             _ => self.api.run,
         };
+        let _ = crate::error::take_callback_failure();
         // SAFETY: forwarded contract; the .so catches its own exceptions.
         let rc = unsafe {
             f(
@@ -226,6 +440,7 @@ impl Container {
     }
 }
 
+/// The `.so`'s own last error and the first shim failure seen during the call.
 fn last_error_suffix(api: &Api) -> String {
     let mut parts = Vec::new();
     if let Some(f) = api.last_error {
@@ -239,9 +454,8 @@ fn last_error_suffix(api: &Api) -> String {
             }
         }
     }
-    let shim = crate::error::last_error_message();
-    if !shim.is_empty() {
-        parts.push(format!("last shim error: {shim}"));
+    if let Some(shim) = crate::error::take_callback_failure() {
+        parts.push(format!("first shim failure: {shim}"));
     }
     if parts.is_empty() {
         String::new()
@@ -252,6 +466,10 @@ fn last_error_suffix(api: &Api) -> String {
 
 impl Drop for Container {
     fn drop(&mut self) {
+        // The container frees its constants with the CUDA runtime, which needs the device's
+        // context current on this thread.
+        let _ctx = crate::cuda::device(self.device)
+            .and_then(|d| crate::cuda::ContextGuard::device(&d).map(|g| (d, g)));
         // SAFETY: the container is live and deleted once; each distinct .so stays loaded
         // for the life of the process, so its code and globals outlive every container.
         let rc = unsafe { (self.api.delete)(self.handle) };

@@ -20,12 +20,11 @@ const HOST_MACHINE: (u16, &str) = (0, "this architecture");
 
 /// What validation learned about the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ElfInfo {
-    pub machine: u16,
-    pub loadable_segments: usize,
-    pub has_dynamic: bool,
+pub(crate) struct ElfInfo {
+    pub(crate) loadable_segments: usize,
+    pub(crate) has_dynamic: bool,
     /// `PT_GNU_STACK` asks for an executable stack (newer C libraries refuse to open such files).
-    pub wants_exec_stack: bool,
+    pub(crate) wants_exec_stack: bool,
 }
 
 fn bad(msg: impl Into<String>) -> Error {
@@ -69,7 +68,7 @@ fn range_inside(len: usize, off: u64, size: u64, what: &str) -> Result<()> {
 }
 
 /// Validate a 64-bit little-endian shared object for this machine.
-pub fn validate(b: &[u8]) -> Result<ElfInfo> {
+pub(crate) fn validate(b: &[u8]) -> Result<ElfInfo> {
     if b.is_empty() {
         return Err(bad("the blob is empty"));
     }
@@ -121,7 +120,6 @@ pub fn validate(b: &[u8]) -> Result<ElfInfo> {
         )?;
     }
     let mut info = ElfInfo {
-        machine,
         loadable_segments: 0,
         has_dynamic: false,
         wants_exec_stack: false,

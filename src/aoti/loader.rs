@@ -14,6 +14,7 @@
 //! never unmap it. So one copy per distinct `.so` (keyed by SHA-256) is
 //! kept for the life of the process and reused by later handles.
 
+use super::elf::ElfInfo;
 use crate::error::{Error, Result};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -22,9 +23,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 /// An opened `.so` (never closed; see the module docs).
 #[derive(Debug)]
-pub struct Library {
+pub(crate) struct Library {
     handle: *mut c_void,
-    pub sha256: [u8; 32],
 }
 
 // SAFETY: a dlopen handle may be used from any thread.
@@ -34,7 +34,7 @@ unsafe impl Sync for Library {}
 
 impl Library {
     /// Look up a symbol; `None` when absent.
-    pub fn symbol(&self, name: &str) -> Option<*mut c_void> {
+    pub(crate) fn symbol(&self, name: &str) -> Option<*mut c_void> {
         let c = CString::new(name).ok()?;
         // SAFETY: a live handle and a NUL-terminated name.
         let p = unsafe { libc::dlsym(self.handle, c.as_ptr()) };
@@ -53,12 +53,12 @@ fn dlerror() -> String {
 }
 
 /// Environment variable naming the CUDA runtime library to use.
-pub const CUDART_ENV: &str = "ET_CUDA_CUDART";
+pub(crate) const CUDART_ENV: &str = "ET_CUDA_CUDART";
 
 static RUNTIME_READY: OnceLock<std::result::Result<(), String>> = OnceLock::new();
 
 /// Make `libcudart` and this library resolvable from the global scope (once).
-pub fn prepare_process() -> Result<()> {
+pub(crate) fn prepare_process() -> Result<()> {
     RUNTIME_READY
         .get_or_init(|| {
             load_cudart()?;
@@ -114,8 +114,12 @@ fn load_cxx_runtime() {
     }
 }
 
+/// The shim symbol whose presence in the global scope proves the `.so` can link.
+const PROBE_SYMBOL: &CStr = c"aoti_torch_empty_strided";
+
 fn promote_self() -> std::result::Result<(), String> {
-    let probe = crate::ffi::shim::aoti_torch_empty_strided as *const c_void;
+    // Any address inside this library names it for dladdr.
+    let probe = promote_self as *const c_void;
     // SAFETY: all-zero Dl_info is valid; dladdr fills it.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
     // SAFETY: probe is an address inside this library.
@@ -133,9 +137,8 @@ fn promote_self() -> std::result::Result<(), String> {
         }
     }
     // Linked statically into an executable: the symbols must be exported from it.
-    let name = c"aoti_torch_empty_strided";
     // SAFETY: RTLD_DEFAULT lookup of a NUL-terminated name.
-    if !unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) }.is_null() {
+    if !unsafe { libc::dlsym(libc::RTLD_DEFAULT, PROBE_SYMBOL.as_ptr()) }.is_null() {
         return Ok(());
     }
     Err("the aoti_torch_* shim symbols are not in the global scope: link libexecutorch_cuda.so, or export them from the executable (-rdynamic)".into())
@@ -143,46 +146,37 @@ fn promote_self() -> std::result::Result<(), String> {
 
 static CACHE: Mutex<Option<HashMap<[u8; 32], Arc<Library>>>> = Mutex::new(None);
 
-pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
     let mut h = Sha256::new();
     h.update(bytes);
     h.finalize().into()
 }
 
-pub fn hex(d: &[u8]) -> String {
+pub(crate) fn hex(d: &[u8]) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Open the validated `.so` bytes, or reuse the copy opened earlier.
-pub fn open(bytes: &[u8], digest: [u8; 32]) -> Result<Arc<Library>> {
+pub(crate) fn open(bytes: &[u8], digest: [u8; 32], info: &ElfInfo) -> Result<Arc<Library>> {
     prepare_process()?;
     let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
     let map = cache.get_or_insert_with(HashMap::new);
     if let Some(l) = map.get(&digest) {
         return Ok(l.clone());
     }
-    let handle = open_from_memory(bytes, &hex(&digest[..8]))?;
-    let lib = Arc::new(Library {
-        handle,
-        sha256: digest,
-    });
+    let handle = open_from_memory(bytes, &hex(&digest[..8]), info)?;
+    let lib = Arc::new(Library { handle });
     map.insert(digest, lib.clone());
     Ok(lib)
 }
 
-/// Number of distinct `.so` files opened so far (for tests and diagnostics).
-pub fn cached_libraries() -> usize {
-    let cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-    cache.as_ref().map_or(0, |m| m.len())
-}
-
-fn dlopen_path(path: &CStr) -> Result<*mut c_void> {
+fn dlopen_path(path: &CStr, info: &ElfInfo) -> Result<*mut c_void> {
     // SAFETY: NUL-terminated path of a file we just wrote.
     let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if h.is_null() {
         let e = dlerror();
-        let hint = if e.contains("executable stack") {
-            " (the .so asks for an executable stack, which this C library refuses)"
+        let hint = if info.wants_exec_stack {
+            " (the .so asks for an executable stack (PT_GNU_STACK), which some C libraries refuse)"
         } else if e.contains("GLIBC_") {
             " (the .so needs a newer C library than this machine has)"
         } else {
@@ -212,14 +206,16 @@ fn write_all(fd: i32, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn open_from_memory(bytes: &[u8], tag: &str) -> Result<*mut c_void> {
-    let name = CString::new(format!("aoti-{tag}.so")).unwrap_or_default();
+fn open_from_memory(bytes: &[u8], tag: &str, info: &ElfInfo) -> Result<*mut c_void> {
+    let name = CString::new(format!("aoti-{tag}.so"))
+        .map_err(|_| Error::LoadFailed("memfd name contains NUL".into()))?;
     // SAFETY: NUL-terminated name; flags are constants.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
     if fd >= 0 {
         let r = write_all(fd, bytes).and_then(|_| {
-            let path = CString::new(format!("/proc/self/fd/{fd}")).unwrap_or_default();
-            dlopen_path(&path)
+            let path = CString::new(format!("/proc/self/fd/{fd}"))
+                .map_err(|_| Error::LoadFailed("fd path contains NUL".into()))?;
+            dlopen_path(&path, info)
         });
         // The fd stays open for the life of the process (like the library itself): glibc
         // recognises loaded objects by path, and a closed fd number would be reused for the
@@ -230,11 +226,11 @@ fn open_from_memory(bytes: &[u8], tag: &str) -> Result<*mut c_void> {
         }
         return r;
     }
-    open_from_private_dir(bytes, tag)
+    open_from_private_dir(bytes, tag, info)
 }
 
 /// Fallback without memfd: a fresh 0700 directory from `mkdtemp`, removed right after `dlopen`.
-fn open_from_private_dir(bytes: &[u8], tag: &str) -> Result<*mut c_void> {
+fn open_from_private_dir(bytes: &[u8], tag: &str, info: &ElfInfo) -> Result<*mut c_void> {
     let base = std::env::temp_dir().join("et-cuda-XXXXXX");
     let mut tmpl = CString::new(base.to_string_lossy().into_owned())
         .map_err(|_| Error::LoadFailed("temporary directory path contains NUL".into()))?
@@ -254,7 +250,11 @@ fn open_from_private_dir(bytes: &[u8], tag: &str) -> Result<*mut c_void> {
     let path = format!("{dir}/aoti-{tag}.so");
     let r = std::fs::write(&path, bytes)
         .map_err(|e| Error::LoadFailed(format!("writing {path} failed: {e}")))
-        .and_then(|_| dlopen_path(&CString::new(path.clone()).unwrap_or_default()));
+        .and_then(|_| {
+            let c = CString::new(path.clone())
+                .map_err(|_| Error::LoadFailed("temporary path contains NUL".into()))?;
+            dlopen_path(&c, info)
+        });
     let _ = std::fs::remove_file(&path);
     let _ = std::fs::remove_dir(&dir);
     r
@@ -276,7 +276,8 @@ mod tests {
     fn memfd_open_reports_dlopen_errors() {
         // Valid-looking headers but nothing a loader can map: a clean error, no crash.
         let so = crate::aoti::elf::tests_support::tiny_so();
-        let e = open_from_memory(&so, "test").unwrap_err();
+        let info = crate::aoti::elf::validate(&so).unwrap();
+        let e = open_from_memory(&so, "test", &info).unwrap_err();
         assert!(matches!(e, Error::LoadFailed(_)), "{e}");
         assert!(e.to_string().contains("dlopen"), "{e}");
     }

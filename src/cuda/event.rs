@@ -7,7 +7,7 @@ use cudarc::driver::sys;
 use std::sync::Arc;
 
 #[derive(Debug)]
-pub struct Event {
+pub(crate) struct Event {
     raw: sys::CUevent,
     device: Arc<DeviceState>,
 }
@@ -18,11 +18,11 @@ unsafe impl Send for Event {}
 unsafe impl Sync for Event {}
 
 impl Event {
-    pub fn new(device: Arc<DeviceState>) -> Result<Event> {
+    pub(crate) fn new(device: Arc<DeviceState>) -> Result<Event> {
         let _g = ContextGuard::device(&device)?;
         let mut raw: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local; the device's context is current.
         check(
+            // SAFETY: out-pointer to a local; the device's context is current.
             unsafe {
                 sys::cuEventCreate(&mut raw, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
             },
@@ -32,7 +32,7 @@ impl Event {
     }
 
     /// Mark the current end of `stream`'s queued work.
-    pub fn record(&self, stream: sys::CUstream) -> Result<()> {
+    pub(crate) fn record(&self, stream: sys::CUstream) -> Result<()> {
         // SAFETY: live event and stream.
         check(
             unsafe { sys::cuEventRecord(self.raw, stream) },
@@ -41,7 +41,7 @@ impl Event {
     }
 
     /// Whether the work before the last `record` has finished (never blocks).
-    pub fn is_done(&self) -> Result<bool> {
+    pub(crate) fn is_done(&self) -> Result<bool> {
         // SAFETY: live event.
         match unsafe { sys::cuEventQuery(self.raw) } {
             sys::CUresult::CUDA_SUCCESS => Ok(true),
@@ -50,8 +50,17 @@ impl Event {
         }
     }
 
+    /// Make `stream` wait (on the device, not the host) for the work before the last `record`.
+    pub(crate) fn wait_on(&self, stream: sys::CUstream) -> Result<()> {
+        // SAFETY: live event and stream.
+        check(
+            unsafe { sys::cuStreamWaitEvent(stream, self.raw, 0) },
+            "cuStreamWaitEvent",
+        )
+    }
+
     /// Block until the recorded work finished (counted as a host wait).
-    pub fn synchronize(&self) -> Result<()> {
+    pub(crate) fn synchronize(&self) -> Result<()> {
         stats::record(StatEvent::HostWait);
         // SAFETY: live event.
         check(
@@ -65,7 +74,10 @@ impl Drop for Event {
     fn drop(&mut self) {
         if let Ok(_g) = ContextGuard::device(&self.device) {
             // SAFETY: owned event, destroyed once.
-            let _ = unsafe { sys::cuEventDestroy_v2(self.raw) };
+            let r = unsafe { sys::cuEventDestroy_v2(self.raw) };
+            if let Err(e) = check(r, "cuEventDestroy") {
+                log::warn!("{e}");
+            }
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::stats::{self, Counters, Event};
 use cudarc::driver::{result, sys};
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Create the library's memory pool on `ordinal` (its context is current).
@@ -41,30 +42,15 @@ pub(super) fn create_pool(ordinal: i32) -> Result<sys::CUmemoryPool> {
     Ok(pool)
 }
 
-/// Bytes the pool of `d` holds from the driver now.
-pub fn pool_reserved_bytes(d: &DeviceState) -> Result<u64> {
-    let mut v: u64 = 0;
-    // SAFETY: the attribute's value type is u64.
-    unsafe {
-        result::mem_pool::get_attribute(
-            d.pool,
-            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
-            (&mut v as *mut u64).cast(),
-        )
-    }
-    .map_err(|e| driver_error(e, "cuMemPoolGetAttribute"))?;
-    Ok(v)
-}
-
 /// Give the pool's unused memory back to the driver.
-pub fn trim_pool(d: &DeviceState) -> Result<()> {
+pub(crate) fn trim_pool(d: &DeviceState) -> Result<()> {
     // SAFETY: a live pool.
     unsafe { result::mem_pool::trim_to(d.pool, 0) }.map_err(|e| driver_error(e, "cuMemPoolTrimTo"))
 }
 
 /// Device memory from the pool, freed (stream-ordered) on the stream it was allocated on.
 #[derive(Debug)]
-pub struct DeviceAlloc {
+pub(crate) struct DeviceAlloc {
     ptr: sys::CUdeviceptr,
     nbytes: usize,
     device: Arc<DeviceState>,
@@ -72,6 +58,11 @@ pub struct DeviceAlloc {
     /// Keeps our stream alive until the free is queued.
     _stream: Option<Arc<CudaStream>>,
     owner: Option<Arc<Counters>>,
+    /// Made while this thread was capturing a graph: an allocation node of
+    /// that graph, not memory of the pool.
+    captured: bool,
+    /// A captured allocation whose graph was instantiated (see `adopt_by_graph`).
+    adopted: AtomicBool,
 }
 
 // SAFETY: a device address and driver handles, usable from any thread.
@@ -80,16 +71,21 @@ unsafe impl Send for DeviceAlloc {}
 unsafe impl Sync for DeviceAlloc {}
 
 impl DeviceAlloc {
-    pub fn ptr(&self) -> sys::CUdeviceptr {
+    pub(crate) fn ptr(&self) -> sys::CUdeviceptr {
         self.ptr
     }
-    pub fn nbytes(&self) -> usize {
-        self.nbytes
+    /// Mark an allocation made during a capture as belonging to the graph
+    /// that capture produced: its address stays valid across the graph's
+    /// launches, and dropping it frees it (stream-ordered) like pool memory.
+    /// Allocations of a capture that failed are never adopted, and dropping
+    /// them frees nothing (they never had memory).
+    pub(crate) fn adopt_by_graph(&self) {
+        self.adopted.store(true, Ordering::Relaxed);
     }
 }
 
 /// Allocate `nbytes` on `device`, ordered on `stream` (raw; `owner` keeps ours alive).
-pub fn alloc_on_stream(
+pub(crate) fn alloc_on_stream(
     device: Arc<DeviceState>,
     nbytes: usize,
     stream_raw: sys::CUstream,
@@ -116,11 +112,13 @@ pub fn alloc_on_stream(
         stream_raw,
         _stream: owner_stream,
         owner,
+        captured: super::graph::capturing(),
+        adopted: AtomicBool::new(false),
     })
 }
 
 /// Allocate on this thread's current stream for `ordinal`.
-pub fn alloc_on_current_stream(ordinal: i32, nbytes: usize) -> Result<DeviceAlloc> {
+pub(crate) fn alloc_on_current_stream(ordinal: i32, nbytes: usize) -> Result<DeviceAlloc> {
     let d = device(ordinal)?;
     let cur = stream::current(ordinal);
     alloc_on_stream(d, nbytes, cur.raw, cur.owner)
@@ -128,6 +126,12 @@ pub fn alloc_on_current_stream(ordinal: i32, nbytes: usize) -> Result<DeviceAllo
 
 impl Drop for DeviceAlloc {
     fn drop(&mut self) {
+        if self.captured && !self.adopted.load(Ordering::Relaxed) && !super::graph::capturing() {
+            // An allocation node of a capture that ended without adopting it (the capture
+            // failed and its graph was discarded): there is no memory to free.
+            stats::record_for(self.owner.as_ref(), Event::PoolFree(self.nbytes as u64));
+            return;
+        }
         match ContextGuard::device(&self.device) {
             Ok(_g) => {
                 // SAFETY: allocated from the pool on `stream_raw`, freed once, in stream order.
@@ -143,7 +147,7 @@ impl Drop for DeviceAlloc {
 
 /// Page-locked host memory (`cuMemHostAlloc`), used as staging for async copies.
 #[derive(Debug)]
-pub struct PinnedBuffer {
+pub(crate) struct PinnedBuffer {
     ptr: *mut u8,
     cap: usize,
     device: Arc<DeviceState>,
@@ -154,12 +158,12 @@ pub struct PinnedBuffer {
 unsafe impl Send for PinnedBuffer {}
 
 impl PinnedBuffer {
-    pub fn new(device: Arc<DeviceState>, cap: usize) -> Result<PinnedBuffer> {
+    pub(crate) fn new(device: Arc<DeviceState>, cap: usize) -> Result<PinnedBuffer> {
         let cap = cap.max(256).next_power_of_two();
         let _g = ContextGuard::device(&device)?;
         let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local.
         check(
+            // SAFETY: out-pointer to a local.
             unsafe { sys::cuMemHostAlloc(&mut p, cap, sys::CU_MEMHOSTALLOC_PORTABLE) },
             "cuMemHostAlloc",
         )
@@ -176,10 +180,10 @@ impl PinnedBuffer {
             owner,
         })
     }
-    pub fn ptr(&self) -> *mut u8 {
+    pub(crate) fn ptr(&self) -> *mut u8 {
         self.ptr
     }
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.cap
     }
 }
@@ -188,7 +192,10 @@ impl Drop for PinnedBuffer {
     fn drop(&mut self) {
         if let Ok(_g) = ContextGuard::device(&self.device) {
             // SAFETY: allocated by cuMemHostAlloc, freed once; callers made sure no copy uses it.
-            let _ = unsafe { sys::cuMemFreeHost(self.ptr.cast()) };
+            let r = unsafe { sys::cuMemFreeHost(self.ptr.cast()) };
+            if let Err(e) = check(r, "cuMemFreeHost") {
+                log::warn!("{e}");
+            }
         }
         stats::record_for(self.owner.as_ref(), Event::DriverFree(self.cap as u64));
     }
@@ -220,7 +227,7 @@ fn counted_copy(dir: Dir, n: usize, what: &str, f: impl FnOnce() -> sys::CUresul
 ///
 /// # Safety
 /// `src` must be readable for `n` bytes and `dst` a device allocation of at least `n` bytes.
-pub unsafe fn copy_htod_async(
+pub(crate) unsafe fn copy_htod_async(
     dst: sys::CUdeviceptr,
     src: *const c_void,
     n: usize,
@@ -236,7 +243,7 @@ pub unsafe fn copy_htod_async(
 ///
 /// # Safety
 /// `dst` must be writable for `n` bytes until the copy ran; `src` a device range of `n` bytes.
-pub unsafe fn copy_dtoh_async(
+pub(crate) unsafe fn copy_dtoh_async(
     dst: *mut c_void,
     src: sys::CUdeviceptr,
     n: usize,
@@ -252,7 +259,7 @@ pub unsafe fn copy_dtoh_async(
 ///
 /// # Safety
 /// Both ranges must be device memory of at least `n` bytes.
-pub unsafe fn copy_dtod_async(
+pub(crate) unsafe fn copy_dtod_async(
     dst: sys::CUdeviceptr,
     src: sys::CUdeviceptr,
     n: usize,
@@ -264,26 +271,16 @@ pub unsafe fn copy_dtod_async(
     })
 }
 
-/// Synchronous (pageable) device-to-host copy, as upstream does: blocks the host.
-///
-/// # Safety
-/// As for [`copy_dtoh_async`].
-pub unsafe fn copy_dtoh_blocking(dst: *mut c_void, src: sys::CUdeviceptr, n: usize) -> Result<()> {
-    if n > 0 {
-        stats::record(Event::HostWait);
-    }
-    // SAFETY: forwarded contract.
-    counted_copy(Dir::DtoH, n, "cuMemcpyDtoH", || unsafe {
-        sys::cuMemcpyDtoH_v2(dst, src, n)
-    })
-}
-
 /// Blocking device-to-host copy after the stream was drained (the wait was
 /// already counted): moves bytes, waits for nothing else.
 ///
 /// # Safety
 /// As for [`copy_dtoh_async`].
-pub unsafe fn copy_dtoh_drained(dst: *mut c_void, src: sys::CUdeviceptr, n: usize) -> Result<()> {
+pub(crate) unsafe fn copy_dtoh_drained(
+    dst: *mut c_void,
+    src: sys::CUdeviceptr,
+    n: usize,
+) -> Result<()> {
     // SAFETY: forwarded contract.
     counted_copy(Dir::DtoH, n, "cuMemcpyDtoH", || unsafe {
         sys::cuMemcpyDtoH_v2(dst, src, n)
@@ -294,7 +291,7 @@ pub unsafe fn copy_dtoh_drained(dst: *mut c_void, src: sys::CUdeviceptr, n: usiz
 ///
 /// # Safety
 /// As for [`copy_htod_async`].
-pub unsafe fn copy_htod_blocking(
+pub(crate) unsafe fn copy_htod_blocking(
     dst: sys::CUdeviceptr,
     src: *const c_void,
     n: usize,
@@ -306,7 +303,7 @@ pub unsafe fn copy_htod_blocking(
 }
 
 /// Plain `cuMemAlloc` for tools (`et_cuda_alloc_device`); counted as a driver allocation.
-pub fn alloc_device_sync(ordinal: i32, nbytes: usize) -> Result<*mut c_void> {
+pub(crate) fn alloc_device_sync(ordinal: i32, nbytes: usize) -> Result<*mut c_void> {
     let d = device(ordinal)?;
     let _g = ContextGuard::device(&d)?;
     // SAFETY: plain allocation in the device's primary context.
@@ -317,7 +314,10 @@ pub fn alloc_device_sync(ordinal: i32, nbytes: usize) -> Result<*mut c_void> {
 }
 
 /// Free memory from [`alloc_device_sync`].
-pub fn free_device_sync(p: *mut c_void) -> Result<()> {
+///
+/// # Safety
+/// `p` must be null or come from [`alloc_device_sync`], not freed yet and no longer in use.
+pub(crate) unsafe fn free_device_sync(p: *mut c_void) -> Result<()> {
     if p.is_null() {
         return Ok(());
     }
@@ -332,4 +332,65 @@ pub fn free_device_sync(p: *mut c_void) -> Result<()> {
         .map_err(|e| driver_error(e, "cuMemFree"))?;
     stats::record_for(None, Event::DriverFree(0));
     Ok(())
+}
+
+/// Largest alignment [`external_allocate`] guarantees (the pool's own).
+pub(crate) const EXTERNAL_MAX_ALIGN: usize = 256;
+
+/// Allocations handed out by [`external_allocate`], by address.
+static EXTERNAL: std::sync::Mutex<Vec<(usize, DeviceAlloc)>> = std::sync::Mutex::new(Vec::new());
+
+fn external() -> std::sync::MutexGuard<'static, Vec<(usize, DeviceAlloc)>> {
+    EXTERNAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Device memory for a caller (ExecuTorch's planned device buffers): from the
+/// pool, ordered on the device's legacy default stream, which the library's
+/// (blocking) streams wait for.
+pub(crate) fn external_allocate(
+    ordinal: i32,
+    nbytes: usize,
+    alignment: usize,
+) -> Result<*mut c_void> {
+    if alignment == 0 || !alignment.is_power_of_two() || alignment > EXTERNAL_MAX_ALIGN {
+        return Err(Error::InvalidArgument(format!(
+            "alignment {alignment} is not a power of two up to {EXTERNAL_MAX_ALIGN}"
+        )));
+    }
+    let d = device(ordinal)?;
+    let a = alloc_on_stream(d, nbytes.max(1), std::ptr::null_mut(), None)?;
+    let p = a.ptr() as usize;
+    if p % alignment != 0 {
+        return Err(Error::Internal(format!(
+            "the pool returned {p:#x}, not aligned to {alignment}"
+        )));
+    }
+    external().push((p, a));
+    Ok(p as *mut c_void)
+}
+
+/// Free (stream-ordered) memory from [`external_allocate`]; null is ignored.
+pub(crate) fn external_deallocate(p: *mut c_void) -> Result<()> {
+    if p.is_null() {
+        return Ok(());
+    }
+    let a = {
+        let mut v = external();
+        let pos = v
+            .iter()
+            .position(|(k, _)| *k == p as usize)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "{p:p} was not allocated by et_cuda_device_allocate (or was freed already)"
+                ))
+            })?;
+        v.swap_remove(pos).1
+    };
+    drop(a);
+    Ok(())
+}
+
+/// Live allocations from [`external_allocate`].
+pub(crate) fn external_count() -> usize {
+    external().len()
 }

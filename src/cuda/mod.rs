@@ -5,29 +5,32 @@
 //! `cudarc::driver::result` (`Result`-returning) underneath, and here RAII
 //! types: [`DeviceState`] (primary context + memory pool of one device),
 //! [`ContextGuard`], [`stream::CudaStream`], [`memory::DeviceAlloc`],
-//! [`memory::PinnedBuffer`], [`event::Event`].
+//! [`memory::PinnedBuffer`], [`event::Event`], [`graph::GraphExec`]; and
+//! [`copy`], the one place where bytes and tensors are copied.
 
-pub mod event;
-pub mod memory;
-pub mod stream;
+pub(crate) mod copy;
+pub(crate) mod event;
+pub(crate) mod graph;
+pub(crate) mod memory;
+pub(crate) mod stream;
 
-pub use memory::{alloc_on_current_stream, DeviceAlloc};
-pub use stream::CudaStream;
+pub(crate) use memory::DeviceAlloc;
 
 use crate::error::{Error, Result};
 use cudarc::driver::{result, sys};
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
-/// Turn a driver error into our error, naming the call.
-pub fn check(r: sys::CUresult, what: &str) -> Result<()> {
+/// Turn a driver status into our error, naming the call.
+pub(crate) fn check(r: sys::CUresult, what: &str) -> Result<()> {
     if r == sys::CUresult::CUDA_SUCCESS {
         return Ok(());
     }
     Err(driver_error(result::DriverError(r), what))
 }
 
-pub fn driver_error(e: result::DriverError, what: &str) -> Error {
+/// Turn a driver error into our error, naming the call.
+pub(crate) fn driver_error(e: result::DriverError, what: &str) -> Error {
     let name = e
         .error_name()
         .map(|c| c.to_string_lossy().into_owned())
@@ -42,43 +45,60 @@ pub fn driver_error(e: result::DriverError, what: &str) -> Error {
     }
 }
 
-static DRIVER: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+/// The driver, loaded and initialized once, with the device count read once.
+static DRIVER: OnceLock<std::result::Result<i32, String>> = OnceLock::new();
+
+fn init_driver() -> std::result::Result<i32, String> {
+    // SAFETY: only tries to dlopen libcuda; no driver call is made.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(
+            "no CUDA driver: libcuda.so could not be loaded (is an NVIDIA driver installed?)"
+                .into(),
+        );
+    }
+    // cudarc panics when a symbol is missing from libcuda: keep that inside.
+    match std::panic::catch_unwind(result::init) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(format!("no CUDA device: cuInit failed: {e:?}")),
+        Err(_) => return Err("no CUDA driver: libcuda lacks a required symbol".into()),
+    }
+    result::device::get_count().map_err(|e| format!("cuDeviceGetCount failed: {e:?}"))
+}
 
 /// Load and initialize the CUDA driver once. Without `libcuda` or without a
-/// device this is a `NoDevice` error, never a panic: cudarc panics on a
-/// missing library, so its presence is checked first.
-pub fn driver() -> Result<()> {
+/// device this is a `NoDevice` error, never a panic.
+pub(crate) fn driver() -> Result<()> {
+    device_count().map(|_| ())
+}
+
+/// Number of CUDA devices visible to the process (read once).
+pub(crate) fn device_count() -> Result<i32> {
     DRIVER
-        .get_or_init(|| {
-            // SAFETY: only tries to dlopen libcuda; no driver call is made.
-            if !unsafe { sys::is_culib_present() } {
-                return Err("no CUDA driver: libcuda.so could not be loaded (is an NVIDIA driver installed?)".into());
-            }
-            match std::panic::catch_unwind(result::init) {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(format!("no CUDA device: cuInit failed: {e:?}")),
-                Err(_) => Err("no CUDA driver: libcuda lacks a required symbol".into()),
-            }
-        })
+        .get_or_init(init_driver)
         .clone()
         .map_err(Error::NoDevice)
 }
 
-/// Number of CUDA devices visible to the process.
-pub fn device_count() -> Result<i32> {
+/// The driver's CUDA version (e.g. 13000 for 13.0).
+pub(crate) fn driver_version() -> Result<i32> {
     driver()?;
-    result::device::get_count().map_err(|e| driver_error(e, "cuDeviceGetCount"))
+    let mut v: i32 = 0;
+    check(
+        // SAFETY: out-pointer to a local.
+        unsafe { sys::cuDriverGetVersion(&mut v) },
+        "cuDriverGetVersion",
+    )?;
+    Ok(v)
 }
 
 /// One device: its primary context (retained for the life of the process, the
 /// same context the CUDA runtime and the `.so` use) and the library's
 /// stream-ordered memory pool.
 #[derive(Debug)]
-pub struct DeviceState {
-    pub ordinal: i32,
-    pub device: sys::CUdevice,
-    pub ctx: sys::CUcontext,
-    pub pool: sys::CUmemoryPool,
+pub(crate) struct DeviceState {
+    pub(crate) ordinal: i32,
+    pub(crate) ctx: sys::CUcontext,
+    pub(crate) pool: sys::CUmemoryPool,
 }
 
 // SAFETY: driver handles are usable from any thread.
@@ -86,25 +106,12 @@ unsafe impl Send for DeviceState {}
 // SAFETY: as above; the handles are never mutated after creation.
 unsafe impl Sync for DeviceState {}
 
-static DEVICES: Mutex<Vec<Option<Arc<DeviceState>>>> = Mutex::new(Vec::new());
+/// Per-ordinal state, created on first use; the table is sized once by the
+/// device count, so a lookup takes no lock and makes no driver call.
+type DeviceSlot = OnceLock<Result<Arc<DeviceState>>>;
+static DEVICES: OnceLock<Box<[DeviceSlot]>> = OnceLock::new();
 
-/// The state of device `ordinal`, created on first use. Fails with a clear
-/// error naming the device count when the ordinal does not exist.
-pub fn device(ordinal: i32) -> Result<Arc<DeviceState>> {
-    let n = device_count()?;
-    if ordinal < 0 || ordinal >= n {
-        return Err(Error::NoDevice(format!(
-            "no CUDA device {ordinal}: this machine has {n} device(s)"
-        )));
-    }
-    let mut devs = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
-    let idx = ordinal as usize;
-    if devs.len() <= idx {
-        devs.resize(idx + 1, None);
-    }
-    if let Some(d) = &devs[idx] {
-        return Ok(d.clone());
-    }
+fn create_device(ordinal: i32) -> Result<Arc<DeviceState>> {
     let dev = result::device::get(ordinal).map_err(|e| driver_error(e, "cuDeviceGet"))?;
     // SAFETY: `dev` is a valid device; the retained primary context is kept for the process.
     let ctx = unsafe { result::primary_ctx::retain(dev) }
@@ -113,26 +120,36 @@ pub fn device(ordinal: i32) -> Result<Arc<DeviceState>> {
         let _g = ContextGuard::bind(ctx)?;
         memory::create_pool(ordinal)?
     };
-    let st = Arc::new(DeviceState {
-        ordinal,
-        device: dev,
-        ctx,
-        pool,
-    });
-    devs[idx] = Some(st.clone());
-    Ok(st)
+    Ok(Arc::new(DeviceState { ordinal, ctx, pool }))
+}
+
+/// The state of device `ordinal`, created on first use. Fails with a clear
+/// error naming the device count when the ordinal does not exist.
+pub(crate) fn device(ordinal: i32) -> Result<Arc<DeviceState>> {
+    let n = device_count()?;
+    if ordinal < 0 || ordinal >= n {
+        return Err(Error::NoDevice(format!(
+            "no CUDA device {ordinal}: this machine has {n} device(s)"
+        )));
+    }
+    let table = DEVICES.get_or_init(|| (0..n).map(|_| OnceLock::new()).collect());
+    table
+        .get(ordinal as usize)
+        .ok_or_else(|| Error::Internal(format!("device table has no slot {ordinal}")))?
+        .get_or_init(|| create_device(ordinal))
+        .clone()
 }
 
 /// Binds a context to the calling thread and restores the previous one when
 /// dropped (so the caller's context, and the runtime's current device, are
 /// left as they were).
-pub struct ContextGuard {
+pub(crate) struct ContextGuard {
     prev: Option<sys::CUcontext>,
     changed: bool,
 }
 
 impl ContextGuard {
-    pub fn bind(ctx: sys::CUcontext) -> Result<ContextGuard> {
+    pub(crate) fn bind(ctx: sys::CUcontext) -> Result<ContextGuard> {
         let prev = result::ctx::get_current().map_err(|e| driver_error(e, "cuCtxGetCurrent"))?;
         let changed = prev != Some(ctx);
         if changed {
@@ -143,7 +160,7 @@ impl ContextGuard {
         Ok(ContextGuard { prev, changed })
     }
 
-    pub fn device(d: &DeviceState) -> Result<ContextGuard> {
+    pub(crate) fn device(d: &DeviceState) -> Result<ContextGuard> {
         ContextGuard::bind(d.ctx)
     }
 }
@@ -160,8 +177,29 @@ impl Drop for ContextGuard {
     }
 }
 
+/// Make device `ordinal`'s primary context current on this thread (no
+/// restore: the AOTI device guards restore explicitly).
+pub(crate) fn set_current_device(ordinal: i32) -> Result<()> {
+    let d = device(ordinal)?;
+    // SAFETY: a retained primary context.
+    unsafe { result::ctx::set_current(d.ctx) }.map_err(|e| driver_error(e, "cuCtxSetCurrent"))
+}
+
+/// The context current on this thread, if any.
+pub(crate) fn current_context() -> Result<Option<sys::CUcontext>> {
+    driver()?;
+    result::ctx::get_current().map_err(|e| driver_error(e, "cuCtxGetCurrent"))
+}
+
+/// Make `ctx` (or no context) current on this thread.
+pub(crate) fn restore_context(ctx: Option<sys::CUcontext>) -> Result<()> {
+    let c = ctx.unwrap_or(std::ptr::null_mut());
+    // SAFETY: a context that was current before (or none).
+    unsafe { result::ctx::set_current(c) }.map_err(|e| driver_error(e, "cuCtxSetCurrent"))
+}
+
 /// The ordinal of the device whose context is current on this thread (0 if none).
-pub fn current_device_ordinal() -> i32 {
+pub(crate) fn current_device_ordinal() -> i32 {
     if driver().is_err() {
         return 0;
     }
@@ -177,7 +215,7 @@ pub fn current_device_ordinal() -> i32 {
 
 /// Where a pointer's memory lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PointerKind {
+pub(crate) enum PointerKind {
     /// Ordinary (pageable) host memory, unknown to CUDA.
     Pageable,
     /// Page-locked host memory registered with CUDA.
@@ -187,7 +225,7 @@ pub enum PointerKind {
 }
 
 /// Look up what kind of memory `ptr` is.
-pub fn pointer_kind(ptr: *const c_void) -> Result<PointerKind> {
+pub(crate) fn pointer_kind(ptr: *const c_void) -> Result<PointerKind> {
     driver()?;
     if ptr.is_null() {
         return Ok(PointerKind::Pageable);
@@ -229,12 +267,12 @@ pub fn pointer_kind(ptr: *const c_void) -> Result<PointerKind> {
 }
 
 /// Whether `ptr` is device memory.
-pub fn is_device_pointer(ptr: *const c_void) -> Result<bool> {
+pub(crate) fn is_device_pointer(ptr: *const c_void) -> Result<bool> {
     Ok(matches!(pointer_kind(ptr)?, PointerKind::Device(_)))
 }
 
 /// Free and total device memory of `ordinal`, from the driver.
-pub fn mem_info(ordinal: i32) -> Result<(usize, usize)> {
+pub(crate) fn mem_info(ordinal: i32) -> Result<(usize, usize)> {
     let d = device(ordinal)?;
     let _g = ContextGuard::device(&d)?;
     result::mem_get_info().map_err(|e| driver_error(e, "cuMemGetInfo"))

@@ -11,11 +11,22 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
+/// Block the host until `raw`'s queued work is done (counted as a host
+/// wait). The one place the library synchronizes a stream.
+pub(crate) fn synchronize(raw: sys::CUstream) -> Result<()> {
+    stats::record(Event::HostWait);
+    // SAFETY: a live stream of the current context, or the legacy default stream (null).
+    check(
+        unsafe { sys::cuStreamSynchronize(raw) },
+        "cuStreamSynchronize",
+    )
+}
+
 /// A CUDA stream owned by the library, destroyed when the last `Arc` goes.
 #[derive(Debug)]
-pub struct CudaStream {
+pub(crate) struct CudaStream {
     raw: sys::CUstream,
-    pub device: Arc<DeviceState>,
+    pub(crate) device: Arc<DeviceState>,
 }
 
 // SAFETY: a CUstream may be used from any thread.
@@ -26,29 +37,24 @@ unsafe impl Sync for CudaStream {}
 impl CudaStream {
     /// A new blocking stream (it orders with the legacy default stream, which
     /// the `.so`'s own `cudaMemcpy` calls use) on `device`.
-    pub fn new(device: Arc<DeviceState>) -> Result<Arc<CudaStream>> {
+    pub(crate) fn new(device: Arc<DeviceState>) -> Result<Arc<CudaStream>> {
         let _g = ContextGuard::device(&device)?;
         let mut raw: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local; the device's context is current.
         check(
+            // SAFETY: out-pointer to a local; the device's context is current.
             unsafe { sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_DEFAULT as u32) },
             "cuStreamCreate",
         )?;
         Ok(Arc::new(CudaStream { raw, device }))
     }
 
-    pub fn raw(&self) -> sys::CUstream {
+    pub(crate) fn raw(&self) -> sys::CUstream {
         self.raw
     }
 
     /// Block the host until the stream's work is done (counted as a host wait).
-    pub fn synchronize(&self) -> Result<()> {
-        stats::record(Event::HostWait);
-        // SAFETY: a live stream owned by self.
-        check(
-            unsafe { sys::cuStreamSynchronize(self.raw) },
-            "cuStreamSynchronize",
-        )
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        synchronize(self.raw)
     }
 }
 
@@ -56,12 +62,10 @@ impl Drop for CudaStream {
     fn drop(&mut self) {
         // The driver defers the destruction until queued work is done; no wait here.
         match ContextGuard::device(&self.device) {
-            // SAFETY: the stream is owned by self and destroyed once.
             Ok(_g) => {
-                if let Err(e) = check(
-                    unsafe { sys::cuStreamDestroy_v2(self.raw) },
-                    "cuStreamDestroy",
-                ) {
+                // SAFETY: the stream is owned by self and destroyed once.
+                let r = unsafe { sys::cuStreamDestroy_v2(self.raw) };
+                if let Err(e) = check(r, "cuStreamDestroy") {
                     log::warn!("{e}");
                 }
             }
@@ -73,7 +77,7 @@ impl Drop for CudaStream {
 static SHARED: Mutex<Vec<(i32, Weak<CudaStream>)>> = Mutex::new(Vec::new());
 
 /// The process-wide shared stream of `device`, created when no handle holds it.
-pub fn shared_stream(device: &Arc<DeviceState>) -> Result<Arc<CudaStream>> {
+pub(crate) fn shared_stream(device: &Arc<DeviceState>) -> Result<Arc<CudaStream>> {
     let mut v = SHARED.lock().unwrap_or_else(|p| p.into_inner());
     v.retain(|(_, w)| w.strong_count() > 0);
     if let Some(s) = v
@@ -88,26 +92,47 @@ pub fn shared_stream(device: &Arc<DeviceState>) -> Result<Arc<CudaStream>> {
     Ok(s)
 }
 
-/// How many shared streams are alive (for tests).
-pub fn live_shared_streams() -> usize {
-    let v = SHARED.lock().unwrap_or_else(|p| p.into_inner());
-    v.iter().filter(|(_, w)| w.strong_count() > 0).count()
-}
-
 /// A thread's current stream for one device: the raw handle, and the owning
 /// `Arc` when it is one of ours (so allocations can keep it alive).
 #[derive(Debug, Clone)]
-pub struct Current {
-    pub raw: sys::CUstream,
-    pub owner: Option<Arc<CudaStream>>,
+pub(crate) struct Current {
+    pub(crate) raw: sys::CUstream,
+    pub(crate) owner: Option<Arc<CudaStream>>,
 }
 
 thread_local! {
     static CURRENT: RefCell<HashMap<i32, Current>> = RefCell::new(HashMap::new());
+    /// The stream the caller wants this thread's executes ordered on (see [`CallerStream`]).
+    static CALLER: std::cell::Cell<Option<CallerStream>> = const { std::cell::Cell::new(None) };
+}
+
+/// A stream the caller owns (raw `CUstream`; null is the legacy default stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CallerStream(pub(crate) sys::CUstream);
+
+/// Set (or clear, with `None`) this thread's caller stream; returns the previous one.
+pub(crate) fn set_caller_stream(s: Option<CallerStream>) -> Option<CallerStream> {
+    CALLER.with(|c| c.replace(s))
+}
+
+/// This thread's caller stream, if one is set.
+pub(crate) fn caller_stream() -> Option<CallerStream> {
+    CALLER.with(|c| c.get())
+}
+
+/// The context a stream belongs to.
+pub(crate) fn stream_context(s: sys::CUstream) -> Result<sys::CUcontext> {
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    check(
+        // SAFETY: out-pointer to a local; the driver validates the stream handle.
+        unsafe { sys::cuStreamGetCtx(s, &mut ctx) },
+        "cuStreamGetCtx",
+    )?;
+    Ok(ctx)
 }
 
 /// This thread's current stream for `device` (the legacy default stream, null, if none was set).
-pub fn current(device: i32) -> Current {
+pub(crate) fn current(device: i32) -> Current {
     CURRENT.with(|c| {
         c.borrow().get(&device).cloned().unwrap_or(Current {
             raw: std::ptr::null_mut(),
@@ -118,13 +143,17 @@ pub fn current(device: i32) -> Current {
 
 /// Sets this thread's current stream for a device until dropped, then restores the previous one.
 #[derive(Debug)]
-pub struct StreamScope {
+pub(crate) struct StreamScope {
     device: i32,
     prev: Option<Current>,
 }
 
 impl StreamScope {
-    pub fn enter(device: i32, raw: sys::CUstream, owner: Option<Arc<CudaStream>>) -> StreamScope {
+    pub(crate) fn enter(
+        device: i32,
+        raw: sys::CUstream,
+        owner: Option<Arc<CudaStream>>,
+    ) -> StreamScope {
         // A raw stream equal to the current one's keeps its owner (the `.so`'s
         // guard re-installs the stream execute already set).
         let owner = owner.or_else(|| {

@@ -1,40 +1,79 @@
-//! The FFI boundary. Every `extern "C"` function in this crate runs its body
-//! through [`boundary`] (the shim's twin is `shim::shim`, which returns AOTI codes):
-//! panics are caught there, errors become status codes, and the message is
-//! kept as the thread's last error. Pointers from C are checked through
-//! [`non_null`] / [`non_null_mut`] / [`slice_from`] only.
+//! The C boundary: the `et_cuda_*` API ([`api`], [`options`]) and the
+//! `aoti_torch_*` shim ABI that the generated code imports ([`shim`]). Only
+//! this module knows C types; it converts them and calls the Rust layers
+//! below.
+//!
+//! One guard for every `extern "C"` body (`guard`, `guard_value`):
+//! panics are caught there and become failure codes with the panic's
+//! message, errors become codes, and the message is kept as the thread's
+//! last error. A success of an `et_cuda_*` or fallible `aoti_torch_*`
+//! function clears it. The "delete" shims run inside the generated code's
+//! destructors, where a failure would become `std::terminate`: they always
+//! report success and only log (the `AotiDelete` kind). Pointers from C
+//! are checked through `non_null` / `non_null_mut` / `slice_from` /
+//! `write_out` / `c_str` only.
 //!
 //! Ownership rules, one per handle type:
-//! - `EtCudaHandle*` (C API): `Box`, created by `et_cuda_init`, owned by the
-//!   caller, destroyed exactly once by `et_cuda_destroy`.
-//! - `AtenTensorHandle` (shim ABI): `Box<Tensor>`; whoever receives a new
+//! - `EtCudaHandle*` (C API): a key into a process-wide table of live
+//!   methods, created by `et_cuda_init`, owned by the caller, destroyed
+//!   exactly once by `et_cuda_destroy` (see [`api`]).
+//! - `AtenTensorHandle` (shim ABI): a boxed tensor; whoever receives a new
 //!   reference owns it and releases it with `aoti_torch_delete_tensor_object`.
-//!   The storage behind it is an `Arc`, shared by views.
-//! - CUDA stream / CUDA guard handles (shim ABI): `Box`, deleted by their
+//!   The storage behind it is shared by views (reference counted).
+//! - CUDA guard / stream guard handles (shim ABI): boxes deleted by their
 //!   `aoti_torch_delete_*` function.
-//! - Streams inside the library: `Arc<CudaStream>`, shared by handles.
+//! - Device memory from `et_cuda_alloc_device` / `et_cuda_device_allocate`:
+//!   owned by the caller until the matching free.
 //! - Pointers returned by getters (`aoti_torch_get_sizes`, `et_cuda_last_error`)
 //!   are borrowed: valid while the object lives / until the next call.
 
 pub mod api;
-/// cbindgen:ignore
+pub mod options;
 pub mod shim;
+pub mod types;
 
-use crate::error::{clear_last_error, set_last_error, Error, EtCudaStatus, Result};
+use crate::error::{Error, Result};
+use std::cell::RefCell;
+use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Test hook: when set, every boundary panics inside its panic guard, to show
-/// that a panic becomes an error code and never crosses the FFI boundary.
-#[doc(hidden)]
-pub static FORCE_PANIC: AtomicBool = AtomicBool::new(false);
+pub use types::*;
 
-/// Panics when the test hook asks for it (called inside every panic boundary).
+#[cfg(feature = "test-hooks")]
+/// Test hook (feature `test-hooks`): when set, every guarded body panics
+/// inside its guard, to show that a panic becomes a failure code and never
+/// crosses the boundary.
+pub static FORCE_PANIC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 #[inline]
-pub(crate) fn test_hook(name: &str) {
-    if FORCE_PANIC.load(Ordering::Relaxed) {
-        panic!("forced panic in {name} (test hook)");
+fn test_hook(_name: &str) {
+    #[cfg(feature = "test-hooks")]
+    if FORCE_PANIC.load(std::sync::atomic::Ordering::Relaxed) {
+        panic!("forced panic in {_name} (test hook)");
     }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_last_error(msg: &str) {
+    log::debug!("{msg}");
+    let c = CString::new(msg.replace('\0', "\\0")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+fn clear_last_error() {
+    LAST_ERROR.with(|e| *e.borrow_mut() = CString::default());
+}
+
+/// This thread's last error message ("" after a successful call).
+pub fn last_error_message() -> String {
+    LAST_ERROR.with(|e| e.borrow().to_string_lossy().into_owned())
+}
+
+fn last_error_ptr() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
@@ -47,29 +86,103 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Run `f` inside a panic boundary; map the outcome to a status code.
-pub fn boundary<F>(name: &str, f: F) -> EtCudaStatus
-where
-    F: FnOnce() -> Result<()>,
-{
+/// How one family of C functions reports outcomes.
+pub(crate) trait Abi {
+    /// The C return type.
+    type Out;
+    /// The value for success.
+    fn success() -> Self::Out;
+    /// The value for a failure.
+    fn failure(e: &Error) -> Self::Out;
+    /// Whether failures are reported (last error + code) or only logged.
+    const REPORTS: bool = true;
+}
+
+/// `et_cuda_*` functions: [`EtCudaStatus`] codes.
+pub(crate) struct EtCuda;
+impl Abi for EtCuda {
+    type Out = EtCudaStatus;
+    fn success() -> EtCudaStatus {
+        ET_CUDA_STATUS_OK
+    }
+    fn failure(e: &Error) -> EtCudaStatus {
+        status_of(e)
+    }
+}
+
+/// Fallible `aoti_torch_*` functions: `AOTI_TORCH_SUCCESS` / `AOTI_TORCH_FAILURE`.
+pub(crate) struct Aoti;
+impl Abi for Aoti {
+    type Out = shim::AOTITorchError;
+    fn success() -> shim::AOTITorchError {
+        shim::AOTI_TORCH_SUCCESS
+    }
+    fn failure(_: &Error) -> shim::AOTITorchError {
+        shim::AOTI_TORCH_FAILURE
+    }
+}
+
+/// The delete shims: run in the generated code's destructors, so they always
+/// succeed; a problem is logged and leaves the last error alone.
+pub(crate) struct AotiDelete;
+impl Abi for AotiDelete {
+    type Out = shim::AOTITorchError;
+    fn success() -> shim::AOTITorchError {
+        shim::AOTI_TORCH_SUCCESS
+    }
+    fn failure(_: &Error) -> shim::AOTITorchError {
+        shim::AOTI_TORCH_SUCCESS
+    }
+    const REPORTS: bool = false;
+}
+
+/// Run an `extern "C"` body: catch panics, map the outcome to `A`'s codes,
+/// and keep or clear the thread's last error.
+pub(crate) fn guard<A: Abi>(name: &str, f: impl FnOnce() -> Result<()>) -> A::Out {
+    let r = match catch_unwind(AssertUnwindSafe(|| {
+        test_hook(name);
+        f()
+    })) {
+        Ok(r) => r,
+        Err(p) => Err(Error::Internal(format!(
+            "panic: {}",
+            panic_message(p.as_ref())
+        ))),
+    };
+    match r {
+        Ok(()) => {
+            if A::REPORTS {
+                clear_last_error();
+            }
+            A::success()
+        }
+        Err(e) => {
+            let msg = format!("{name}: {e}");
+            if A::REPORTS {
+                set_last_error(&msg);
+                crate::error::note_callback_failure(&msg);
+            } else {
+                log::warn!("{msg}");
+            }
+            A::failure(&e)
+        }
+    }
+}
+
+/// Run an infallible `extern "C"` body that returns a value: a panic returns
+/// `fallback` (and is logged); the last error is left alone.
+pub(crate) fn guard_value<T>(name: &str, fallback: T, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(|| {
         test_hook(name);
         f()
     })) {
-        Ok(Ok(())) => {
-            clear_last_error();
-            EtCudaStatus::Ok
-        }
-        Ok(Err(e)) => {
-            set_last_error(&format!("{name}: {e}"));
-            e.status()
-        }
+        Ok(v) => v,
         Err(p) => {
-            set_last_error(&format!(
+            log::error!(
                 "{name}: internal error: panic: {}",
                 panic_message(p.as_ref())
-            ));
-            EtCudaStatus::Internal
+            );
+            fallback
         }
     }
 }
@@ -78,16 +191,16 @@ where
 ///
 /// # Safety
 /// A non-null `p` must point to a valid `T` for the returned lifetime.
-pub unsafe fn non_null<'a, T>(p: *const T, what: &str) -> Result<&'a T> {
+pub(crate) unsafe fn non_null<'a, T>(p: *const T, what: &str) -> Result<&'a T> {
     // SAFETY: the caller guarantees that a non-null pointer is valid.
     unsafe { p.as_ref() }.ok_or_else(|| Error::InvalidArgument(format!("{what} is null")))
 }
 
-/// Mutable variant of [`non_null`].
+/// Mutable variant of `non_null`.
 ///
 /// # Safety
 /// A non-null `p` must point to a valid, exclusively borrowed `T`.
-pub unsafe fn non_null_mut<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T> {
+pub(crate) unsafe fn non_null_mut<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T> {
     // SAFETY: the caller guarantees that a non-null pointer is valid and unaliased.
     unsafe { p.as_mut() }.ok_or_else(|| Error::InvalidArgument(format!("{what} is null")))
 }
@@ -96,7 +209,7 @@ pub unsafe fn non_null_mut<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T> {
 ///
 /// # Safety
 /// A non-null `p` must be valid for writes of `T`.
-pub unsafe fn write_out<T>(p: *mut T, v: T, what: &str) -> Result<()> {
+pub(crate) unsafe fn write_out<T>(p: *mut T, v: T, what: &str) -> Result<()> {
     if p.is_null() {
         return Err(Error::InvalidArgument(format!("{what} is null")));
     }
@@ -109,7 +222,7 @@ pub unsafe fn write_out<T>(p: *mut T, v: T, what: &str) -> Result<()> {
 ///
 /// # Safety
 /// A non-null `p` must point to `len` valid `T`s for the returned lifetime.
-pub unsafe fn slice_from<'a, T>(p: *const T, len: usize, what: &str) -> Result<&'a [T]> {
+pub(crate) unsafe fn slice_from<'a, T>(p: *const T, len: usize, what: &str) -> Result<&'a [T]> {
     if len == 0 {
         return Ok(&[]);
     }
@@ -122,11 +235,15 @@ pub unsafe fn slice_from<'a, T>(p: *const T, len: usize, what: &str) -> Result<&
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
 }
 
-/// Mutable variant of [`slice_from`].
+/// Mutable variant of `slice_from`.
 ///
 /// # Safety
 /// A non-null `p` must point to `len` valid, unaliased `T`s.
-pub unsafe fn slice_from_mut<'a, T>(p: *mut T, len: usize, what: &str) -> Result<&'a mut [T]> {
+pub(crate) unsafe fn slice_from_mut<'a, T>(
+    p: *mut T,
+    len: usize,
+    what: &str,
+) -> Result<&'a mut [T]> {
     if len == 0 {
         return Ok(&mut []);
     }
@@ -143,8 +260,8 @@ pub unsafe fn slice_from_mut<'a, T>(p: *mut T, len: usize, what: &str) -> Result
 ///
 /// # Safety
 /// A non-null `p` must point to a NUL-terminated string.
-pub unsafe fn c_str<'a>(
-    p: *const std::ffi::c_char,
+pub(crate) unsafe fn c_str<'a>(
+    p: *const c_char,
     what: &str,
     optional: bool,
 ) -> Result<Option<&'a str>> {
@@ -161,26 +278,62 @@ pub unsafe fn c_str<'a>(
         .map_err(|_| Error::InvalidArgument(format!("{what} is not valid UTF-8")))
 }
 
+/// Copy `ndim` dimension values from a C array (null allowed when `ndim == 0`).
+///
+/// # Safety
+/// A non-null `p` must point to `ndim` readable `i64`s.
+pub(crate) unsafe fn dims_from_raw(p: *const i64, ndim: i64, what: &str) -> Result<Vec<i64>> {
+    let n = usize::try_from(ndim)
+        .ok()
+        .filter(|&n| n <= crate::tensor::MAX_RANK)
+        .ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "ndim {ndim} out of range 0..={}",
+                crate::tensor::MAX_RANK
+            ))
+        })?;
+    // SAFETY: forwarded contract.
+    Ok(unsafe { slice_from(p, n, what)? }.to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn panic_becomes_internal_status() {
-        let st = boundary("test_fn", || panic!("forced panic for the test"));
-        assert_eq!(st, EtCudaStatus::Internal);
-        let msg = crate::error::last_error_message();
-        assert!(msg.contains("forced panic for the test"), "{msg}");
-        assert!(msg.contains("test_fn"), "{msg}");
+    fn panic_becomes_internal_status_with_its_message() {
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let st = guard::<EtCuda>("test_fn", || panic!("forced panic for the test"));
+        let st2 = guard::<Aoti>("test_shim", || panic!("shim panic"));
+        let st3 = guard::<AotiDelete>("test_delete", || panic!("delete panic"));
+        std::panic::set_hook(hook);
+        assert_eq!(st, ET_CUDA_STATUS_INTERNAL);
+        assert_eq!(st2, shim::AOTI_TORCH_FAILURE);
+        assert_eq!(st3, shim::AOTI_TORCH_SUCCESS);
+        let msg = last_error_message();
+        assert!(msg.contains("shim panic"), "{msg}");
+        assert!(msg.contains("test_shim"), "{msg}");
     }
 
     #[test]
-    fn error_becomes_status_and_message() {
-        let st = boundary("f", || Err(Error::InvalidArgument("x is bad".into())));
-        assert_eq!(st, EtCudaStatus::InvalidArgument);
-        assert!(crate::error::last_error_message().contains("x is bad"));
-        assert_eq!(boundary("f", || Ok(())), EtCudaStatus::Ok);
-        assert_eq!(crate::error::last_error_message(), "");
+    fn error_becomes_status_and_message_and_success_clears_it() {
+        let st = guard::<EtCuda>("f", || Err(Error::InvalidArgument("x is bad".into())));
+        assert_eq!(st, ET_CUDA_STATUS_INVALID_ARGUMENT);
+        assert!(last_error_message().contains("x is bad"));
+        assert_eq!(guard::<EtCuda>("f", || Ok(())), ET_CUDA_STATUS_OK);
+        assert_eq!(last_error_message(), "");
+        let st = guard::<Aoti>("g", || Err(Error::InvalidArgument("y is bad".into())));
+        assert_eq!(st, shim::AOTI_TORCH_FAILURE);
+        assert!(last_error_message().contains("y is bad"));
+        // Deletes neither report nor clear.
+        assert_eq!(
+            guard::<AotiDelete>("d", || Err(Error::Internal("z".into()))),
+            shim::AOTI_TORCH_SUCCESS
+        );
+        assert!(last_error_message().contains("y is bad"));
+        assert_eq!(guard::<Aoti>("g", || Ok(())), shim::AOTI_TORCH_SUCCESS);
+        assert_eq!(last_error_message(), "");
     }
 
     #[test]
@@ -192,6 +345,8 @@ mod tests {
             assert!(slice_from::<u8>(std::ptr::null(), 3, "p").is_err());
             assert!(c_str(std::ptr::null(), "s", true).unwrap().is_none());
             assert!(c_str(std::ptr::null(), "s", false).is_err());
+            assert!(dims_from_raw(std::ptr::null(), 17, "d").is_err());
+            assert!(dims_from_raw(std::ptr::null(), -1, "d").is_err());
         }
     }
 }

@@ -8,9 +8,10 @@
 // The C API function pointers are resolved by name; their types are the fields'.
 #![allow(clippy::missing_transmute_annotations)]
 
-use executorch_cuda::ffi::api::{EtCudaInitArgs, EtCudaTensor, ET_CUDA_MAX_DIMS};
-use executorch_cuda::stats::EtCudaStats;
-use executorch_cuda::EtCudaStatus;
+use executorch_cuda::ffi::EtCudaStats;
+use executorch_cuda::ffi::{
+    EtCudaInitArgs, EtCudaStatus, EtCudaTensor, ET_CUDA_MAX_DIMS, ET_CUDA_STATUS_OK,
+};
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 
@@ -161,6 +162,17 @@ pub struct Api {
     pub alloc_device: unsafe extern "C" fn(i32, usize, *mut *mut c_void) -> EtCudaStatus,
     pub free_device: unsafe extern "C" fn(*mut c_void) -> EtCudaStatus,
     pub reset_options: unsafe extern "C" fn() -> EtCudaStatus,
+    pub set_log_callback: unsafe extern "C" fn(
+        executorch_cuda::ffi::EtCudaLogCallback,
+        *mut c_void,
+        i32,
+    ) -> EtCudaStatus,
+    pub graph_count: unsafe extern "C" fn(*const c_void, *mut usize) -> EtCudaStatus,
+    pub device_allocate: unsafe extern "C" fn(i32, usize, usize, *mut *mut c_void) -> EtCudaStatus,
+    pub device_deallocate: unsafe extern "C" fn(*mut c_void) -> EtCudaStatus,
+    pub device_allocations: unsafe extern "C" fn(*mut usize) -> EtCudaStatus,
+    pub set_caller_stream: unsafe extern "C" fn(*mut c_void) -> EtCudaStatus,
+    pub clear_caller_stream: unsafe extern "C" fn() -> EtCudaStatus,
     /// `aoti_torch_empty_strided`, resolved from the cdylib.
     pub empty_strided:
         unsafe extern "C" fn(i64, *const i64, *const i64, i32, i32, i32, *mut *mut c_void) -> i32,
@@ -182,8 +194,8 @@ pub fn cdylib_path() -> PathBuf {
 pub fn api() -> &'static Api {
     static API: std::sync::OnceLock<Api> = std::sync::OnceLock::new();
     API.get_or_init(|| {
-        if !cdylib_path().exists() && std::env::var_os("ET_CUDA_LIB").is_none() {
-            // `cargo test` need not have linked the cdylib yet on a clean build: build it.
+        if std::env::var_os("ET_CUDA_LIB").is_none() {
+            // `cargo test` builds the rlib, not the cdylib: build (or refresh) it.
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let release = cdylib_path()
                 .parent()
@@ -210,6 +222,7 @@ pub fn api() -> &'static Api {
             let msg = if e.is_null() {
                 String::new()
             } else {
+                // SAFETY: a non-null NUL-terminated string from dlerror.
                 unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
             };
             panic!("dlopen {:?} failed: {msg}", cdylib_path());
@@ -241,6 +254,13 @@ pub fn api() -> &'static Api {
                 alloc_device: std::mem::transmute(sym("et_cuda_alloc_device")),
                 free_device: std::mem::transmute(sym("et_cuda_free_device")),
                 reset_options: std::mem::transmute(sym("et_cuda_reset_options")),
+                set_log_callback: std::mem::transmute(sym("et_cuda_set_log_callback")),
+                graph_count: std::mem::transmute(sym("et_cuda_graph_count")),
+                device_allocate: std::mem::transmute(sym("et_cuda_device_allocate")),
+                device_deallocate: std::mem::transmute(sym("et_cuda_device_deallocate")),
+                device_allocations: std::mem::transmute(sym("et_cuda_device_allocations")),
+                set_caller_stream: std::mem::transmute(sym("et_cuda_set_caller_stream")),
+                clear_caller_stream: std::mem::transmute(sym("et_cuda_clear_caller_stream")),
                 empty_strided: std::mem::transmute(sym("aoti_torch_empty_strided")),
                 delete_tensor: std::mem::transmute(sym("aoti_torch_delete_tensor_object")),
             }
@@ -260,7 +280,7 @@ pub fn gpus_or_skip(test: &str) -> Option<i32> {
     let mut n = 0;
     // SAFETY: out-pointer to a local.
     let st = unsafe { (api().device_count)(&mut n) };
-    if st != EtCudaStatus::Ok || n == 0 {
+    if st != ET_CUDA_STATUS_OK || n == 0 {
         println!("SKIPPED {test}: no CUDA device ({})", last_error());
         return None;
     }
@@ -270,7 +290,7 @@ pub fn gpus_or_skip(test: &str) -> Option<i32> {
 pub fn stats(h: *const c_void) -> EtCudaStats {
     let mut s = EtCudaStats::default();
     // SAFETY: out-pointer to a local.
-    assert_eq!(unsafe { (api().stats)(h, &mut s) }, EtCudaStatus::Ok);
+    assert_eq!(unsafe { (api().stats)(h, &mut s) }, ET_CUDA_STATUS_OK);
     s
 }
 
@@ -282,7 +302,7 @@ impl Handle {
         fixture: &str,
         device: i32,
         shared_stream: bool,
-        mode: executorch_cuda::ffi::api::EtCudaExecMode,
+        mode: executorch_cuda::ffi::EtCudaExecMode,
     ) -> Result<Handle, (EtCudaStatus, String)> {
         let so = blob(fixture, "forward_so_blob.bin");
         let w = blob(fixture, "forward_weights_blob.bin");
@@ -295,7 +315,7 @@ impl Handle {
         so_key: Option<&str>,
         device: i32,
         shared_stream: bool,
-        mode: executorch_cuda::ffi::api::EtCudaExecMode,
+        mode: executorch_cuda::ffi::EtCudaExecMode,
     ) -> Result<Handle, (EtCudaStatus, String)> {
         let name = CString::new("forward").unwrap();
         let key = so_key.map(|k| CString::new(k).unwrap());
@@ -310,11 +330,13 @@ impl Handle {
             device_index: device,
             use_shared_stream: shared_stream,
             mode,
+            weights_key: std::ptr::null(),
+            share_group: 0,
         };
         let mut h = std::ptr::null_mut();
         // SAFETY: args point at live buffers for the duration of the call.
         let st = unsafe { (api().init)(&args, &mut h) };
-        if st != EtCudaStatus::Ok {
+        if st != ET_CUDA_STATUS_OK {
             return Err((st, last_error()));
         }
         Ok(Handle(h))
@@ -337,7 +359,7 @@ impl Handle {
                 placement,
             )
         };
-        if st != EtCudaStatus::Ok {
+        if st != ET_CUDA_STATUS_OK {
             return Err(format!("{st:?}: {}", last_error()));
         }
         Ok(())
@@ -345,10 +367,10 @@ impl Handle {
 
     pub fn stream(&self) -> *mut c_void {
         let mut s = std::ptr::null_mut();
-        // SAFETY: live handle, out-pointer to a local.
         assert_eq!(
+            // SAFETY: live handle, out-pointer to a local.
             unsafe { (api().handle_stream)(self.0, &mut s) },
-            EtCudaStatus::Ok
+            ET_CUDA_STATUS_OK
         );
         s
     }
@@ -358,7 +380,7 @@ impl Drop for Handle {
     fn drop(&mut self) {
         // SAFETY: a handle from et_cuda_init, destroyed once.
         let st = unsafe { (api().destroy)(self.0) };
-        assert_eq!(st, EtCudaStatus::Ok, "destroy: {}", last_error());
+        assert_eq!(st, ET_CUDA_STATUS_OK, "destroy: {}", last_error());
     }
 }
 

@@ -1,0 +1,181 @@
+//! CUDA graphs per method, keyed by the input shape signature.
+//!
+//! The first execute of a shape runs eagerly (it loads the generated code's
+//! kernels and folds constants, neither of which can be captured); the
+//! second captures the run into a graph and launches it; later ones replay
+//! it: the inputs are copied into the graph's own input buffers on the
+//! method's stream, the graph is launched on that stream, and nothing waits.
+//! Allocations made during capture become allocation nodes of the graph
+//! (rather than a pre-sized pool): the driver reuses intermediate memory
+//! inside the graph, and the outputs keep fixed addresses across replays.
+//! A shape whose capture fails runs eagerly from then on. At most
+//! `capacity` graphs are kept per method; the least recently used goes.
+
+use crate::cuda::graph::GraphExec;
+use crate::dtype::DType;
+use crate::tensor::Tensor;
+
+/// The input shape signature a graph was captured for.
+pub(crate) type ShapeKey = Vec<(DType, Vec<i64>)>;
+
+/// One captured graph.
+pub(crate) struct GraphEntry {
+    // Field order is drop order: the outputs (graph allocations, freed stream-ordered) and the
+    // input buffers go before the executable.
+    /// The outputs the graph writes (fixed addresses).
+    pub(crate) outputs: Vec<Tensor>,
+    /// The graph's input buffers (device memory of the pool, owned here).
+    pub(crate) inputs: Vec<Tensor>,
+    pub(crate) exec: GraphExec,
+}
+
+/// What to do with an execute of a given shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// Replay the cached graph.
+    Replay,
+    /// Run eagerly (first sight of the shape, or its capture failed before).
+    Eager,
+    /// Capture a graph now.
+    Capture,
+}
+
+struct Slot<E> {
+    key: ShapeKey,
+    entry: E,
+    last_use: u64,
+}
+
+/// The graphs of one method (`E` is [`GraphEntry`]; generic for the tests).
+pub(crate) struct GraphCache<E = GraphEntry> {
+    capacity: usize,
+    entries: Vec<Slot<E>>,
+    /// Shapes run eagerly once (the next execute of one captures).
+    warmed: Vec<ShapeKey>,
+    /// Shapes whose capture failed (always eager).
+    failed: Vec<ShapeKey>,
+    clock: u64,
+}
+
+/// Most shapes remembered as warmed up or failed (a bound on host memory).
+const MAX_REMEMBERED_SHAPES: usize = 256;
+
+impl<E> GraphCache<E> {
+    pub(crate) fn new(capacity: usize) -> GraphCache<E> {
+        GraphCache {
+            capacity: capacity.max(1),
+            entries: Vec::new(),
+            warmed: Vec::new(),
+            failed: Vec::new(),
+            clock: 0,
+        }
+    }
+
+    /// Decide how to run `key`, updating the warm-up bookkeeping.
+    pub(crate) fn plan(&mut self, key: &ShapeKey) -> Plan {
+        if self.entries.iter().any(|s| &s.key == key) {
+            return Plan::Replay;
+        }
+        if self.failed.contains(key) {
+            return Plan::Eager;
+        }
+        if let Some(i) = self.warmed.iter().position(|k| k == key) {
+            self.warmed.swap_remove(i);
+            return Plan::Capture;
+        }
+        if self.warmed.len() >= MAX_REMEMBERED_SHAPES {
+            self.warmed.remove(0);
+        }
+        self.warmed.push(key.clone());
+        Plan::Eager
+    }
+
+    /// The entry of `key` (marked as just used).
+    pub(crate) fn get(&mut self, key: &ShapeKey) -> Option<&mut E> {
+        self.clock += 1;
+        let now = self.clock;
+        self.entries.iter_mut().find(|s| &s.key == key).map(|s| {
+            s.last_use = now;
+            &mut s.entry
+        })
+    }
+
+    /// Keep a new graph; returns the least recently used one when the cache was full.
+    pub(crate) fn insert(&mut self, key: ShapeKey, entry: E) -> Option<E> {
+        self.clock += 1;
+        let evicted = if self.entries.len() >= self.capacity {
+            self.entries
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, s)| s.last_use)
+                .map(|(i, _)| i)
+                .map(|i| self.entries.swap_remove(i).entry)
+        } else {
+            None
+        };
+        self.entries.push(Slot {
+            key,
+            entry,
+            last_use: self.clock,
+        });
+        evicted
+    }
+
+    /// Remember that capturing `key` failed.
+    pub(crate) fn mark_failed(&mut self, key: ShapeKey) {
+        if self.failed.len() >= MAX_REMEMBERED_SHAPES {
+            self.failed.remove(0);
+        }
+        self.failed.push(key);
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Drop every graph (the caller makes sure their launches are done or ordered before frees).
+    pub(crate) fn clear(&mut self) {
+        self.entries.clear();
+        self.warmed.clear();
+        self.failed.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: i64) -> ShapeKey {
+        vec![(6, vec![1, n])]
+    }
+
+    #[test]
+    fn warm_up_then_capture_then_failure_is_eager() {
+        let mut c: GraphCache<u32> = GraphCache::new(2);
+        assert_eq!(c.plan(&key(1)), Plan::Eager);
+        assert_eq!(c.plan(&key(1)), Plan::Capture);
+        c.mark_failed(key(1));
+        assert_eq!(c.plan(&key(1)), Plan::Eager);
+        assert_eq!(c.plan(&key(1)), Plan::Eager);
+        assert_eq!(c.plan(&key(2)), Plan::Eager);
+        assert_eq!(c.plan(&key(3)), Plan::Eager);
+        assert_eq!(c.plan(&key(2)), Plan::Capture);
+    }
+
+    #[test]
+    fn least_recently_used_is_evicted() {
+        let mut c: GraphCache<u32> = GraphCache::new(2);
+        assert!(c.insert(key(1), 1).is_none());
+        assert!(c.insert(key(2), 2).is_none());
+        assert_eq!(c.plan(&key(1)), Plan::Replay);
+        assert_eq!(c.get(&key(1)).copied(), Some(1)); // 1 is now the most recent
+        assert_eq!(c.insert(key(3), 3), Some(2));
+        assert_eq!(c.len(), 2);
+        assert!(c.get(&key(2)).is_none());
+        assert_eq!(c.get(&key(3)).copied(), Some(3));
+        assert_eq!(c.insert(key(4), 4), Some(1));
+        c.clear();
+        assert_eq!(c.len(), 0);
+        assert_eq!(c.plan(&key(3)), Plan::Eager);
+    }
+}

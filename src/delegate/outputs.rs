@@ -1,0 +1,151 @@
+//! Output delivery: left on the device (no copy, no wait), or copied into the
+//! caller's buffers — device buffers stream-ordered, host buffers through the
+//! pinned staging buffer with exactly one wait.
+
+use super::io::{OutputArg, OutputInfo};
+use super::staging::{output_slice, Staging, DIRECT_COPY_MIN};
+use crate::cuda::{self, copy, memory, stream, PointerKind};
+use crate::error::{invalid, Result};
+use crate::options::ExecMode;
+use crate::tensor::{self, Tensor};
+use cudarc::driver::sys::CUstream;
+
+/// Resolved output placement (no `FromOptions` any more).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Placement {
+    Copy,
+    Device,
+}
+
+fn check_output(j: usize, want: &OutputArg, t: &Tensor) -> Result<()> {
+    if let Some(d) = want.dtype.filter(|&d| d != t.dtype) {
+        return invalid(format!(
+            "output {j}: the caller expects dtype {d} but the model returns dtype {}",
+            t.dtype
+        ));
+    }
+    tensor::check_rank(t.sizes.len()).map_err(|e| e.context(&format!("output {j}")))
+}
+
+/// Make output `j` contiguous and check the caller's buffer can take it.
+fn for_copy(j: usize, want: &OutputArg, t: Tensor) -> Result<(Tensor, usize)> {
+    let t = copy::contiguous(t)?;
+    let n = t.nbytes();
+    if want.capacity < n {
+        return invalid(format!(
+            "output {j} needs {n} bytes but its buffer has {}",
+            want.capacity
+        ));
+    }
+    if n > 0 && want.data.is_null() {
+        return invalid(format!("output {j}: data is null"));
+    }
+    Ok((t, n))
+}
+
+fn copied_info(want: &OutputArg, t: &Tensor, n: usize) -> OutputInfo {
+    OutputInfo {
+        sizes: t.sizes.clone(),
+        strides: tensor::contiguous_strides(&t.sizes),
+        data: want.data,
+        nbytes: n,
+        tensor: None,
+    }
+}
+
+/// Deliver the model's outputs.
+///
+/// # Safety
+/// Each `outputs[j].data` used for copying must be valid for writes of
+/// `outputs[j].capacity` bytes (host or device memory).
+pub(crate) unsafe fn deliver(
+    outs: Vec<Tensor>,
+    outputs: &[OutputArg],
+    placement: Placement,
+    mode: ExecMode,
+    stream_raw: CUstream,
+    staging: &mut Staging,
+    kept: &mut Vec<Tensor>,
+) -> Result<Vec<OutputInfo>> {
+    let mut infos = Vec::with_capacity(outs.len());
+    if placement == Placement::Device {
+        for (j, t) in outs.into_iter().enumerate() {
+            check_output(j, &outputs[j], &t)?;
+            infos.push(OutputInfo {
+                sizes: t.sizes.clone(),
+                strides: t.strides.clone(),
+                data: t.data_ptr(),
+                nbytes: t.nbytes(),
+                tensor: Some(t.clone()),
+            });
+            kept.push(t);
+        }
+        return Ok(infos);
+    }
+    if mode == ExecMode::Upstream12 {
+        // ExecuTorch 1.2: synchronize, then blocking pageable copies.
+        stream::synchronize(stream_raw)?;
+        for (j, t) in outs.into_iter().enumerate() {
+            check_output(j, &outputs[j], &t)?;
+            let (t, n) = for_copy(j, &outputs[j], t)?;
+            // SAFETY: the caller's buffer has >= n bytes (checked), device source of n bytes.
+            unsafe { copy::copy_bytes(outputs[j].data, t.data_ptr(), n, stream_raw)? };
+            infos.push(copied_info(&outputs[j], &t, n));
+        }
+        return Ok(infos);
+    }
+    // Host-bound copies through staging: (output index, staging offset, bytes).
+    let mut staged: Vec<(usize, usize, usize, Tensor)> = Vec::new();
+    // Large outputs into pageable memory: copied by the driver after the one wait.
+    let mut direct: Vec<(usize, usize, Tensor)> = Vec::new();
+    let mut total = 0usize;
+    for (j, t) in outs.into_iter().enumerate() {
+        let want = &outputs[j];
+        check_output(j, want, &t)?;
+        let (t, n) = for_copy(j, want, t)?;
+        infos.push(copied_info(want, &t, n));
+        if n == 0 {
+            continue;
+        }
+        match cuda::pointer_kind(want.data)? {
+            PointerKind::Device(_) => {
+                // SAFETY: both ranges are device memory of >= n bytes.
+                unsafe {
+                    memory::copy_dtod_async(want.data as u64, t.data_ptr() as u64, n, stream_raw)?
+                };
+            }
+            PointerKind::Pageable if n >= DIRECT_COPY_MIN => direct.push((j, n, t)),
+            PointerKind::Pageable | PointerKind::Pinned => {
+                staged.push((j, total, n, t));
+                total += output_slice(n);
+            }
+        }
+    }
+    if staged.is_empty() && direct.is_empty() {
+        return Ok(infos);
+    }
+    let buf = if total > 0 {
+        staging.output_buffer(total)?
+    } else {
+        std::ptr::null_mut()
+    };
+    for (_, off, n, t) in &staged {
+        // SAFETY: the staging buffer holds `total` bytes; the source is a device range of n bytes.
+        unsafe {
+            memory::copy_dtoh_async(buf.add(*off).cast(), t.data_ptr() as u64, *n, stream_raw)?
+        };
+    }
+    // The one host wait of this execute.
+    stream::synchronize(stream_raw)?;
+    for (j, n, t) in &direct {
+        // The stream is drained: the driver's pageable copy (pipelined through its own
+        // staging) only moves bytes, faster than device -> pinned -> memcpy for large data.
+        // SAFETY: the caller's buffer has >= n bytes (checked); device source of n bytes.
+        unsafe { memory::copy_dtoh_drained(outputs[*j].data, t.data_ptr() as u64, *n)? };
+    }
+    for (j, off, n, _) in &staged {
+        // SAFETY: the copy finished; the caller's buffer has >= n bytes (checked above).
+        unsafe { std::ptr::copy_nonoverlapping(buf.add(*off), outputs[*j].data.cast::<u8>(), *n) };
+    }
+    Ok(infos)
+}

@@ -1,0 +1,307 @@
+//! Constants shared across methods (`weight_sharing_across_methods`).
+//!
+//! Every method loaded with sharing on records its constants (the tensors
+//! the generated code makes over its weights while loading them) together
+//! with their metadata and the SHA-256 of their bytes in the weights blob,
+//! in a process-wide registry. A later method's constant is served from an
+//! earlier method's device buffer when the two are the same tensor: equal
+//! dtype, sizes, strides and storage offset, and equal bytes (whatever their
+//! names — also constants without FQN metadata). Registered buffers (type
+//! `Buffer`: possibly mutated in place, e.g. a KV cache) are shared only
+//! when `share_mutable_buffers_across_methods` is on, only within one
+//! program (the same share group), and only under the same original FQN:
+//! sharing one silently would change the program's meaning.
+//!
+//! Mechanics: the new method is first loaded normally (container A', its
+//! own weights); if anything can be shared, a second container B is created
+//! without weights and given every constant as a user-managed tensor
+//! (`UpdateUserManagedConstantBufferPairs`): shared ones point at the other
+//! method's buffer, the others at copies the method owns; then A' is
+//! deleted, freeing its weights. Peak memory while loading is one extra copy
+//! of the method's weights; afterwards only the unshared constants are held.
+//! The methods whose buffers are used are kept alive (their containers are
+//! reference counted) until every method using them is destroyed.
+
+use crate::aoti::container::{constant_type, ConstantInfo, ConstantMapEntry};
+use crate::aoti::{self, AtenTensorHandle, Container, Library};
+use crate::cuda::{memory, stream::CudaStream, DeviceState};
+use crate::error::{Error, Result};
+use crate::tensor::{Device, Memory, Tensor};
+use std::ffi::CString;
+use std::sync::{Arc, Mutex, Weak};
+
+/// How a method takes part in sharing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SharePolicy {
+    /// Registered buffers too (same group and FQN only).
+    pub(crate) mutable_buffers: bool,
+    /// The program the method belongs to (0: none; buffers are then never shared).
+    pub(crate) group: u64,
+}
+
+/// One constant in the registry.
+struct Entry {
+    group: u64,
+    device: i32,
+    fqn: String,
+    dtype: i32,
+    sizes: Vec<i64>,
+    strides: Vec<i64>,
+    offset: i64,
+    digest: [u8; 32],
+    buffer: bool,
+    tensor: Tensor,
+    owner: Weak<Container>,
+}
+
+static REGISTRY: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+
+fn registry() -> std::sync::MutexGuard<'static, Vec<Entry>> {
+    REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What a method holds so that its shared and copied constants stay valid:
+/// dropped after its container.
+#[derive(Default)]
+pub(crate) struct SharedConstants {
+    /// User-managed handles given to the container (deleted here).
+    handles: Vec<AtenTensorHandle>,
+    /// The methods whose buffers this one uses.
+    owners: Vec<Arc<Container>>,
+}
+
+// SAFETY: the handles are boxes only this value owns; containers are Send + Sync.
+unsafe impl Send for SharedConstants {}
+
+impl Drop for SharedConstants {
+    fn drop(&mut self) {
+        for h in self.handles.drain(..) {
+            // SAFETY: handles made by aoti::into_handle for this value, deleted once, after the
+            // container that used them is gone (the caller drops the container first).
+            drop(unsafe { aoti::from_handle(h) });
+        }
+    }
+}
+
+/// One constant of the method being loaded.
+struct Constant<'a> {
+    info: &'a ConstantInfo,
+    tensor: Tensor,
+    digest: [u8; 32],
+}
+
+/// Pair every non-folded constant with the tensor the container made for it
+/// and the SHA-256 of its bytes in the weights blob (packed in container order).
+fn describe<'a>(
+    infos: &'a [ConstantInfo],
+    tensors: Vec<Tensor>,
+    weights: &[u8],
+) -> Result<Vec<Constant<'a>>> {
+    let live: Vec<&ConstantInfo> = infos.iter().filter(|i| !i.from_folded).collect();
+    if live.len() != tensors.len() {
+        return Err(Error::LoadFailed(format!(
+            "the container made {} constant tensors for {} constants",
+            tensors.len(),
+            live.len()
+        )));
+    }
+    let mut offset = 0usize;
+    let mut out = Vec::with_capacity(live.len());
+    for (info, tensor) in live.into_iter().zip(tensors) {
+        let end = offset
+            .checked_add(info.data_size)
+            .filter(|e| *e <= weights.len())
+            .ok_or_else(|| {
+                Error::InvalidProgram(format!(
+                    "constant {} ({} bytes at {offset}) lies outside the {}-byte weights blob",
+                    info.name,
+                    info.data_size,
+                    weights.len()
+                ))
+            })?;
+        out.push(Constant {
+            info,
+            tensor,
+            digest: aoti::loader::sha256(&weights[offset..end]),
+        });
+        offset = end;
+    }
+    Ok(out)
+}
+
+/// The registry entry `c` can use instead of its own copy, if any.
+fn find(
+    reg: &[Entry],
+    c: &Constant<'_>,
+    device: i32,
+    policy: SharePolicy,
+) -> Option<(Tensor, Arc<Container>)> {
+    let buffer = c.info.kind == constant_type::BUFFER;
+    if buffer && (!policy.mutable_buffers || policy.group == 0) {
+        return None;
+    }
+    reg.iter()
+        .filter(|e| {
+            e.device == device
+                && e.dtype == c.info.dtype
+                && e.sizes == c.tensor.sizes
+                && e.strides == c.tensor.strides
+                && e.offset == c.tensor.storage_offset
+                && e.buffer == buffer
+                && if buffer {
+                    e.group == policy.group
+                        && !c.info.original_fqn.is_empty()
+                        && e.fqn == c.info.original_fqn
+                } else {
+                    e.digest == c.digest
+                }
+        })
+        .find_map(|e| e.owner.upgrade().map(|o| (e.tensor.clone(), o)))
+}
+
+fn register(
+    constants: &[Constant<'_>],
+    device: i32,
+    policy: SharePolicy,
+    owner: &Arc<Container>,
+    skip: &[bool],
+) {
+    let mut reg = registry();
+    reg.retain(|e| e.owner.strong_count() > 0);
+    for (c, &shared) in constants.iter().zip(skip) {
+        if shared {
+            continue;
+        }
+        reg.push(Entry {
+            group: policy.group,
+            device,
+            fqn: c.info.original_fqn.clone(),
+            dtype: c.info.dtype,
+            sizes: c.tensor.sizes.clone(),
+            strides: c.tensor.strides.clone(),
+            offset: c.tensor.storage_offset,
+            digest: c.digest,
+            buffer: c.info.kind == constant_type::BUFFER,
+            tensor: c.tensor.clone(),
+            owner: Arc::downgrade(owner),
+        });
+    }
+}
+
+/// A copy of constant `t` in memory the method owns (the bytes of its storage span).
+fn own_copy(t: &Tensor, device: &Arc<DeviceState>, stream: &Arc<CudaStream>) -> Result<Tensor> {
+    let n = t.storage.nbytes;
+    let memory = if n == 0 {
+        Memory::Empty
+    } else {
+        let m = memory::alloc_on_stream(device.clone(), n, stream.raw(), Some(stream.clone()))?;
+        // SAFETY: both ranges are device memory of n bytes (the source storage's span).
+        unsafe { memory::copy_dtod_async(m.ptr(), t.storage.base_ptr() as u64, n, stream.raw())? };
+        Memory::Device(m)
+    };
+    let storage = Arc::new(crate::tensor::Storage {
+        memory,
+        nbytes: n,
+        device: Device::Cuda(device.ordinal),
+    });
+    Tensor::view(
+        storage,
+        t.dtype,
+        t.sizes.clone(),
+        t.strides.clone(),
+        t.storage_offset,
+    )
+}
+
+/// Load `weights` into a container of `lib`, sharing what can be shared.
+/// Returns the container to run and what keeps its constants alive.
+pub(crate) fn load(
+    lib: &Arc<Library>,
+    device: &Arc<DeviceState>,
+    stream: &Arc<CudaStream>,
+    weights: &[u8],
+    policy: SharePolicy,
+) -> Result<(Arc<Container>, SharedConstants)> {
+    let first = Arc::new(Container::create(lib.clone(), device.ordinal)?);
+    if !first.has_constants_api() {
+        log::warn!("weight sharing: the .so has no constant-management entry points; loading its own weights");
+        first.load_weights(weights)?;
+        return Ok((first, SharedConstants::default()));
+    }
+    let infos = first.constants()?;
+    let tensors = first.load_weights_recording(weights)?;
+    let constants = describe(&infos, tensors, weights)?;
+    let found: Vec<Option<(Tensor, Arc<Container>)>> = {
+        let reg = registry();
+        constants
+            .iter()
+            .map(|c| find(&reg, c, device.ordinal, policy))
+            .collect()
+    };
+    let shared_flags: Vec<bool> = found.iter().map(Option::is_some).collect();
+    if !shared_flags.iter().any(|&s| s) {
+        register(&constants, device.ordinal, policy, &first, &shared_flags);
+        return Ok((first, SharedConstants::default()));
+    }
+    // Second container: every constant user-managed, shared ones from the other method.
+    let second = Arc::new(Container::create(lib.clone(), device.ordinal)?);
+    let mut held = SharedConstants::default();
+    let mut names = Vec::with_capacity(constants.len());
+    let mut own: Vec<Tensor> = Vec::with_capacity(constants.len());
+    let mut shared_bytes = 0u64;
+    for (c, f) in constants.iter().zip(found) {
+        let t = match f {
+            Some((t, owner)) => {
+                shared_bytes += c.info.data_size as u64;
+                if !held.owners.iter().any(|o| Arc::ptr_eq(o, &owner)) {
+                    held.owners.push(owner);
+                }
+                t
+            }
+            None => own_copy(&c.tensor, device, stream)?,
+        };
+        own.push(t.clone());
+        held.handles.push(aoti::into_handle(t));
+        names.push(CString::new(c.info.name.clone()).map_err(|_| {
+            Error::InvalidProgram(format!("constant name {:?} contains NUL", c.info.name))
+        })?);
+    }
+    let pairs: Vec<ConstantMapEntry> = names
+        .iter()
+        .zip(&held.handles)
+        .map(|(n, &h)| ConstantMapEntry {
+            name: n.as_ptr(),
+            handle: h,
+        })
+        .collect();
+    // SAFETY: the handles live in `held`, which the caller keeps until after the container
+    // is deleted; their memory is owned by them or by the containers in `held.owners`.
+    unsafe { second.use_constants(&pairs)? };
+    // The copies read the first container's weights: let them finish before it is deleted.
+    stream.synchronize()?;
+    drop(first);
+    crate::stats::record(crate::stats::Event::SharedConstants(shared_bytes));
+    // Register this method's own constants (now the copies) for later methods.
+    let registered: Vec<Constant<'_>> = constants
+        .iter()
+        .zip(own)
+        .map(|(c, t)| Constant {
+            info: c.info,
+            tensor: t,
+            digest: c.digest,
+        })
+        .collect();
+    register(&registered, device.ordinal, policy, &second, &shared_flags);
+    log::info!(
+        "weight sharing: {} of {} constants ({shared_bytes} bytes) served from other methods",
+        shared_flags.iter().filter(|&&s| s).count(),
+        constants.len()
+    );
+    Ok((second, held))
+}
+
+/// Forget the constants of methods that are gone (called after a destroy), so
+/// the registry holds no memory of its own.
+pub(crate) fn prune() {
+    registry().retain(|e| e.owner.strong_count() > 0);
+}

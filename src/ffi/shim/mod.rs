@@ -1,0 +1,65 @@
+//! The AOTI C shim ABI (`aoti_torch_*`), with the exact signatures of
+//! PyTorch 2.11's `torch/csrc/inductor/aoti_torch/c/shim.h`, that an
+//! AOTInductor `.so` compiled with `link_libtorch=False` imports.
+//!
+//! Error-returning functions return `AOTI_TORCH_SUCCESS` (0) or
+//! `AOTI_TORCH_FAILURE` (1), never unwind, and keep the reason as the
+//! thread's last error (the one guard, `super::guard`). The delete
+//! functions that run inside the `.so`'s destructors (tensor, CUDA guard,
+//! CUDA stream guard) always return success.
+//!
+//! Files: [`tensor`] (lifetime and attributes), [`views`] (creation, views,
+//! copies, scalars), [`device`] (device and stream guards), [`diag`]
+//! (diagnostics and unsupported features).
+
+pub mod device;
+pub mod diag;
+pub mod tensor;
+pub mod views;
+
+pub use crate::aoti::{AtenTensorHandle, AtenTensorOpaque};
+pub use device::*;
+pub use diag::*;
+pub use tensor::*;
+pub use views::*;
+
+use super::write_out;
+use crate::error::{invalid, Result};
+use crate::tensor::Tensor;
+
+/// The shim ABI's error code.
+pub type AOTITorchError = i32;
+/// Success.
+pub const AOTI_TORCH_SUCCESS: AOTITorchError = 0;
+/// Failure (the reason is the thread's last error).
+pub const AOTI_TORCH_FAILURE: AOTITorchError = 1;
+
+/// Borrow the tensor behind a handle.
+///
+/// # Safety
+/// A non-null `h` must be a live handle from this library, not deleted while the borrow lives.
+pub(crate) unsafe fn tensor<'a>(h: AtenTensorHandle) -> Result<&'a Tensor> {
+    // SAFETY: per the contract, a non-null handle is a live boxed tensor.
+    Ok(&unsafe { super::non_null(h.cast_const(), "tensor handle")? }.0)
+}
+
+/// Hand a new tensor to the caller through `ret` (the caller owns the new handle).
+///
+/// # Safety
+/// A non-null `ret` must be valid for a write of a handle.
+pub(crate) unsafe fn give(ret: *mut AtenTensorHandle, t: Tensor) -> Result<()> {
+    if ret.is_null() {
+        return invalid("ret_new_tensor is null");
+    }
+    // SAFETY: checked non-null; valid per the contract.
+    unsafe { write_out(ret, crate::aoti::into_handle(t), "ret_new_tensor") }
+}
+
+/// Write a value through a return pointer.
+///
+/// # Safety
+/// A non-null `p` must be valid for a write of `T`.
+pub(crate) unsafe fn out<T>(p: *mut T, v: T) -> Result<()> {
+    // SAFETY: forwarded contract (null-checked by write_out).
+    unsafe { write_out(p, v, "return pointer") }
+}

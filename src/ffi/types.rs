@@ -1,0 +1,253 @@
+//! The C types of the `et_cuda_*` API. Enumerations cross the boundary as
+//! fixed-width integers with named constants and are converted with
+//! `TryFrom`: a value outside the list is an `InvalidArgument` error, never
+//! undefined behaviour.
+
+use crate::error::Error;
+use crate::options::{ExecMode, OutputPlacement};
+use crate::stats::Stats;
+use std::ffi::{c_char, c_void};
+
+/// Largest tensor rank accepted by the C API.
+pub const ET_CUDA_MAX_DIMS: usize = 16;
+const _: () = assert!(ET_CUDA_MAX_DIMS == crate::tensor::MAX_RANK);
+
+/// Status code returned by every fallible `et_cuda_*` function.
+pub type EtCudaStatus = i32;
+/// Success.
+pub const ET_CUDA_STATUS_OK: EtCudaStatus = 0;
+/// A caller-supplied argument is wrong (null pointer, bad dtype, wrong count, wrong option type, out-of-range enumeration value...).
+pub const ET_CUDA_STATUS_INVALID_ARGUMENT: EtCudaStatus = 1;
+/// No CUDA driver, no device, or the requested device index does not exist.
+pub const ET_CUDA_STATUS_NO_DEVICE: EtCudaStatus = 2;
+/// The program blobs are unusable (not an ELF, truncated, wrong architecture, weights size mismatch, hash mismatch).
+pub const ET_CUDA_STATUS_INVALID_PROGRAM: EtCudaStatus = 3;
+/// The `.so` could not be opened or its container could not be created.
+pub const ET_CUDA_STATUS_LOAD_FAILED: EtCudaStatus = 4;
+/// The compiled model reported a failure while running.
+pub const ET_CUDA_STATUS_EXECUTION_FAILED: EtCudaStatus = 5;
+/// Device or pinned host memory could not be allocated.
+pub const ET_CUDA_STATUS_OUT_OF_MEMORY: EtCudaStatus = 6;
+/// Any other CUDA driver error.
+pub const ET_CUDA_STATUS_CUDA_ERROR: EtCudaStatus = 7;
+/// An internal invariant failed (a caught panic, for instance).
+pub const ET_CUDA_STATUS_INTERNAL: EtCudaStatus = 8;
+/// The option key is not known to this backend (`et_cuda_get_option_*` only).
+pub const ET_CUDA_STATUS_UNKNOWN_OPTION: EtCudaStatus = 9;
+
+/// The status code of an error.
+pub(crate) fn status_of(e: &Error) -> EtCudaStatus {
+    match e {
+        Error::InvalidArgument(_) => ET_CUDA_STATUS_INVALID_ARGUMENT,
+        Error::NoDevice(_) => ET_CUDA_STATUS_NO_DEVICE,
+        Error::InvalidProgram(_) => ET_CUDA_STATUS_INVALID_PROGRAM,
+        Error::LoadFailed(_) => ET_CUDA_STATUS_LOAD_FAILED,
+        Error::ExecutionFailed(_) => ET_CUDA_STATUS_EXECUTION_FAILED,
+        Error::OutOfMemory(_) => ET_CUDA_STATUS_OUT_OF_MEMORY,
+        Error::Cuda(_) => ET_CUDA_STATUS_CUDA_ERROR,
+        Error::Internal(_) => ET_CUDA_STATUS_INTERNAL,
+        Error::UnknownOption(_) => ET_CUDA_STATUS_UNKNOWN_OPTION,
+    }
+}
+
+/// How `et_cuda_execute` delivers outputs (an `int32_t`).
+pub type EtCudaOutputPlacement = i32;
+/// Decide from the `skip_copy_output_to_cpu_for_method` option and the handle's method name.
+pub const ET_CUDA_OUTPUT_PLACEMENT_FROM_OPTIONS: EtCudaOutputPlacement = 0;
+/// Copy each output into the caller's `data` (host or device memory, looked up); `nbytes` is its capacity.
+pub const ET_CUDA_OUTPUT_PLACEMENT_COPY: EtCudaOutputPlacement = 1;
+/// Leave outputs on the device: `data` is set to device memory owned by the handle, valid until the
+/// handle's next execute or destroy.
+pub const ET_CUDA_OUTPUT_PLACEMENT_DEVICE: EtCudaOutputPlacement = 2;
+
+/// A placement code, checked.
+pub(crate) struct Placement(pub(crate) OutputPlacement);
+
+impl TryFrom<EtCudaOutputPlacement> for Placement {
+    type Error = Error;
+    fn try_from(v: EtCudaOutputPlacement) -> Result<Placement, Error> {
+        Ok(Placement(match v {
+            ET_CUDA_OUTPUT_PLACEMENT_FROM_OPTIONS => OutputPlacement::FromOptions,
+            ET_CUDA_OUTPUT_PLACEMENT_COPY => OutputPlacement::Copy,
+            ET_CUDA_OUTPUT_PLACEMENT_DEVICE => OutputPlacement::Device,
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "output placement {other} is not one of 0 (from options), 1 (copy), 2 (device)"
+                )))
+            }
+        }))
+    }
+}
+
+/// Execution mode of a handle (an `int32_t`). Only the default is meant for production; the
+/// others reproduce older behaviour for benchmarks.
+pub type EtCudaExecMode = i32;
+/// Take the mode from the `execution_mode` option when `use_backend_options` is set, else the default.
+pub const ET_CUDA_EXEC_MODE_FROM_OPTIONS: EtCudaExecMode = 0;
+/// Stream-ordered, no host waits unless outputs go to host memory.
+pub const ET_CUDA_EXEC_MODE_DEFAULT: EtCudaExecMode = 1;
+/// Synchronize the stream at the end of every execute.
+pub const ET_CUDA_EXEC_MODE_SYNC_ALWAYS: EtCudaExecMode = 2;
+/// What ExecuTorch 1.2 does: `AOTInductorModelContainerRun`, synchronize, pageable copies.
+pub const ET_CUDA_EXEC_MODE_UPSTREAM12: EtCudaExecMode = 3;
+
+/// A mode code, checked (`None`: from options).
+pub(crate) struct Mode(pub(crate) Option<ExecMode>);
+
+impl TryFrom<EtCudaExecMode> for Mode {
+    type Error = Error;
+    fn try_from(v: EtCudaExecMode) -> Result<Mode, Error> {
+        Ok(Mode(match v {
+            ET_CUDA_EXEC_MODE_FROM_OPTIONS => None,
+            ET_CUDA_EXEC_MODE_DEFAULT => Some(ExecMode::Default),
+            ET_CUDA_EXEC_MODE_SYNC_ALWAYS => Some(ExecMode::SyncAlways),
+            ET_CUDA_EXEC_MODE_UPSTREAM12 => Some(ExecMode::Upstream12),
+            other => {
+                return Err(Error::InvalidArgument(format!(
+                    "execution mode {other} is not one of 0 (from options), 1 (default), 2 (sync-always), 3 (upstream-1.2)"
+                )))
+            }
+        }))
+    }
+}
+
+/// Log levels for `et_cuda_set_log_callback` (an `int32_t`).
+pub type EtCudaLogLevel = i32;
+pub const ET_CUDA_LOG_ERROR: EtCudaLogLevel = 1;
+pub const ET_CUDA_LOG_WARN: EtCudaLogLevel = 2;
+pub const ET_CUDA_LOG_INFO: EtCudaLogLevel = 3;
+pub const ET_CUDA_LOG_DEBUG: EtCudaLogLevel = 4;
+pub const ET_CUDA_LOG_TRACE: EtCudaLogLevel = 5;
+
+/// Receives one log record: its level, the message (NUL-terminated, valid during the call) and
+/// the user pointer given to `et_cuda_set_log_callback`. May be called from any thread.
+pub type EtCudaLogCallback =
+    Option<unsafe extern "C" fn(level: EtCudaLogLevel, message: *const c_char, user: *mut c_void)>;
+
+/// A tensor passed to or returned from `et_cuda_execute`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct EtCudaTensor {
+    /// Element memory: host or device (the library looks it up).
+    pub data: *mut c_void,
+    /// Bytes available at `data` (inputs: at least the tensor's bytes; outputs: capacity).
+    pub nbytes: u64,
+    /// c10 ScalarType code (float32 = 6, bfloat16 = 15, ...).
+    pub dtype: i32,
+    /// Rank, at most `ET_CUDA_MAX_DIMS`.
+    pub ndim: i32,
+    /// Sizes; for outputs rewritten with the real sizes after execute.
+    pub sizes: [i64; ET_CUDA_MAX_DIMS],
+    /// Strides in elements; for outputs rewritten after execute.
+    pub strides: [i64; ET_CUDA_MAX_DIMS],
+}
+
+/// Arguments of `et_cuda_init`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct EtCudaInitArgs {
+    /// The AOTInductor `.so` bytes (copied; may be freed after init returns).
+    pub so_data: *const u8,
+    pub so_len: usize,
+    /// The weights blob (copied to the device; may be freed after init returns). May be null with length 0.
+    pub weights_data: *const u8,
+    pub weights_len: usize,
+    /// Method name (used by the per-method options); may be null.
+    pub method_name: *const c_char,
+    /// Named-data key of the `.so`; when it has the form `<sha256 hex>_so_blob` the bytes are
+    /// checked against that hash. May be null.
+    pub so_key: *const c_char,
+    /// When true, `device_index`, `use_shared_stream`, a `FROM_OPTIONS` mode, CUDA graphs and weight
+    /// sharing come from the process-wide backend options (`et_cuda_set_option_*`).
+    pub use_backend_options: bool,
+    /// CUDA device ordinal.
+    pub device_index: i32,
+    /// Share one stream (per device) with every other handle that asks for it; the stream is
+    /// destroyed with the last handle using it.
+    pub use_shared_stream: bool,
+    /// Execution mode (`ET_CUDA_EXEC_MODE_*`).
+    pub mode: EtCudaExecMode,
+    /// Named-data key of the weights; `<sha256 hex>_weights_blob` is checked like `so_key`. May be null.
+    pub weights_key: *const c_char,
+    /// The program this method belongs to (any value the caller picks, e.g. the address of its
+    /// named-data map; 0 for none): mutable buffers are only shared within one program.
+    pub share_group: u64,
+}
+
+/// A snapshot of the counters (returned by `et_cuda_stats`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EtCudaStats {
+    /// Completed `et_cuda_execute` calls.
+    pub executes: u64,
+    /// Host-blocking waits made by the library (stream/event synchronize).
+    pub host_waits: u64,
+    /// Allocations that went to the driver outside the stream-ordered pool (pinned host buffers,
+    /// `cuMemAlloc`).
+    pub driver_allocs: u64,
+    /// Stream-ordered allocations from the library's device memory pool.
+    pub pool_allocs: u64,
+    /// Stream-ordered frees to the pool.
+    pub pool_frees: u64,
+    /// Library-owned allocations alive now (device and host).
+    pub live_allocs: u64,
+    /// Bytes in library-owned allocations alive now.
+    pub live_bytes: u64,
+    /// Bytes copied host to device.
+    pub bytes_htod: u64,
+    /// Bytes copied device to host.
+    pub bytes_dtoh: u64,
+    /// Bytes copied device to device.
+    pub bytes_dtod: u64,
+    /// Host time spent inside `et_cuda_execute`, summed (nanoseconds).
+    pub execute_host_ns: u64,
+    /// Of that, host time spent running the model: the container's run call, or a graph launch
+    /// (nanoseconds).
+    pub run_host_ns: u64,
+    /// CUDA graphs captured.
+    pub graph_captures: u64,
+    /// Executes served by replaying a captured graph.
+    pub graph_replays: u64,
+    /// Captures that failed (that input shape then runs eagerly).
+    pub graph_fallbacks: u64,
+    /// Bytes of constants served from other methods' buffers (weight sharing).
+    pub shared_constant_bytes: u64,
+}
+
+impl From<Stats> for EtCudaStats {
+    fn from(s: Stats) -> EtCudaStats {
+        EtCudaStats {
+            executes: s.executes,
+            host_waits: s.host_waits,
+            driver_allocs: s.driver_allocs,
+            pool_allocs: s.pool_allocs,
+            pool_frees: s.pool_frees,
+            live_allocs: s.live_allocs,
+            live_bytes: s.live_bytes,
+            bytes_htod: s.bytes_htod,
+            bytes_dtoh: s.bytes_dtoh,
+            bytes_dtod: s.bytes_dtod,
+            execute_host_ns: s.execute_host_ns,
+            run_host_ns: s.run_host_ns,
+            graph_captures: s.graph_captures,
+            graph_replays: s.graph_replays,
+            graph_fallbacks: s.graph_fallbacks,
+            shared_constant_bytes: s.shared_constant_bytes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_range_enumerations_are_errors() {
+        assert!(Placement::try_from(7).is_err());
+        assert!(Placement::try_from(-1).is_err());
+        assert_eq!(Placement::try_from(2).unwrap().0, OutputPlacement::Device);
+        assert!(Mode::try_from(4).is_err());
+        assert_eq!(Mode::try_from(0).unwrap().0, None);
+        assert_eq!(Mode::try_from(3).unwrap().0, Some(ExecMode::Upstream12));
+    }
+}
