@@ -88,7 +88,7 @@ done
 # mirror does not hold; the count check below is what matters.)
 "${GIT[@]}" archive "$SHA" -- "${paths[@]}" 2>/dev/null | tar -x -C "$SRC/executorch"
 want=$("${GIT[@]}" ls-tree -r --name-only "$SHA" -- "${paths[@]}" | wc -l)
-got=$(find "$SRC/executorch" -type f | wc -l)
+got=$(find "$SRC/executorch" \( -type f -o -type l \) | wc -l)
 [ "$want" -eq "$got" ] || die "git archive gave $got of $want files"
 say "copied ${paths[*]} ($got files) into $SRC/executorch"
 
@@ -197,7 +197,16 @@ apply_patches() { :; }
 apply_patches
 
 # ------------------------------------------------------------------ compile
-DEFS=(-DC10_USING_CUSTOM_GENERATED_MACROS -DET_EVENT_TRACER_ENABLED -DCUDA_AVAILABLE=1 -DNDEBUG)
+# The runtime's own compile definitions: the pip package states them in its
+# CMake config (EXECUTORCH_COMPILE_DEFINITIONS); ET_EVENT_TRACER_ENABLED changes
+# class layouts, so it follows the package (a runtime built by build_runtime.sh
+# has the tracer off).
+DEFS=(-DC10_USING_CUSTOM_GENERATED_MACROS)
+if grep -qs 'ET_EVENT_TRACER_ENABLED' "$ETDIR"/share/cmake/executorch-config.cmake; then
+  DEFS+=(-DET_EVENT_TRACER_ENABLED)
+fi
+SMOKE_DEFS=("${DEFS[@]}")
+DEFS+=(-DCUDA_AVAILABLE=1 -DNDEBUG)
 INCS=(-I"$SRC" -I"$ET_INC" -I"$C10_INC" -isystem "$CUDA/include")
 [ -d "$CUDA/include/cccl" ] && INCS+=(-isystem "$CUDA/include/cccl")
 CXXFLAGS=(-std=c++17 -O2 -fPIC -fexceptions -frtti -Wno-attributes)
@@ -272,7 +281,7 @@ rm -rf "$LINKDIR"
 # pip runtime, so it is the same for every ref; it finds libexecutorch.so beside
 # itself (pack.sh puts a copy there) or in the runtime folder it was built with.
 mkdir -p "$OUT/bin"
-"$CXX" -std=c++17 -O2 -Wall "${DEFS[@]:0:2}" -isystem "$ET_INC" -isystem "$C10_INC" \
+"$CXX" -std=c++17 -O2 -Wall "${SMOKE_DEFS[@]}" -isystem "$ET_INC" -isystem "$C10_INC" \
   "$HERE/smoke_main.cpp" -o "$OUT/bin/smoke_main" -L"$ETDIR/lib" -lexecutorch -ldl \
   -Wl,-rpath,"\$ORIGIN:$ETDIR/lib" || die "smoke_main failed to build"
 strip "$OUT/bin/smoke_main"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Packs builds made by build.sh into one small archive for the GPU machine:
-#   upstream/<name>/libupstream_cuda_backend.so + BUILD_INFO.txt   (per build)
+#   upstream/<name>/libupstream_cuda_backend.so + BUILD_INFO.txt   (per build;
+#     a build against another runtime than the first build's, i.e. one made by
+#     build_runtime.sh, also gets its libexecutorch.so and smoke_main there)
 #   upstream/bin/smoke_main + libexecutorch.so [+ libexecutorch_kernels_optimized.so
 #     and the libexecutorch_threadpool.so it needs]
 # The runtime libraries are the pip executorch==1.5.1 files the builds linked
@@ -33,14 +35,19 @@ for b in "${builds[@]}"; do
   name=$(basename "$b")
   mkdir -p "$stage/upstream/$name"
   cp "$b/lib/libupstream_cuda_backend.so" "$b/BUILD_INFO.txt" "$stage/upstream/$name/"
+  rt=$(sed -n 's/^executorch_runtime: \([^ ]*\) .*/\1/p' "$b/BUILD_INFO.txt")/lib
   if [ -z "$etlib" ]; then
-    etlib=$(sed -n 's/^executorch_runtime: \([^ ]*\) .*/\1/p' "$b/BUILD_INFO.txt")/lib
+    etlib=$rt
     cp "$b/bin/smoke_main" "$stage/upstream/bin/"
+  elif [ "$rt" != "$etlib" ]; then
+    # Built against another runtime (build_runtime.sh): that runtime and a
+    # smoke_main linked with it travel in the build's own folder.
+    cp "$b/bin/smoke_main" "$rt/libexecutorch.so" "$stage/upstream/$name/"
   fi
 done
 cp "$etlib/libexecutorch.so" "$stage/upstream/bin/"
 [ $KERNELS -eq 0 ] || cp "$etlib/libexecutorch_kernels_optimized.so" "$etlib/libexecutorch_threadpool.so" "$stage/upstream/bin/"
-(cd "$stage/upstream" && sha256sum */*.so bin/* > SHA256SUMS)
+(cd "$stage/upstream" && find . -type f ! -name SHA256SUMS ! -name BUILD_INFO.txt | sort | xargs sha256sum > SHA256SUMS)
 mkdir -p "$(dirname "$ARCHIVE")"
 tar -C "$stage" -cf - upstream | xz -9e -T1 > "$ARCHIVE"
 ls -l "$ARCHIVE"

@@ -115,6 +115,16 @@ for lib in "${libs[@]}"; do
     cat "$(dirname "$lib")/BUILD_INFO.txt" 2>/dev/null | grep -E '^(ref|commit|executorch_runtime|library|NEEDED):'
     ldd "$lib" | grep -E 'cudart|executorch|not found'
   } >> "$LOG"
+  # A build against its own runtime (pack.sh put libexecutorch.so beside it)
+  # has its own smoke_main, and the runner (1.5.1 runtime) cannot use it.
+  own_runtime=0
+  smoke=$SMOKE_MAIN
+  pl=("${preload[@]}")
+  if [ -f "$(dirname "$lib")/libexecutorch.so" ]; then
+    own_runtime=1
+    smoke=$(dirname "$lib")/smoke_main
+    pl=()  # the kernels library belongs to the 1.5.1 runtime
+  fi
   graphs=0
   grep -q enable_cuda_graph_for_method "$lib" && graphs=1
   for m in "$FIX"/*/manifest.json; do
@@ -130,12 +140,14 @@ for lib in "${libs[@]}"; do
     fi
     data=()
     [ -n "$ptd" ] && data=("$ptd")
-    if [ -n "$SMOKE_MAIN" ]; then
-      check "smoke_main" "$lib" "$fx" "$SMOKE_MAIN" "$lib" "$pte" "${data[@]}" "${preload[@]}"
-      check "smoke_main shared_stream" "$lib" "$fx" "$SMOKE_MAIN" "$lib" "$pte" "${data[@]}" "${preload[@]}" \
+    if [ -n "$smoke" ]; then
+      check "smoke_main" "$lib" "$fx" "$smoke" "$lib" "$pte" "${data[@]}" "${pl[@]}"
+      check "smoke_main shared_stream" "$lib" "$fx" "$smoke" "$lib" "$pte" "${data[@]}" "${pl[@]}" \
         --option use_shared_cuda_stream=true
     fi
-    if [ $runner_ok -eq 1 ]; then
+    if [ $runner_ok -eq 1 ] && [ $own_runtime -eq 1 ]; then
+      rows+=("$(printf '%-26s %-10s %-34s %-16s %s' "$(basename "$(dirname "$lib")")" "$fx" "runner" SKIP "built against its own runtime, not the runner's 1.5.1")")
+    elif [ $runner_ok -eq 1 ]; then
       check "runner manifest" "$lib" "$fx" "$RUNNER" --backend-lib "$lib" --manifest "$m"
       check "runner shared_stream" "$lib" "$fx" "$RUNNER" --backend-lib "$lib" --manifest "$m" \
         --option use_shared_cuda_stream=true

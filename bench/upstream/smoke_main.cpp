@@ -47,6 +47,16 @@ static bool is_device_memory(const void* p) {
   return type == 2 || type == 3;  // cudaMemoryTypeDevice, cudaMemoryTypeManaged
 }
 
+// TensorImpl::device_type() exists from ExecuTorch 1.3 on; -1 before.
+template <typename Impl>
+static auto device_type_of(const Impl* impl, int) -> decltype(static_cast<int>(impl->device_type())) {
+  return static_cast<int>(impl->device_type());
+}
+template <typename Impl>
+static int device_type_of(const Impl*, long) {
+  return -1;
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr, "usage: %s LIB PTE [PTD] [--method NAME] [--option KEY=VALUE]...\n", argv[0]);
@@ -166,7 +176,7 @@ int main(int argc, char** argv) {
     }
     const aten::Tensor& t = (*out)[i].toTensor();
     std::printf("  out%zu: dtype %d numel %zd device_type %d:", i, static_cast<int>(t.scalar_type()),
-                static_cast<ssize_t>(t.numel()), static_cast<int>(t.unsafeGetTensorImpl()->device_type()));
+                static_cast<ssize_t>(t.numel()), device_type_of(t.unsafeGetTensorImpl(), 0));
     if (is_device_memory(t.const_data_ptr())) {
       std::printf(" (device memory, not printed)\n");
       continue;
