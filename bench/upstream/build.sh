@@ -10,9 +10,12 @@
 # Nothing of upstream's code enters this repository: the sources are taken from
 # the mirror with `git archive` into the output folder (ignored / under /tmp).
 #
-# Usage: bench/upstream/build.sh [--ref REF] [--out DIR] [--mirror GIT_DIR]
+# Usage: bench/upstream/build.sh [--ref REF | --src DIR] [--out DIR] [--mirror GIT_DIR]
 #          [--et DIR] [--cuda-home DIR] [--arch 90] [--jobs N] [--keep-going]
 #   --ref        commit, tag or branch of the mirror (default: refs/heads/main)
+#   --src        instead of the mirror: the src/ folder of an earlier build
+#                (it carries SOURCE_INFO; pack.sh ships it) - for rebuilding
+#                on a machine without the mirror, e.g. the GPU machine
 #   --out        output folder (default: .dev/upstream/<ref>-<short sha>)
 #   --mirror     bare git dir of the mirror (default: $ET_MIRROR or
 #                /work/.mirror/pytorch+executorch/repo)
@@ -37,6 +40,7 @@ REF=refs/heads/main
 OUT=
 MIRROR=${ET_MIRROR:-/work/.mirror/pytorch+executorch/repo}
 ETDIR=${ET_ROOT:-}
+SRC_ARG=
 CUDA_HOME_ARG=${CUDA_HOME:-}
 ARCHS=90
 JOBS=$(nproc 2>/dev/null || echo 2)
@@ -48,12 +52,13 @@ while [ $# -gt 0 ]; do
     --ref) REF=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --mirror) MIRROR=$2; shift 2 ;;
+    --src) SRC_ARG=$2; shift 2 ;;
     --et) ETDIR=$2; shift 2 ;;
     --cuda-home) CUDA_HOME_ARG=$2; shift 2 ;;
     --arch) ARCHS=$2; shift 2 ;;
     --jobs) JOBS=$2; shift 2 ;;
     --keep-going) KEEP_GOING=1; shift ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -62,35 +67,57 @@ die() { echo "build.sh: $*" >&2; exit 1; }
 say() { printf '==> %s\n' "$*"; }
 
 # ------------------------------------------------------------------ sources
-[ -d "$MIRROR" ] || die "no mirror at $MIRROR (fetch github:pytorch/executorch, or pass --mirror)"
+outdir_for() { # $1 = ref, $2 = sha
+  echo "$ROOT/.dev/upstream/$(echo "$1" | sed 's#^refs/heads/##; s#^refs/tags/##; s#[^A-Za-z0-9._-]#_#g')-${2:0:10}"
+}
+start_log() {
+  mkdir -p "$OUT" || die "cannot create $OUT"
+  OUT=$(cd "$OUT" && pwd)
+  LOG=$OUT/build.log
+  : > "$LOG"
+  exec > >(tee -a "$LOG") 2>&1
+}
 GIT=(git --git-dir="$MIRROR")
-SHA=$("${GIT[@]}" rev-parse --verify -q "$REF^{commit}") || die "ref $REF not in $MIRROR"
-SHORT=${SHA:0:10}
-if [ -z "$OUT" ]; then
-  tag=$(echo "$REF" | sed 's#^refs/heads/##; s#^refs/tags/##; s#[^A-Za-z0-9._-]#_#g')
-  OUT=$ROOT/.dev/upstream/$tag-$SHORT
+if [ -n "$SRC_ARG" ]; then
+  # A source copy made earlier by this script (its src/ folder, e.g. from
+  # pack.sh's archive on a machine without the mirror).
+  SRC_ARG=$(cd "$SRC_ARG" 2>/dev/null && pwd) || die "no folder $SRC_ARG"
+  [ -f "$SRC_ARG/SOURCE_INFO" ] || die "$SRC_ARG has no SOURCE_INFO (not made by build.sh)"
+  REF=$(sed -n 's/^ref: //p' "$SRC_ARG/SOURCE_INFO")
+  SHA=$(sed -n 's/^commit: //p' "$SRC_ARG/SOURCE_INFO")
+  [ -n "$OUT" ] || OUT=$(outdir_for "$REF" "$SHA")
+  start_log
+  say "sources from $SRC_ARG: ref $REF = $SHA"
+  SRC=$OUT/src
+  rm -rf "$OUT/obj" "$OUT/lib" "$OUT/bin"
+  mkdir -p "$OUT/obj" "$OUT/lib"
+  if [ "$SRC_ARG" != "$SRC" ]; then
+    rm -rf "$SRC" && cp -a "$SRC_ARG" "$SRC" || die "cannot copy $SRC_ARG"
+  fi
+  got=$(find "$SRC/executorch" \( -type f -o -type l \) | wc -l)
+else
+  [ -d "$MIRROR" ] || die "no mirror at $MIRROR (fetch github:pytorch/executorch, or pass --mirror or --src)"
+  SHA=$("${GIT[@]}" rev-parse --verify -q "$REF^{commit}") || die "ref $REF not in $MIRROR"
+  [ -n "$OUT" ] || OUT=$(outdir_for "$REF" "$SHA")
+  start_log
+  say "ref $REF = $SHA ($("${GIT[@]}" log -1 --format='%ci %s' "$SHA"))"
+  SRC=$OUT/src
+  rm -rf "$SRC" "$OUT/obj" "$OUT/lib" "$OUT/bin"
+  mkdir -p "$SRC/executorch" "$OUT/obj" "$OUT/lib"
+  paths=()
+  for p in backends/cuda/runtime backends/cuda/CMakeLists.txt backends/aoti extension/cuda; do
+    if [ -n "$("${GIT[@]}" ls-tree --name-only "$SHA" -- "$p")" ]; then paths+=("$p"); fi
+  done
+  # (git archive may print "invalid object" for blobs of unrelated paths that
+  # the mirror does not hold; the count check below is what matters.)
+  "${GIT[@]}" archive "$SHA" -- "${paths[@]}" 2>/dev/null | tar -x -C "$SRC/executorch"
+  want=$("${GIT[@]}" ls-tree -r --name-only "$SHA" -- "${paths[@]}" | wc -l)
+  got=$(find "$SRC/executorch" \( -type f -o -type l \) | wc -l)
+  [ "$want" -eq "$got" ] || die "git archive gave $got of $want files"
+  printf 'ref: %s\ncommit: %s\ncommit_date: %s\n' "$REF" "$SHA" \
+    "$("${GIT[@]}" log -1 --format=%ci "$SHA")" > "$SRC/SOURCE_INFO"
 fi
-mkdir -p "$OUT" || die "cannot create $OUT"
-OUT=$(cd "$OUT" && pwd)
-LOG=$OUT/build.log
-: > "$LOG"
-exec > >(tee -a "$LOG") 2>&1
-say "ref $REF = $SHA ($("${GIT[@]}" log -1 --format='%ci %s' "$SHA"))"
-
-SRC=$OUT/src
-rm -rf "$SRC" "$OUT/obj" "$OUT/lib" "$OUT/bin"
-mkdir -p "$SRC/executorch" "$OUT/obj" "$OUT/lib"
-paths=()
-for p in backends/cuda/runtime backends/cuda/CMakeLists.txt backends/aoti extension/cuda; do
-  if [ -n "$("${GIT[@]}" ls-tree --name-only "$SHA" -- "$p")" ]; then paths+=("$p"); fi
-done
-# (git archive may print "invalid object" for blobs of unrelated paths that the
-# mirror does not hold; the count check below is what matters.)
-"${GIT[@]}" archive "$SHA" -- "${paths[@]}" 2>/dev/null | tar -x -C "$SRC/executorch"
-want=$("${GIT[@]}" ls-tree -r --name-only "$SHA" -- "${paths[@]}" | wc -l)
-got=$(find "$SRC/executorch" \( -type f -o -type l \) | wc -l)
-[ "$want" -eq "$got" ] || die "git archive gave $got of $want files"
-say "copied ${paths[*]} ($got files) into $SRC/executorch"
+say "sources: ${got} files in $SRC/executorch"
 
 # ------------------------------------------------------------ ExecuTorch runtime
 if [ -z "$ETDIR" ]; then
@@ -186,7 +213,12 @@ resolve_includes() {
                --exclude-dir=test --exclude-dir=tests | sed 's/#include <//; s/>$//' | sort -u)
   done
 }
-resolve_includes
+if [ -z "$SRC_ARG" ]; then
+  resolve_includes
+  [ ${#extra_headers[@]} -eq 0 ] || printf 'extra_headers: %s\n' "${extra_headers[*]}" >> "$SRC/SOURCE_INFO"
+else
+  read -ra extra_headers <<< "$(sed -n 's/^extra_headers: //p' "$SRC/SOURCE_INFO")"
+fi
 [ ${#extra_headers[@]} -eq 0 ] || say "headers taken from the snapshot because the pip runtime lacks them: ${extra_headers[*]}"
 
 # ------------------------------------------------------------------ patches
@@ -279,11 +311,12 @@ rm -rf "$LINKDIR"
 # ------------------------------------------------------------------ smoke_main
 # The fallback smoke program (smoke_main.cpp, this folder): it links only the
 # pip runtime, so it is the same for every ref; it finds libexecutorch.so beside
-# itself (pack.sh puts a copy there) or in the runtime folder it was built with.
+# itself, in ../et/lib (pack.sh's layout) or in the runtime folder it was built
+# with.
 mkdir -p "$OUT/bin"
 "$CXX" -std=c++17 -O2 -Wall "${SMOKE_DEFS[@]}" -isystem "$ET_INC" -isystem "$C10_INC" \
   "$HERE/smoke_main.cpp" -o "$OUT/bin/smoke_main" -L"$ETDIR/lib" -lexecutorch -ldl \
-  -Wl,-rpath,"\$ORIGIN:$ETDIR/lib" || die "smoke_main failed to build"
+  -Wl,-rpath,"\$ORIGIN:\$ORIGIN/../et/lib:$ETDIR/lib" || die "smoke_main failed to build"
 strip "$OUT/bin/smoke_main"
 
 # ------------------------------------------------------------------ report
@@ -292,7 +325,7 @@ nshims=$(nm -D --defined-only "$lib" | grep -c ' T aoti_torch_')
 {
   echo "ref: $REF"
   echo "commit: $SHA"
-  echo "commit_date: $("${GIT[@]}" log -1 --format=%ci "$SHA")"
+  sed -n 's/^commit_date: /commit_date: /p' "$SRC/SOURCE_INFO"
   echo "executorch_runtime: $ETDIR (version ${ET_VERSION:-?}, git ${ET_GIT:-?})"
   echo "cuda: $CUDA ($("$NVCC" --version | tail -1))"
   echo "host_compiler: $($CXX --version | head -1)"

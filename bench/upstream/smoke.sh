@@ -47,7 +47,7 @@ fi
 SMOKE_MAIN=${SMOKE_MAIN:-$bundle/bin/smoke_main}
 [ -x "$SMOKE_MAIN" ] || SMOKE_MAIN=
 preload=()
-[ -f "$bundle/bin/libexecutorch_kernels_optimized.so" ] && preload=(--preload "$bundle/bin/libexecutorch_kernels_optimized.so")
+[ -f "$bundle/et/lib/libexecutorch_kernels_optimized.so" ] && preload=(--preload "$bundle/et/lib/libexecutorch_kernels_optimized.so")
 
 {
   echo "# upstream smoke $(date -u +%FT%TZ) on $(hostname)"
