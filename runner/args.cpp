@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 
@@ -194,8 +195,13 @@ void print_version(const Args& a) {
   Dl_info info{};
   const bool where = dladdr(reinterpret_cast<void*>(&executorch::runtime::runtime_init), &info) != 0 &&
                      info.dli_fname != nullptr;
+  std::string loaded;
+  if (where) {
+    char real[PATH_MAX];
+    loaded = realpath(info.dli_fname, real) != nullptr ? real : info.dli_fname;
+  }
   std::printf("ExecuTorch runtime: %s (built against)%s%s\n", ET_CUDA_RUN_EXECUTORCH_VERSION,
-              where ? ", loaded from " : "", where ? sanitize(info.dli_fname).c_str() : "");
+              where ? ", loaded from " : "", sanitize(loaded).c_str());
   try {
     load_backend(a.backend_lib);
     const std::string v = backend_library_version();

@@ -101,7 +101,7 @@ void emit_log(et_timestamp_t, et_pal_log_level_t level, const char* filename, co
 
 void install_log(bool verbose) {
   g_verbose = verbose;
-  executorch::runtime::register_pal(executorch::runtime::PalImpl::create(emit_log, __FILE__));
+  executorch::runtime::register_pal(executorch::runtime::PalImpl::create(emit_log, "et_cuda_run"));
 }
 
 std::string take_logged_errors() {
