@@ -105,13 +105,16 @@ Token loop (decoders: input_ids int64 [1,T] [, cache_position int64 [T]] -> logi
                            et_cuda_run model.pte --generate 8 --prompt-ids 1,15043,29892
   --expect-tokens I,...  compare with these tokens (default: the manifest's generate.tokens);
                          prints MATCH or MISMATCH
+                           et_cuda_run model.pte --generate 3 --prompt-ids 1,2 --expect-tokens 7,7,9
   --prefill-method NAME  the method run on the prompt (default: manifest, else forward)
   --decode-method NAME   the method run per new token (default: manifest, else forward)
                            --prefill-method prefill --decode-method decode
 
 Other
   --verbose, -v          print ExecuTorch's log to stderr
+                           et_cuda_run --manifest m.json -v
   --version              print the versions of this tool, ExecuTorch, the backend and the driver
+                           et_cuda_run --version --backend-lib /opt/et/libcuda_backend.so
   --help, -h             this text
 
 Every error is one line "et_cuda_run: <where>: <what>" on stderr. Checks that

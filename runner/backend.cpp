@@ -162,6 +162,8 @@ void load_backend(const std::string& path) {
     file = s.found;
   }
   if (!is_file(file)) fail(file, std::string("cannot open the backend library: ") + std::strerror(ENOENT));
+  // A name without a slash would make dlopen search the library path instead.
+  if (file.find('/') == std::string::npos) file = "./" + file;
   if (executorch::runtime::get_backend_class("CudaBackend") != nullptr) {
     fail(file, "\"CudaBackend\" is registered already: a second backend cannot be loaded into this process");
   }
