@@ -106,8 +106,8 @@ Token loop (decoders: input_ids int64 [1,T] [, cache_position int64 [T]] -> logi
   --expect-tokens I,...  compare with these tokens (default: the manifest's generate.tokens);
                          prints MATCH or MISMATCH
                            et_cuda_run model.pte --generate 3 --prompt-ids 1,2 --expect-tokens 7,7,9
-  --prefill-method NAME  the method run on the prompt (default: manifest, else forward)
-  --decode-method NAME   the method run per new token (default: manifest, else forward)
+  --prefill-method NAME  the method run on the prompt (default: manifest, --method, forward)
+  --decode-method NAME   the method run per new token (default: manifest, --method, forward)
                            --prefill-method prefill --decode-method decode
 
 Other
