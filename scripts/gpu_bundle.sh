@@ -20,7 +20,9 @@ rm -rf "$out"
 mkdir -p "$out/fixtures"
 cp "$BUILD"/{et_cuda_run,c_api_test,adapter_test,header_c11,header_cxx17,consumer_in_tree} "$out/"
 cp "$BUILD/libexecutorch_cuda_backend.so" "$out/"
-strip --strip-debug -o "$out/libexecutorch_cuda.so" "$BUILD/libexecutorch_cuda.so" # DWARF only: 26 MB -> 1 MB
+# The binaries record the SONAME libexecutorch_cuda.so.0; the runner opens
+# libexecutorch_cuda_backend.so from its own folder.
+strip --strip-debug -o "$out/libexecutorch_cuda.so.0" "$BUILD/libexecutorch_cuda.so.0"
 cp "$EXECUTORCH_CMAKE_DIR"/../../lib/libexecutorch{,_threadpool,_kernels_optimized}.so "$out/"
 for f in "$FIXTURES"/*/; do
   cp -r "$f" "$out/fixtures/"

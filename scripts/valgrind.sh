@@ -5,7 +5,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
-command -v valgrind >/dev/null || die "valgrind not found (apt-get install valgrind)"
+command -v valgrind >/dev/null || die "valgrind not found: apt-get install valgrind"
 VG=(valgrind -q --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite,indirect
   --show-leak-kinds=definite,indirect)
 

@@ -1,0 +1,226 @@
+#include "args.h"
+
+#include "backend.h"
+#include "common.h"
+
+#include <executorch/runtime/platform/runtime.h>
+
+#include <dlfcn.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+
+#ifndef ET_CUDA_RUN_VERSION
+#define ET_CUDA_RUN_VERSION "unknown"
+#endif
+#ifndef ET_CUDA_RUN_EXECUTORCH_VERSION
+#define ET_CUDA_RUN_EXECUTORCH_VERSION "unknown"
+#endif
+
+namespace et_cuda_run {
+
+namespace {
+
+long parse_count(const std::string& flag, const char* value) {
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(value, &end, 10);
+  if (*value == '\0' || *end != '\0' || errno != 0 || n < 0) {
+    usage_error(flag, std::string("expects a count, got '") + value + "'");
+  }
+  return n;
+}
+
+// "1,2,3" -> {1, 2, 3}: non-negative integers.
+std::vector<int64_t> parse_ids(const std::string& flag, const std::string& value) {
+  std::vector<int64_t> out;
+  size_t at = 0;
+  while (at <= value.size()) {
+    const size_t comma = value.find(',', at);
+    const std::string item = value.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    char* end = nullptr;
+    errno = 0;
+    const long long n = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || errno != 0 || n < 0) {
+      usage_error(flag, "expects comma-separated non-negative integers, got '" + value + "'");
+    }
+    out.push_back(n);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
+constexpr const char* kHelp = R"(usage: et_cuda_run [MODEL.pte] [--data FILE.ptd ...] [--manifest FILE.json] [options]
+
+Loads an ExecuTorch program whose methods are delegated to "CudaBackend" and
+runs it: once on zero inputs, or every case of a manifest with a PASS/FAIL line
+each, a benchmark, or a greedy token loop.
+
+Program
+  MODEL.pte              the program; optional with --manifest, which names it
+                           et_cuda_run model.pte --data aoti_cuda_blob.ptd
+  --data FILE.ptd        external named data (the weights); repeatable
+  --manifest FILE.json   check every case of every method listed (format: runner/README.md);
+                         prints "<method> case<i>: max_abs_err=<e> PASS|FAIL" per case
+                           et_cuda_run --manifest fixtures/mlp_f32/manifest.json
+  --method NAME          only this method (default: the manifest's methods, else forward)
+                           et_cuda_run model.pte --method encoder
+
+Backend
+  --backend-lib PATH     the backend library to open before the program is loaded (default:
+                         libexecutorch_cuda_backend.so next to et_cuda_run or in ../lib);
+                         any library that registers "CudaBackend", e.g. upstream's C++ backend
+                           et_cuda_run --manifest m.json --backend-lib /opt/et/libcuda_backend.so
+  --option KEY=VALUE     set a "CudaBackend" option before loading, passed on unchanged
+                         (true/false: bool, an integer: int, else a string); repeatable
+                           --option use_shared_cuda_stream=true
+                           --option skip_copy_output_to_cpu_for_method=forward
+  --stats                print the backend's counters at the end (this project's backend only)
+                           et_cuda_run --manifest m.json --stats
+
+Benchmark (on the first case's inputs, or zeros without a manifest)
+  --bench N              time N executes: "<method> bench: ... p50=...us", plus
+                         "<method> bench-lib: ..." from the backend's counters
+                           et_cuda_run --manifest m.json --bench 200 --warmup 20
+  --warmup W             W untimed executes first (default 0)
+  --device-io            inputs copied once to device memory and passed as device pointers,
+                         outputs left on the device; adds "bench-wait" lines (each call then
+                         waits for the GPU); needs a program exported with alloc_graph_input=False
+                           et_cuda_run --manifest m.json --bench 200 --device-io
+  --enqueue N            N executes back to back without a wait, then one wait (implies --device-io)
+                           et_cuda_run --manifest m.json --enqueue 50 --warmup 5
+  --pipeline A,B         feed method A's device outputs to method B on one shared stream,
+                         against the same chain through host memory (needs --manifest, --bench)
+                           et_cuda_run --manifest m.json --pipeline encoder,decoder --bench 100
+
+Token loop (decoders: input_ids int64 [1,T] [, cache_position int64 [T]] -> logits [1,T,V])
+  --generate N           prefill the prompt, then N-1 greedy single-token steps feeding back the
+                         argmax; prints the tokens, time to first token, prefill and decode
+                         tokens/s, host waits per token and a "PyTorchObserver {...}" line
+                           et_cuda_run --manifest m.json --generate 16
+  --prompt-ids I,J,...   the prompt (default: the manifest's generate.prompt_ids)
+                           et_cuda_run model.pte --generate 8 --prompt-ids 1,15043,29892
+  --expect-tokens I,...  compare with these tokens (default: the manifest's generate.tokens);
+                         prints MATCH or MISMATCH
+                           et_cuda_run model.pte --generate 3 --prompt-ids 1,2 --expect-tokens 7,7,9
+  --prefill-method NAME  the method run on the prompt (default: manifest, --method, forward)
+  --decode-method NAME   the method run per new token (default: manifest, --method, forward)
+                           --prefill-method prefill --decode-method decode
+
+Other
+  --verbose, -v          print ExecuTorch's log to stderr
+                           et_cuda_run --manifest m.json -v
+  --version              print the versions of this tool, ExecuTorch, the backend and the driver
+                           et_cuda_run --version --backend-lib /opt/et/libcuda_backend.so
+  --help, -h             this text
+
+Every error is one line "et_cuda_run: <where>: <what>" on stderr. Checks that
+need no GPU (files, manifest, signatures, dynamic-shape bounds) run before
+anything is loaded onto the device.
+
+Exit status
+  0    everything ran and every check passed
+  1    a check failed (FAIL, MISMATCH) or an error
+  2    usage error (a wrong command line)
+  77   no CUDA driver or device (the checks above ran and passed)
+)";
+
+}  // namespace
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  bool have_prefill = false, have_decode = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) usage_error(arg, "missing value");
+      return argv[++i];
+    };
+    if (arg == "--data") a.data.push_back(next());
+    else if (arg == "--method") a.method = next();
+    else if (arg == "--manifest") a.manifest = next();
+    else if (arg == "--backend-lib") a.backend_lib = next();
+    else if (arg == "--bench") a.bench = parse_count(arg, next());
+    else if (arg == "--warmup") a.warmup = parse_count(arg, next());
+    else if (arg == "--enqueue") a.enqueue = parse_count(arg, next());
+    else if (arg == "--device-io") a.device_io = true;
+    else if (arg == "--pipeline") a.pipeline = next();
+    else if (arg == "--option") a.options.push_back(next());
+    else if (arg == "--stats") a.stats = true;
+    else if (arg == "--generate") a.generate = parse_count(arg, next());
+    else if (arg == "--prompt-ids") a.prompt_ids = parse_ids(arg, next()), a.have_prompt_ids = true;
+    else if (arg == "--expect-tokens") a.expect_tokens = parse_ids(arg, next()), a.have_expect_tokens = true;
+    else if (arg == "--prefill-method") a.prefill_method = next(), have_prefill = true;
+    else if (arg == "--decode-method") a.decode_method = next(), have_decode = true;
+    else if (arg == "--verbose" || arg == "-v") a.verbose = true;
+    else if (arg == "--help" || arg == "-h") a.help = true;
+    else if (arg == "--version") a.version = true;
+    else if (!arg.empty() && arg[0] == '-') usage_error(arg, "unknown flag");
+    else if (a.model.empty()) a.model = arg;
+    else usage_error(arg, "more than one model given");
+  }
+  if (a.help || a.version) return a;
+  if (a.model.empty() && a.manifest.empty()) usage_error("usage", "no MODEL.pte and no --manifest given");
+  const bool generating = a.generate > 0;
+  if ((a.have_prompt_ids || a.have_expect_tokens || have_prefill || have_decode) && !generating) {
+    usage_error("--prompt-ids/--expect-tokens/--prefill-method/--decode-method", "only with --generate N");
+  }
+  if (generating && (a.bench > 0 || a.enqueue > 0 || !a.pipeline.empty() || a.device_io)) {
+    usage_error("--generate", "cannot be combined with --bench, --enqueue, --pipeline or --device-io");
+  }
+  if (have_prefill && a.prefill_method.empty()) usage_error("--prefill-method", "empty method name");
+  if (have_decode && a.decode_method.empty()) usage_error("--decode-method", "empty method name");
+  if (!a.pipeline.empty() && (a.manifest.empty() || a.bench <= 0)) {
+    usage_error("--pipeline", "needs --manifest (A's input is its first case's) and --bench N");
+  }
+  if (a.enqueue > 0) a.device_io = true;
+  return a;
+}
+
+std::string user_option(const Args& a, const std::string& key) {
+  std::string value;
+  const std::string prefix = key + "=";
+  for (const std::string& o : a.options) {
+    if (o.compare(0, prefix.size(), prefix) == 0) value = o.substr(prefix.size());
+  }
+  return value;
+}
+
+void print_help() {
+  std::fputs(kHelp, stdout);
+}
+
+void print_version(const Args& a) {
+  std::printf("et_cuda_run %s\n", ET_CUDA_RUN_VERSION);
+  Dl_info info{};
+  const bool where = dladdr(reinterpret_cast<void*>(&executorch::runtime::runtime_init), &info) != 0 &&
+                     info.dli_fname != nullptr;
+  std::string loaded;
+  if (where) {
+    char real[PATH_MAX];
+    loaded = realpath(info.dli_fname, real) != nullptr ? real : info.dli_fname;
+  }
+  std::printf("ExecuTorch runtime: %s (built against)%s%s\n", ET_CUDA_RUN_EXECUTORCH_VERSION,
+              where ? ", loaded from " : "", sanitize(loaded).c_str());
+  try {
+    load_backend(a.backend_lib);
+    const std::string v = backend_library_version();
+    std::printf("backend library: %s (%s)\n", sanitize(backend_path()).c_str(),
+                v.empty() ? "no et_cuda_version: not this project's backend" : ("executorch-cuda " + sanitize(v)).c_str());
+  } catch (const Failure& f) {
+    std::printf("backend library: not loaded: %s: %s\n", sanitize(f.where).c_str(), sanitize(f.what).c_str());
+  }
+  const DriverInfo d = probe_driver();
+  if (!d.loaded) {
+    std::printf("CUDA driver: none: %s\n", sanitize(d.problem).c_str());
+  } else {
+    std::printf("CUDA driver: %s (libcuda.so.1), %d device(s)%s%s\n",
+                d.version > 0 ? driver_version_string(d.version).c_str() : "unknown version", d.device_count,
+                d.problem.empty() ? "" : ": ", sanitize(d.problem).c_str());
+  }
+}
+
+}  // namespace et_cuda_run

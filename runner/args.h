@@ -1,0 +1,43 @@
+// The command line: flags, --help and --version.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace et_cuda_run {
+
+struct Args {
+  std::string model;
+  std::vector<std::string> data;
+  std::string method;
+  std::string manifest;
+  std::string backend_lib;
+  long bench = 0, warmup = 0, enqueue = 0;
+  std::vector<std::string> options;
+  bool stats = false;
+  bool device_io = false;
+  bool verbose = false;
+  bool help = false;
+  bool version = false;
+  std::string pipeline;  // "A,B"
+
+  // --generate
+  long generate = 0;  // N new tokens; 0: no token loop
+  bool have_prompt_ids = false, have_expect_tokens = false;
+  std::vector<int64_t> prompt_ids, expect_tokens;
+  std::string prefill_method, decode_method;
+};
+
+// Parses argv; a wrong command line is a usage error (exit status 2).
+Args parse_args(int argc, char** argv);
+
+// The value the user gave an option with --option (the last one wins), or "".
+std::string user_option(const Args& a, const std::string& key);
+
+// --help: every flag with an example, on stdout.
+void print_help();
+// --version: this tool, the ExecuTorch runtime, the backend library, the CUDA driver.
+void print_version(const Args& a);
+
+}  // namespace et_cuda_run

@@ -1,0 +1,223 @@
+#include "generate.h"
+
+#include "backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+namespace et_cuda_run {
+
+namespace {
+
+using executorch::runtime::MethodMeta;
+using executorch::runtime::Tag;
+
+struct DecoderSignature {
+  bool has_position = false;  // takes cache_position
+  int64_t max_tokens = 0;     // upper bound of T
+  int64_t vocab = 0;          // V
+};
+
+bool tensor_input(const MethodMeta& meta, size_t i) {
+  const auto tag = meta.input_tag(i);
+  return tag.ok() && *tag == Tag::Tensor && meta.input_tensor_meta(i).ok();
+}
+
+DecoderSignature check_decoder(const MethodMeta& meta, const std::string& model, const std::string& method,
+                               size_t tokens) {
+  const std::string where = "--generate: method '" + method + "'";
+  const std::string shape = "a decoder method takes input_ids int64 [1, T] and optionally cache_position int64 [T]";
+  DecoderSignature sig;
+  if (meta.num_inputs() < 1 || meta.num_inputs() > 2) {
+    fail(model, where + " takes " + std::to_string(meta.num_inputs()) + " inputs; " + shape);
+  }
+  if (!tensor_input(meta, 0)) fail(model, where + " input 0 is not a tensor; " + shape);
+  const auto ids = *meta.input_tensor_meta(0);
+  if (ids.scalar_type() != ScalarType::Long || ids.sizes().size() != 2 || ids.sizes()[0] < 1 || ids.sizes()[1] < 1) {
+    fail(model, where + " input 0 is " + dtype_name(ids.scalar_type()) + " " + shape_str(ids.sizes()) +
+                    ", not int64 token ids [1, T]");
+  }
+  sig.max_tokens = ids.sizes()[1];
+  if (meta.num_inputs() == 2) {
+    if (!tensor_input(meta, 1)) fail(model, where + " input 1 is not a tensor; " + shape);
+    const auto pos = *meta.input_tensor_meta(1);
+    if (pos.scalar_type() != ScalarType::Long || pos.sizes().size() != 1 || pos.sizes()[0] < 1) {
+      fail(model, where + " input 1 is " + dtype_name(pos.scalar_type()) + " " + shape_str(pos.sizes()) +
+                      ", not int64 cache positions [T]");
+    }
+    sig.has_position = true;
+    sig.max_tokens = std::min<int64_t>(sig.max_tokens, pos.sizes()[0]);
+  }
+  if (meta.num_outputs() < 1) fail(model, where + " returns nothing; a decoder method returns logits [1, T, V]");
+  const auto logits = meta.output_tensor_meta(0);
+  if (!logits.ok()) fail(model, where + " output 0 is not a tensor; a decoder method returns logits [1, T, V]");
+  const auto ls = logits->sizes();
+  if (!is_floating(logits->scalar_type()) || ls.size() < 2 || ls.size() > 3 || ls[ls.size() - 1] < 1) {
+    fail(model, where + " output 0 is " + dtype_name(logits->scalar_type()) + " " + shape_str(ls) +
+                    ", not float logits [1, T, V]");
+  }
+  sig.vocab = ls[ls.size() - 1];
+  if (static_cast<int64_t>(tokens) > sig.max_tokens) {
+    fail(model, where + " takes at most " + std::to_string(sig.max_tokens) + " tokens per call (input_ids bound " +
+                    shape_str(ids.sizes()) + "), " + std::to_string(tokens) + " given");
+  }
+  return sig;
+}
+
+// The greedy token from the last row of output 0 (logits [.., T, V]); only
+// that row is read (copied from the device when the backend left it there).
+int64_t next_token(const std::vector<EValue>& outputs, const std::string& model, const std::string& method,
+                   double& sampling_ms) {
+  if (outputs.empty() || !outputs[0].isTensor()) fail(model, "--generate: '" + method + "' returned no logits tensor");
+  const auto& t = outputs[0].toTensor();
+  const DType* dtype = dtype_by_type(t.scalar_type());
+  if (dtype == nullptr || !is_floating(t.scalar_type()) || t.dim() < 1) {
+    fail(model, "--generate: '" + method + "' returned " + dtype_name(t.scalar_type()) + " " + shape_str(t.sizes()) +
+                    ", not float logits");
+  }
+  const auto vocab = static_cast<size_t>(t.size(t.dim() - 1));
+  const auto numel = static_cast<size_t>(t.numel());
+  if (vocab == 0 || numel < vocab) fail(model, "--generate: '" + method + "' returned empty logits");
+  const double t0 = steady_ms();
+  std::vector<uint8_t> row(vocab * dtype->size);
+  const auto* src = static_cast<const uint8_t*>(t.const_data_ptr()) + (numel - vocab) * dtype->size;
+  if (is_device_pointer(t.const_data_ptr())) {
+    copy_to_host(row.data(), src, row.size());
+  } else {
+    std::memcpy(row.data(), src, row.size());
+  }
+  // Like torch.argmax: the first maximum, NaN counting as the largest.
+  size_t best = 0;
+  double best_value = element(row.data(), dtype->type);
+  for (size_t v = 1; v < vocab && !std::isnan(best_value); ++v) {
+    const double x = element(row.data() + v * dtype->size, dtype->type);
+    if (std::isnan(x) || x > best_value) {
+      best = v;
+      best_value = x;
+    }
+  }
+  sampling_ms += steady_ms() - t0;
+  return static_cast<int64_t>(best);
+}
+
+std::vector<EValue> step(Module& module, const std::string& model, const std::string& method, bool has_position,
+                         std::vector<int64_t>& ids, std::vector<int64_t>& positions) {
+  const auto n = static_cast<SizesType>(ids.size());
+  auto ids_tensor = executorch::extension::from_blob(ids.data(), {1, n}, ScalarType::Long);
+  std::vector<EValue> inputs{EValue(*ids_tensor)};
+  TensorPtr pos_tensor;
+  if (has_position) {
+    pos_tensor = executorch::extension::from_blob(positions.data(), {n}, ScalarType::Long);
+    inputs.emplace_back(*pos_tensor);
+  }
+  return execute(module, model, method, inputs);
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+  return buf;
+}
+
+}  // namespace
+
+GeneratePlan plan_generate(Module& module, const Args& a, const Manifest* manifest) {
+  const GenerateSpec none;
+  const GenerateSpec& spec = manifest != nullptr ? manifest->generate : none;
+  GeneratePlan p;
+  p.steps = a.generate;
+  p.prefill_method = !a.prefill_method.empty() ? a.prefill_method : spec.prefill_method;
+  p.decode_method = !a.decode_method.empty() ? a.decode_method : spec.decode_method;
+  p.prompt = a.have_prompt_ids ? a.prompt_ids : spec.prompt_ids;
+  p.expected = a.have_expect_tokens ? a.expect_tokens : spec.tokens;
+  p.check = !p.expected.empty();
+  p.max_seq_len = spec.max_seq_len;
+  if (p.prompt.empty()) {
+    usage_error("--generate", "no prompt: give --prompt-ids or a manifest with generate.prompt_ids");
+  }
+  const std::string& model = a.model;
+  const MethodMeta prefill = method_meta(module, model, p.prefill_method);
+  const MethodMeta decode = method_meta(module, model, p.decode_method);
+  const DecoderSignature ps = check_decoder(prefill, model, p.prefill_method, p.prompt.size());
+  const DecoderSignature ds = check_decoder(decode, model, p.decode_method, 1);
+  if (ps.vocab != ds.vocab) {
+    fail(model, "--generate: '" + p.prefill_method + "' has " + std::to_string(ps.vocab) + " logits per token, '" +
+                    p.decode_method + "' " + std::to_string(ds.vocab));
+  }
+  for (size_t i = 0; i < p.prompt.size(); ++i) {
+    if (p.prompt[i] >= ps.vocab) {
+      fail(model, "--generate: prompt token " + std::to_string(i) + " is " + std::to_string(p.prompt[i]) +
+                      ", the vocabulary has " + std::to_string(ps.vocab) + " entries");
+    }
+  }
+  const int64_t positions = static_cast<int64_t>(p.prompt.size()) + p.steps - 1;
+  if (p.max_seq_len > 0 && positions > p.max_seq_len) {
+    fail(model, "--generate: a prompt of " + std::to_string(p.prompt.size()) + " tokens and " +
+                    std::to_string(p.steps) + " new tokens need " + std::to_string(positions) +
+                    " cache positions, max_seq_len is " + std::to_string(p.max_seq_len));
+  }
+  return p;
+}
+
+bool run_generate(Module& module, const std::string& model, const GeneratePlan& p, double load_start_ms) {
+  const MethodMeta prefill_meta = method_meta(module, model, p.prefill_method);
+  const MethodMeta decode_meta = method_meta(module, model, p.decode_method);
+  const bool prefill_pos = prefill_meta.num_inputs() == 2, decode_pos = decode_meta.num_inputs() == 2;
+  load_method(module, model, p.prefill_method);
+  if (p.decode_method != p.prefill_method) load_method(module, model, p.decode_method);
+  const double load_end_ms = steady_ms();
+
+  std::vector<int64_t> tokens;
+  double sampling_ms = 0;
+  const double start_ms = steady_ms();
+  std::vector<int64_t> ids = p.prompt, positions(p.prompt.size());
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
+  tokens.push_back(next_token(step(module, model, p.prefill_method, prefill_pos, ids, positions), model,
+                              p.prefill_method, sampling_ms));
+  const double first_token_ms = steady_ms();
+
+  EtCudaStats s0{}, s1{};
+  bool have_stats = stats_snapshot(s0);
+  int64_t position = static_cast<int64_t>(p.prompt.size());
+  for (long i = 1; i < p.steps; ++i) {
+    std::vector<int64_t> id{tokens.back()}, pos{position++};
+    tokens.push_back(next_token(step(module, model, p.decode_method, decode_pos, id, pos), model, p.decode_method,
+                                sampling_ms));
+  }
+  const double end_ms = steady_ms();
+  have_stats = have_stats && stats_snapshot(s1);
+
+  const long decoded = p.steps - 1;
+  const double prefill_s = (first_token_ms - start_ms) / 1e3, decode_s = (end_ms - first_token_ms) / 1e3;
+  const std::string decode_rate = decoded > 0 && decode_s > 0 ? fixed(static_cast<double>(decoded) / decode_s, 1) : "n/a";
+  const std::string waits = have_stats && decoded > 0
+                                ? fixed(static_cast<double>(s1.host_waits - s0.host_waits) / static_cast<double>(decoded), 2)
+                                : "n/a";
+  bool match = true;
+  std::vector<int64_t> expected;
+  if (p.check) {
+    const size_t k = std::min(tokens.size(), p.expected.size());
+    expected.assign(p.expected.begin(), p.expected.begin() + static_cast<std::ptrdiff_t>(k));
+    match = std::equal(expected.begin(), expected.end(), tokens.begin());
+  }
+  std::printf(
+      "generate: prefill=%s decode=%s prompt_tokens=%zu new_tokens=%zu ttft_ms=%.3f prefill_tok_s=%.1f "
+      "decode_tok_s=%s host_waits_per_token=%s tokens=%s expected=%s %s\n",
+      p.prefill_method.c_str(), p.decode_method.c_str(), p.prompt.size(), tokens.size(), first_token_ms - start_ms,
+      prefill_s > 0 ? static_cast<double>(p.prompt.size()) / prefill_s : 0.0, decode_rate.c_str(), waits.c_str(),
+      join_ints(tokens).c_str(), p.check ? join_ints(expected).c_str() : "none",
+      p.check ? (match ? "MATCH" : "MISMATCH") : "UNCHECKED");
+  // Upstream's LLM runner stats (extension/llm/runner): the same keys, in
+  // milliseconds on the steady clock; ours keep fractions of a millisecond.
+  std::printf(
+      "PyTorchObserver {\"prompt_tokens\":%zu,\"generated_tokens\":%zu,\"model_load_start_ms\":%.3f,"
+      "\"model_load_end_ms\":%.3f,\"inference_start_ms\":%.3f,\"inference_end_ms\":%.3f,\"prompt_eval_end_ms\":%.3f,"
+      "\"first_token_ms\":%.3f,\"aggregate_sampling_time_ms\":%.3f,\"SCALING_FACTOR_UNITS_PER_SECOND\":1000}\n",
+      p.prompt.size(), tokens.size(), load_start_ms, load_end_ms, start_ms, end_ms, first_token_ms, first_token_ms,
+      sampling_ms);
+  return match;
+}
+
+}  // namespace et_cuda_run

@@ -1,0 +1,38 @@
+// --generate N: a greedy token loop on a decoder program.
+//
+// Decoder methods take (input_ids int64 [1, T]) or (input_ids, cache_position
+// int64 [T]) and return logits [1, T, V] (float32, bfloat16 or float16) as
+// output 0; T is dynamic (the method's sizes are its upper bound). The prefill
+// method runs once on the prompt (cache_position 0..T-1); its last logits row
+// gives token 0. Then N-1 single-token steps run the decode method on the
+// previous token (cache_position [prompt length + i - 1]). The KV cache lives
+// in the program's mutable buffers: it carries from one execute to the next.
+#pragma once
+
+#include "args.h"
+#include "manifest.h"
+#include "methods.h"
+
+namespace et_cuda_run {
+
+// What the token loop needs, resolved from the flags and the manifest.
+struct GeneratePlan {
+  long steps = 0;  // N tokens to produce
+  std::string prefill_method, decode_method;
+  std::vector<int64_t> prompt;
+  bool check = false;  // compare with `expected`
+  std::vector<int64_t> expected;
+  int64_t max_seq_len = 0;
+};
+
+// Resolves the plan and checks it against the methods' signatures (int64 ids
+// within the T bound, float logits, prompt ids below the vocabulary size,
+// positions within max_seq_len): everything that needs no GPU.
+GeneratePlan plan_generate(Module& module, const Args& a, const Manifest* manifest);
+
+// Loads the methods and runs the loop; prints the "generate: ..." and the
+// "PyTorchObserver {...}" lines. Returns whether the tokens matched (true when
+// nothing was given to compare with).
+bool run_generate(Module& module, const std::string& model, const GeneratePlan& plan, double load_start_ms);
+
+}  // namespace et_cuda_run
