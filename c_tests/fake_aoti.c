@@ -7,7 +7,9 @@
  * by the input's dtype:
  *   float32 / bfloat16: success;
  *   int32: Run fails (as if the model threw);
- *   int64: asks the shim for a 1 TiB device tensor (out of memory) and fails.
+ *   int64: asks the shim for a 1 TiB device tensor (out of memory) and fails;
+ *   float16: reads element 0 on the host first (a wait, which a CUDA graph capture
+ *            cannot contain), then succeeds.
  * Creating a container fails when FAKE_AOTI_CREATE_FAILS is set in the
  * environment; the model wants FAKE_AOTI_BLOB_SIZE (default 16) weight bytes. */
 #include <stdint.h>
@@ -21,6 +23,9 @@ extern int32_t aoti_torch_empty_strided(int64_t ndim, const int64_t* sizes, cons
                                         int32_t device_type, int32_t device_index, AtenTensorHandle* ret);
 extern int32_t aoti_torch_create_cuda_stream_guard(void* stream, int32_t device_index, void** ret);
 extern int32_t aoti_torch_delete_cuda_stream_guard(void* guard);
+extern int32_t aoti_torch__reinterpret_tensor(AtenTensorHandle self, int64_t ndim, const int64_t* sizes,
+                                              const int64_t* strides, int64_t offset, AtenTensorHandle* ret);
+extern int32_t aoti_torch_item_float16(AtenTensorHandle t, uint16_t* ret);
 
 static int containers;
 
@@ -59,7 +64,15 @@ static int32_t run(void* h, AtenTensorHandle* in, size_t n_in, AtenTensorHandle*
     if (big) aoti_torch_delete_tensor_object(big);
     if (rc == 0) rc = 1;
   } else {
-    rc = aoti_torch_clone(in[0], &out[0]) ? 1 : 0;
+    if (dtype == 5) {
+      int64_t one = 1, stride = 1;
+      AtenTensorHandle first = 0;
+      uint16_t v = 0;
+      rc = aoti_torch__reinterpret_tensor(in[0], 1, &one, &stride, 0, &first) ? 1 : 0;
+      if (rc == 0) rc = aoti_torch_item_float16(first, &v) ? 1 : 0;
+      if (first) aoti_torch_delete_tensor_object(first);
+    }
+    if (rc == 0) rc = aoti_torch_clone(in[0], &out[0]) ? 1 : 0;
   }
   aoti_torch_delete_tensor_object(in[0]);  /* inputs are stolen */
   in[0] = 0;

@@ -109,7 +109,12 @@ impl<E> GraphCache<E> {
                 .enumerate()
                 .min_by_key(|(_, s)| s.last_use)
                 .map(|(i, _)| i)
-                .map(|i| self.entries.swap_remove(i).entry)
+                .map(|i| {
+                    let slot = self.entries.swap_remove(i);
+                    // Its kernels are loaded already: capture it again at its next execute.
+                    self.warmed.push(slot.key);
+                    slot.entry
+                })
         } else {
             None
         };
@@ -173,6 +178,11 @@ mod tests {
         assert_eq!(c.len(), 2);
         assert!(c.get(&key(2)).is_none());
         assert_eq!(c.get(&key(3)).copied(), Some(3));
+        assert_eq!(
+            c.plan(&key(2)),
+            Plan::Capture,
+            "an evicted shape is captured at once"
+        );
         assert_eq!(c.insert(key(4), 4), Some(1));
         c.clear();
         assert_eq!(c.len(), 0);

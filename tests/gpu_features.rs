@@ -1,0 +1,586 @@
+//! GPU tests of the decode-loop features through the C API: CUDA graphs
+//! keyed by input shape (replay equal to eager execution bit for bit, cache
+//! hits, misses and eviction, fallback when a capture fails, replay after
+//! destroy and reload), weights shared across methods, the caller's stream,
+//! and the device allocator ExecuTorch's device memory planning uses.
+//! They need a CUDA device: a plain `cargo test` reports them as ignored.
+//! They set process-wide backend options: run them with `--test-threads=1`.
+
+mod common;
+use common::*;
+use executorch_cuda::ffi::{
+    EtCudaInitArgs, EtCudaStats, EtCudaTensor, ET_CUDA_EXEC_MODE_FROM_OPTIONS,
+    ET_CUDA_STATUS_INVALID_ARGUMENT, ET_CUDA_STATUS_OK,
+};
+use std::ffi::{c_void, CString};
+
+const COPY: i32 = 1;
+const DEVICE: i32 = 2;
+const IGNORE: &str =
+    "needs a CUDA device: run with --include-ignored --test-threads=1 on a GPU machine";
+
+fn require_gpu(test: &str) {
+    assert!(gpus_or_skip(test).is_some(), "{test} needs a CUDA device");
+}
+
+fn set_str(key: &str, v: &str) {
+    let (k, v) = (CString::new(key).unwrap(), CString::new(v).unwrap());
+    assert_eq!(
+        // SAFETY: NUL-terminated strings.
+        unsafe { (api().set_option_str)(k.as_ptr(), v.as_ptr()) },
+        ET_CUDA_STATUS_OK,
+        "{}",
+        last_error()
+    );
+}
+fn set_bool(key: &str, v: bool) {
+    let k = CString::new(key).unwrap();
+    assert_eq!(
+        // SAFETY: NUL-terminated key.
+        unsafe { (api().set_option_bool)(k.as_ptr(), v) },
+        ET_CUDA_STATUS_OK,
+        "{}",
+        last_error()
+    );
+}
+fn set_int(key: &str, v: i64) {
+    let k = CString::new(key).unwrap();
+    assert_eq!(
+        // SAFETY: NUL-terminated key.
+        unsafe { (api().set_option_int)(k.as_ptr(), v) },
+        ET_CUDA_STATUS_OK,
+        "{}",
+        last_error()
+    );
+}
+fn reset_options() {
+    // SAFETY: no arguments.
+    assert_eq!(unsafe { (api().reset_options)() }, ET_CUDA_STATUS_OK);
+}
+
+/// Load `so`/`w` with the process-wide options (as the ExecuTorch adapter does).
+fn load_with_options(so: &[u8], w: &[u8], group: u64) -> Handle {
+    let name = CString::new("forward").unwrap();
+    let args = EtCudaInitArgs {
+        so_data: so.as_ptr(),
+        so_len: so.len(),
+        weights_data: w.as_ptr(),
+        weights_len: w.len(),
+        method_name: name.as_ptr(),
+        so_key: std::ptr::null(),
+        use_backend_options: true,
+        device_index: 0,
+        use_shared_stream: false,
+        mode: ET_CUDA_EXEC_MODE_FROM_OPTIONS,
+        weights_key: std::ptr::null(),
+        share_group: group,
+    };
+    let mut h = std::ptr::null_mut();
+    // SAFETY: args point at live buffers for the duration of the call.
+    let st = unsafe { (api().init)(&args, &mut h) };
+    assert_eq!(st, ET_CUDA_STATUS_OK, "init: {}", last_error());
+    Handle(h)
+}
+
+fn load_fixture(fx: &str, group: u64) -> Handle {
+    load_with_options(
+        &blob(fx, "forward_so_blob.bin"),
+        &blob(fx, "forward_weights_blob.bin"),
+        group,
+    )
+}
+
+fn graph_count(h: &Handle) -> usize {
+    let mut n = 0;
+    assert_eq!(
+        // SAFETY: live handle; out-pointer to a local.
+        unsafe { (api().graph_count)(h.0, &mut n) },
+        ET_CUDA_STATUS_OK
+    );
+    n
+}
+
+fn delta(a: &EtCudaStats, b: &EtCudaStats) -> (u64, u64, u64, u64) {
+    (
+        b.graph_captures - a.graph_captures,
+        b.graph_replays - a.graph_replays,
+        b.graph_fallbacks - a.graph_fallbacks,
+        b.host_waits - a.host_waits,
+    )
+}
+
+/// One execute of `case` with host inputs and host outputs.
+fn run_host(h: &Handle, case: &Case) -> Vec<Vec<u8>> {
+    let mut ins_host: Vec<Vec<u8>> = case.inputs.iter().map(|t| t.bytes.clone()).collect();
+    let ins: Vec<EtCudaTensor> = case
+        .inputs
+        .iter()
+        .zip(ins_host.iter_mut())
+        .map(|(t, b)| desc(&t.dtype, &t.sizes, b.as_mut_ptr().cast(), b.len()))
+        .collect();
+    let mut outs_host: Vec<Vec<u8>> = case
+        .outputs
+        .iter()
+        .map(|t| vec![0xAB; t.bytes.len()])
+        .collect();
+    let mut outs: Vec<EtCudaTensor> = case
+        .outputs
+        .iter()
+        .zip(outs_host.iter_mut())
+        .map(|(t, b)| desc(&t.dtype, &t.sizes, b.as_mut_ptr().cast(), b.len()))
+        .collect();
+    h.execute(&ins, &mut outs, COPY).unwrap();
+    outs_host
+}
+
+fn to_host(dev: *const c_void, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    // SAFETY: n bytes at both; a null handle makes a blocking copy.
+    let st = unsafe { (api().memcpy)(std::ptr::null(), v.as_mut_ptr().cast(), dev, n) };
+    assert_eq!(st, ET_CUDA_STATUS_OK, "{}", last_error());
+    v
+}
+
+/// Device memory through the C API, freed on drop.
+struct DevBuf(*mut c_void, usize);
+impl DevBuf {
+    fn from_host(bytes: &[u8]) -> DevBuf {
+        let mut p = std::ptr::null_mut();
+        assert_eq!(
+            // SAFETY: out-pointer to a local.
+            unsafe { (api().alloc_device)(0, bytes.len().max(1), &mut p) },
+            ET_CUDA_STATUS_OK
+        );
+        assert_eq!(
+            // SAFETY: `p` has bytes.len() device bytes; blocking copy.
+            unsafe { (api().memcpy)(std::ptr::null(), p, bytes.as_ptr().cast(), bytes.len()) },
+            ET_CUDA_STATUS_OK
+        );
+        DevBuf(p, bytes.len())
+    }
+}
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated above, freed once.
+        unsafe { (api().free_device)(self.0) };
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored --test-threads=1 on a GPU machine"]
+fn graph_replay_equals_eager_bit_for_bit() {
+    require_gpu("graph_replay_equals_eager_bit_for_bit");
+    let _ = IGNORE;
+    for fx in FIXTURES {
+        reset_options();
+        let eager = load_fixture(fx, 0);
+        set_str("enable_cuda_graph_for_method", "forward");
+        let graphs = load_fixture(fx, 0);
+        reset_options();
+        let case = &cases(fx, "forward")[0];
+        let want = run_host(&eager, case);
+        let s0 = stats(graphs.0);
+        for it in 0..6 {
+            let got = run_host(&graphs, case);
+            assert_eq!(
+                got, want,
+                "{fx}: execute {it} with graphs differs from eager"
+            );
+        }
+        let s1 = stats(graphs.0);
+        let (cap, rep, fb, waits) = delta(&s0, &s1);
+        println!("{fx}: 6 host-IO executes with graphs: captures {cap}, replays {rep}, fallbacks {fb}, host waits {waits}; outputs bitwise equal to eager");
+        assert_eq!(
+            (cap, rep, fb),
+            (1, 4, 0),
+            "{fx}: warm-up, capture, then replays"
+        );
+        assert_eq!(waits, 6, "{fx}: one wait per host-output execute");
+        assert_eq!(graph_count(&graphs), 1);
+        let (e, ok) = compare(&case.outputs[0].dtype, &want[0], &case.outputs[0].bytes);
+        assert!(ok, "{fx}: eager vs reference {e}");
+        // Device-resident replays: no host wait, outputs are the graph's own buffers.
+        let dev: Vec<DevBuf> = case
+            .inputs
+            .iter()
+            .map(|t| DevBuf::from_host(&t.bytes))
+            .collect();
+        let ins: Vec<EtCudaTensor> = case
+            .inputs
+            .iter()
+            .zip(&dev)
+            .map(|(t, d)| desc(&t.dtype, &t.sizes, d.0, d.1))
+            .collect();
+        let mut outs: Vec<EtCudaTensor> = case
+            .outputs
+            .iter()
+            .map(|t| desc(&t.dtype, &t.sizes, std::ptr::null_mut(), 0))
+            .collect();
+        let a = stats(graphs.0);
+        for _ in 0..20 {
+            graphs.execute(&ins, &mut outs, DEVICE).unwrap();
+        }
+        let b = stats(graphs.0);
+        let (_, rep, _, waits) = delta(&a, &b);
+        assert_eq!(
+            (rep, waits),
+            (20, 0),
+            "{fx}: device-resident replays must not wait"
+        );
+        let got = to_host(outs[0].data, case.outputs[0].bytes.len());
+        assert_eq!(
+            got, want[0],
+            "{fx}: device-resident replay differs from eager"
+        );
+    }
+}
+
+fn fake_model() -> Option<Vec<u8>> {
+    c_shared_object(
+        "fake_aoti",
+        include_str!("../c_tests/fake_aoti.c"),
+        "ET_CUDA_FAKE_AOTI",
+    )
+}
+
+/// Run the fake model (output = input) on `n` float32 values starting at `seed`.
+fn fake_run(h: &Handle, n: usize, seed: f32, dtype: &str) -> Result<(), String> {
+    let elem = if dtype == "float16" { 2 } else { 4 };
+    let src: Vec<u8> = (0..n)
+        .flat_map(|i| {
+            let v = seed + i as f32;
+            if elem == 2 {
+                ((v as u16) & 0x3ff).to_le_bytes().to_vec()
+            } else {
+                v.to_le_bytes().to_vec()
+            }
+        })
+        .collect();
+    let mut dst = vec![0u8; n * elem];
+    let mut outs = [desc(dtype, &[n as i64], dst.as_mut_ptr().cast(), dst.len())];
+    h.execute(
+        &[desc(
+            dtype,
+            &[n as i64],
+            src.as_ptr() as *mut c_void,
+            src.len(),
+        )],
+        &mut outs,
+        COPY,
+    )?;
+    assert_eq!(
+        src, dst,
+        "the fake model copies its input ({n} x {dtype}, seed {seed})"
+    );
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored --test-threads=1 on a GPU machine"]
+fn graph_cache_is_keyed_by_shape_bounded_and_falls_back() {
+    require_gpu("graph_cache_is_keyed_by_shape_bounded_and_falls_back");
+    let Some(so) = fake_model() else {
+        panic!("no C compiler to build the fake model");
+    };
+    reset_options();
+    set_str("enable_cuda_graph_for_method", "forward");
+    set_int("cuda_graph_cache_size", 2);
+    let h = load_with_options(&so, &[0; 16], 0);
+    reset_options();
+    let s0 = stats(h.0);
+    // Shape 16: warm-up, capture, replay with new values each time.
+    for k in 0..4 {
+        fake_run(&h, 16, k as f32 * 100.0, "float32").unwrap();
+    }
+    let s1 = stats(h.0);
+    let (cap, rep, _, _) = delta(&s0, &s1);
+    assert_eq!((cap, rep), (1, 2), "16: warm-up, one capture, two replays");
+    // Shapes 32 and 48 get their own graphs; the cache holds two, so 16 (least recently used) goes.
+    for n in [32, 32, 48, 48] {
+        fake_run(&h, n, n as f32, "float32").unwrap();
+    }
+    assert_eq!(graph_count(&h), 2, "the cache is bounded");
+    let s2 = stats(h.0);
+    assert_eq!(delta(&s1, &s2).0, 2, "32 and 48 captured");
+    // 16 again: evicted; its kernels are warm, so it is captured again at once.
+    fake_run(&h, 16, 7.0, "float32").unwrap();
+    let s3 = stats(h.0);
+    assert_eq!(delta(&s2, &s3).0, 1, "the evicted shape is captured again");
+    fake_run(&h, 48, 9.0, "float32").unwrap();
+    let s4 = stats(h.0);
+    assert_eq!(delta(&s3, &s4).1, 1, "48 is still cached");
+    // A shape whose run cannot be captured (a host read inside): eager, no error, one fallback.
+    for k in 0..4 {
+        fake_run(&h, 8, k as f32, "float16").unwrap();
+    }
+    let s5 = stats(h.0);
+    let (cap, rep, fb, _) = delta(&s4, &s5);
+    println!("fake model: shape-keyed cache ok; uncapturable shape: captures {cap}, replays {rep}, fallbacks {fb}");
+    assert_eq!((cap, rep, fb), (0, 0, 1), "one failed capture, then eager");
+    // Replay after destroy and reload.
+    drop(h);
+    set_str("enable_cuda_graph_for_method", "forward");
+    let h = load_with_options(&so, &[0; 16], 0);
+    reset_options();
+    for k in 0..3 {
+        fake_run(&h, 16, k as f32, "float32").unwrap();
+    }
+    let s = stats(h.0);
+    assert_eq!(
+        (s.graph_captures, s.graph_replays),
+        (1, 1),
+        "fresh graphs after a reload"
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored --test-threads=1 on a GPU machine"]
+fn weights_shared_across_methods() {
+    require_gpu("weights_shared_across_methods");
+    for (fx, mutable) in [("mlp_f32", false), ("conv_f32", false), ("conv_f32", true)] {
+        reset_options();
+        set_bool("weight_sharing_across_methods", true);
+        set_bool("share_mutable_buffers_across_methods", mutable);
+        let a = load_fixture(fx, 42);
+        let b = load_fixture(fx, 42);
+        reset_options();
+        let (sa, sb) = (stats(a.0), stats(b.0));
+        let weights = blob(fx, "forward_weights_blob.bin").len() as u64;
+        println!(
+            "{fx} (mutable buffers shared: {mutable}): first method shares {} bytes, second {} of {weights} weight bytes",
+            sa.shared_constant_bytes, sb.shared_constant_bytes
+        );
+        assert_eq!(sa.shared_constant_bytes, 0);
+        assert!(
+            sb.shared_constant_bytes > 0,
+            "{fx}: the second method shares its weights"
+        );
+        assert!(sb.shared_constant_bytes <= weights);
+        let case = &cases(fx, "forward")[0];
+        for h in [&a, &b] {
+            let out = run_host(h, case);
+            let (e, ok) = compare(&case.outputs[0].dtype, &out[0], &case.outputs[0].bytes);
+            assert!(ok, "{fx}: shared-weights output off by {e}");
+        }
+        // The first method goes; the second keeps working (the buffers it uses stay alive).
+        drop(a);
+        let out = run_host(&b, case);
+        assert!(
+            compare(&case.outputs[0].dtype, &out[0], &case.outputs[0].bytes).1,
+            "{fx} after the owner was destroyed"
+        );
+    }
+    // conv_f32 has BatchNorm buffers: shared only with the mutable option.
+    reset_options();
+    set_bool("weight_sharing_across_methods", true);
+    let a = load_fixture("conv_f32", 42);
+    let b = load_fixture("conv_f32", 42);
+    let no_mut = stats(b.0).shared_constant_bytes;
+    drop((a, b));
+    set_bool("share_mutable_buffers_across_methods", true);
+    let a = load_fixture("conv_f32", 43);
+    let b = load_fixture("conv_f32", 43);
+    let with_mut = stats(b.0).shared_constant_bytes;
+    drop((a, b));
+    // Other program (group): buffers are not shared even with the option.
+    let a = load_fixture("conv_f32", 44);
+    let b = load_fixture("conv_f32", 45);
+    let other_group = stats(b.0).shared_constant_bytes;
+    reset_options();
+    println!("conv_f32 shared bytes: parameters only {no_mut}, with buffers {with_mut}, other program {other_group}");
+    assert!(
+        with_mut > no_mut,
+        "buffers are shared only with the mutable option"
+    );
+    assert_eq!(
+        other_group, no_mut,
+        "buffers of another program are never shared"
+    );
+    drop((a, b));
+}
+
+/// A kernel that spins for `ns` nanoseconds (PTX, JIT-compiled by the driver).
+const SPIN_PTX: &str = r#"
+.version 7.0
+.target sm_50
+.address_size 64
+.visible .entry spin(.param .u64 ns)
+{
+  .reg .u64 %t0, %t1, %d, %lim;
+  .reg .pred %p;
+  ld.param.u64 %lim, [ns];
+  mov.u64 %t0, %globaltimer;
+LOOP:
+  mov.u64 %t1, %globaltimer;
+  sub.u64 %d, %t1, %t0;
+  setp.lt.u64 %p, %d, %lim;
+  @%p bra LOOP;
+  ret;
+}
+"#;
+
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored --test-threads=1 on a GPU machine"]
+fn caller_stream_orders_the_execute() {
+    use cudarc::driver::{result, sys};
+    require_gpu("caller_stream_orders_the_execute");
+    reset_options();
+    let h = load_fixture("mlp_f32", 0);
+    let case = &cases("mlp_f32", "forward")[0];
+    let want = run_host(&h, case); // warm-up and reference
+                                   // SAFETY: the device's primary context (the library's), a fresh stream, a module of our own
+                                   // PTX, and a 1x1 launch of its one-u64-argument kernel.
+    let (stream, event) = unsafe {
+        let dev = result::device::get(0).unwrap();
+        let ctx = result::primary_ctx::retain(dev).unwrap();
+        result::ctx::set_current(ctx).unwrap();
+        let s = result::stream::create(result::stream::StreamKind::NonBlocking).unwrap();
+        let ptx = CString::new(SPIN_PTX).unwrap();
+        let m = result::module::load_data(ptx.as_ptr().cast()).unwrap();
+        let f = result::module::get_function(m, CString::new("spin").unwrap()).unwrap();
+        let mut ns: u64 = 50_000_000;
+        let mut params = [(&mut ns as *mut u64).cast::<c_void>()];
+        let r = sys::cuLaunchKernel(
+            f,
+            1,
+            1,
+            1,
+            1,
+            1,
+            1,
+            0,
+            s,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        );
+        assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+        let e = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).unwrap();
+        (s, e)
+    };
+    let dev: Vec<DevBuf> = case
+        .inputs
+        .iter()
+        .map(|t| DevBuf::from_host(&t.bytes))
+        .collect();
+    let ins: Vec<EtCudaTensor> = case
+        .inputs
+        .iter()
+        .zip(&dev)
+        .map(|(t, d)| desc(&t.dtype, &t.sizes, d.0, d.1))
+        .collect();
+    let mut outs: Vec<EtCudaTensor> = case
+        .outputs
+        .iter()
+        .map(|t| desc(&t.dtype, &t.sizes, std::ptr::null_mut(), 0))
+        .collect();
+    assert_eq!(
+        // SAFETY: a live stream of device 0, cleared below.
+        unsafe { (api().set_caller_stream)(stream.cast()) },
+        ET_CUDA_STATUS_OK
+    );
+    let t0 = std::time::Instant::now();
+    h.execute(&ins, &mut outs, DEVICE).unwrap();
+    let host = t0.elapsed();
+    // SAFETY: no arguments.
+    assert_eq!(unsafe { (api().clear_caller_stream)() }, ET_CUDA_STATUS_OK);
+    // SAFETY: live event and stream.
+    unsafe { result::event::record(event, stream).unwrap() };
+    // The method's stream waits for the caller's queued 50 ms kernel...
+    // SAFETY: the handle's stream is live.
+    let method_busy =
+        unsafe { sys::cuStreamQuery(h.stream().cast()) } == sys::CUresult::CUDA_ERROR_NOT_READY;
+    // ... and the caller's event after the execute completes only after the outputs are written.
+    // SAFETY: live event.
+    let event_busy = unsafe { sys::cuEventQuery(event) } == sys::CUresult::CUDA_ERROR_NOT_READY;
+    // SAFETY: live event.
+    unsafe { result::event::synchronize(event).unwrap() };
+    let waited = t0.elapsed();
+    // SAFETY: the method's stream is idle now (the event waited for it).
+    let method_done =
+        unsafe { sys::cuStreamQuery(h.stream().cast()) } == sys::CUresult::CUDA_SUCCESS;
+    let got = to_host(outs[0].data, case.outputs[0].bytes.len());
+    println!(
+        "caller stream: execute returned after {:.3} ms; method stream busy {method_busy}, caller event pending {event_busy}; event done after {:.1} ms, method stream then idle {method_done}",
+        host.as_secs_f64() * 1e3,
+        waited.as_secs_f64() * 1e3
+    );
+    assert!(
+        host.as_millis() < 10,
+        "the execute must not wait on the host"
+    );
+    assert!(
+        method_busy && event_busy,
+        "work must be ordered after the caller's queued kernel"
+    );
+    assert!(
+        method_done,
+        "the caller's event must come after the method's work"
+    );
+    assert!(waited.as_millis() >= 50);
+    assert_eq!(got, want[0], "outputs under a caller stream");
+    // A stream of no device (a made-up handle) is refused by the execute, not a crash.
+    assert_eq!(
+        // SAFETY: an invalid stream handle is the case under test; the driver validates it.
+        unsafe { (api().set_caller_stream)(0x10 as *mut c_void) },
+        ET_CUDA_STATUS_OK
+    );
+    let r = h.execute(&ins, &mut outs, DEVICE);
+    // SAFETY: no arguments.
+    unsafe { (api().clear_caller_stream)() };
+    assert!(r.is_err(), "an invalid caller stream must be an error");
+    println!("invalid caller stream: {}", r.unwrap_err());
+    // SAFETY: destroyed once.
+    unsafe {
+        result::event::destroy(event).unwrap();
+        result::stream::destroy(stream).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored --test-threads=1 on a GPU machine"]
+fn device_allocator_allocations_return_to_zero() {
+    require_gpu("device_allocator_allocations_return_to_zero");
+    let count = || {
+        let mut n = 0;
+        assert_eq!(
+            // SAFETY: out-pointer to a local.
+            unsafe { (api().device_allocations)(&mut n) },
+            ET_CUDA_STATUS_OK
+        );
+        n
+    };
+    let before = count();
+    let mut ptrs = Vec::new();
+    for n in [1usize, 64, 4096, 1 << 20] {
+        let mut p = std::ptr::null_mut();
+        assert_eq!(
+            // SAFETY: out-pointer to a local.
+            unsafe { (api().device_allocate)(0, n, 16, &mut p) },
+            ET_CUDA_STATUS_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!(p as usize % 16, 0);
+        ptrs.push(p);
+    }
+    assert_eq!(count(), before + 4);
+    let mut p = std::ptr::null_mut();
+    assert_eq!(
+        // SAFETY: out-pointer to a local; a bad alignment is the case under test.
+        unsafe { (api().device_allocate)(0, 64, 3, &mut p) },
+        ET_CUDA_STATUS_INVALID_ARGUMENT
+    );
+    for p in ptrs {
+        // SAFETY: a pointer from et_cuda_device_allocate, freed once.
+        assert_eq!(unsafe { (api().device_deallocate)(p) }, ET_CUDA_STATUS_OK);
+    }
+    assert_eq!(count(), before);
+    // A pointer it did not hand out is an error, not a crash.
+    let x = 0u64;
+    assert_eq!(
+        // SAFETY: only looked up.
+        unsafe { (api().device_deallocate)((&x as *const u64).cast_mut().cast()) },
+        ET_CUDA_STATUS_INVALID_ARGUMENT
+    );
+    println!("device allocator: 4 allocations made and freed, count back to {before}; bad alignment and foreign pointer refused");
+}
