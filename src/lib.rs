@@ -25,6 +25,8 @@ pub mod delegate;
 pub mod error;
 pub mod ffi;
 /// cbindgen:ignore
+pub mod kernels;
+/// cbindgen:ignore
 pub mod options;
 pub mod stats;
 /// cbindgen:ignore

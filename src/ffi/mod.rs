@@ -19,6 +19,8 @@
 pub mod api;
 /// cbindgen:ignore
 pub mod shim;
+/// cbindgen:ignore
+pub mod shim_int4;
 
 use crate::error::{clear_last_error, set_last_error, Error, EtCudaStatus, Result};
 use std::panic::{catch_unwind, AssertUnwindSafe};
