@@ -174,7 +174,6 @@ def run_skinny(x, words, qsz, m, n, k, group, ikt, nt_per_block, rows, nwarps):
                     for t in range(nt_per_block)
                 ]
                 for j in range(4):
-                    a = [[None] * 4 for _ in range(2)]
                     if rows == 8:
                         addr = []
                         for lane in range(32):

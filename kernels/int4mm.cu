@@ -109,17 +109,17 @@ template <int N>
 __device__ __forceinline__ void load_words(const u32* p, u32* out);
 template <>
 __device__ __forceinline__ void load_words<1>(const u32* p, u32* out) {
-  asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(out[0]) : "l"(p));
+  asm("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];\n" : "=r"(out[0]) : "l"(p));
 }
 template <>
 __device__ __forceinline__ void load_words<2>(const u32* p, u32* out) {
-  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n"
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0,%1}, [%2];\n"
       : "=r"(out[0]), "=r"(out[1])
       : "l"(p));
 }
 template <>
 __device__ __forceinline__ void load_words<4>(const u32* p, u32* out) {
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
       : "=r"(out[0]), "=r"(out[1]), "=r"(out[2]), "=r"(out[3])
       : "l"(p));
 }
