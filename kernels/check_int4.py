@@ -255,7 +255,7 @@ def correctness(lib, quick=False):
                     seed += 1
                     check_case(lib, m, n, k, group, ikt, seed, tag="default")
     # Boundaries between kernels and odd sizes.
-    for m in (2, 9, 15, 16, 31, 32, 33, 48, 65, 100, 1000):
+    for m in (2, 9, 15, 16, 31, 32, 33, 48, 63, 64, 65, 100, 1000):
         for ikt in IKTS:
             seed += 1
             check_case(lib, m, 8 * 37, 1536, 64, ikt, seed, tag="edge")
@@ -294,7 +294,7 @@ def correctness_all_configs(lib):
     seed = 5000
     for cfg in configs():
         set_config(lib, cfg)
-        ms = (1, 5, cfg[1]) if cfg[0] == "skinny" else (1, 17, 70)
+        ms = (1, 5, 2 * cfg[1] + 3) if cfg[0] == "skinny" else (1, 17, 70)
         for ikt in IKTS:
             for m, n, k, g in ((ms[0], 8, max(16 * ikt, 32), 32), (ms[1], 72, 1280, 64), (ms[2], 136, 2048, 256)):
                 seed += 1
@@ -480,7 +480,7 @@ def benchmarks(lib, sweep=True):
     for n_k in (4096, 8192):
         for m in (1, 4, 16):
             for cfg in configs():
-                if cfg[0] == "skinny" and (m > cfg[1] or cfg[3] < 4):
+                if cfg[0] == "skinny" and (m > 2 * cfg[1] or cfg[3] < 4):
                     continue
                 if cfg[0] == "tiled" and m < 16:
                     continue
@@ -491,7 +491,7 @@ def benchmarks(lib, sweep=True):
                 log("   " + json.dumps(row))
     for m in (64, 256, 1024):
         for cfg in configs():
-            if cfg[0] != "tiled":
+            if cfg[0] == "skinny" and (m > 64 or cfg[1] != 16 or cfg[3] < 4):
                 continue
             set_config(lib, cfg)
             row = bench_shape(lib, m, 4096, 4096, iters=50, compare=False)

@@ -156,6 +156,16 @@ def load_step_b(words, qsz, n, ksuper, ntiles, ikt, gshift, nt, step, lane):
 
 
 def run_skinny(x, words, qsz, m, n, k, group, ikt, nt_per_block, rows, nwarps):
+    """Grid x: chunks of `rows` rows (each its own x/y offset and row count)."""
+    y = [[None] * n for _ in range(m)]
+    for row0 in range(0, m, rows):
+        part = run_skinny_chunk(x[row0:row0 + rows], words, qsz, min(rows, m - row0), n, k,
+                                group, ikt, nt_per_block, rows, nwarps)
+        y[row0:row0 + rows] = part
+    return y
+
+
+def run_skinny_chunk(x, words, qsz, m, n, k, group, ikt, nt_per_block, rows, nwarps):
     assert m <= rows
     gshift = group.bit_length() - 1
     ntiles, ksuper, steps = n // 8, k // (16 * ikt), -(-k // STEP_K)
@@ -306,6 +316,8 @@ def main():
         (11, 16, 160, 32, 2, "skinny", dict(nt_per_block=2, rows=16, nwarps=2)),
         (16, 8, 384, 128, 8, "skinny", dict(nt_per_block=2, rows=16, nwarps=4)),
         (5, 16, 256, 256, 8, "skinny", dict(nt_per_block=2, rows=8, nwarps=1)),
+        (37, 24, 256, 64, 8, "skinny", dict(nt_per_block=2, rows=16, nwarps=2)),
+        (19, 8, 128, 32, 4, "skinny", dict(nt_per_block=2, rows=8, nwarps=1)),
         (17, 16, 128, 64, 8, "tiled", dict(mt_count=2, nt_per_warp=2)),
         (33, 40, 192, 64, 4, "tiled", dict(mt_count=4, nt_per_warp=1)),
         (20, 8, 96, 32, 2, "tiled", dict(mt_count=2, nt_per_warp=2)),

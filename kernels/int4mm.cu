@@ -15,10 +15,12 @@
 // (cp.async, zero-filled outside the matrix) and read back with ldmatrix.
 //
 // Two kernels:
-// - int4mm_skinny_*: M <= 16 (decode). The warps of a block share a group of
-//   NT n-tiles and split K between them (warp w takes the 128-k steps w,
-//   w + warps, ...), each warp stages its own activation rows; a block-wide
-//   reduction in shared memory sums the warps' partial tiles at the end.
+// - int4mm_skinny_*: small M (decode). A block takes a chunk of R = 8 or 16
+//   rows and a group of NT n-tiles; its warps split K between them (warp w
+//   takes the 128-k steps w, w + warps, ...), each warp stages its own
+//   activation rows; a block-wide reduction in shared memory sums the warps'
+//   partial tiles at the end. Several row chunks (M up to 64) are several
+//   blocks, which read the same weights (from L2 after the first).
 //   Many warps per n-tile keep enough loads in flight for a memory-bound
 //   GEMV; B and the scales of the next step are loaded into registers while
 //   the current step computes.
@@ -181,7 +183,7 @@ __device__ __forceinline__ void skinny_body(const u16* __restrict__ x, const u32
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int nwarps = blockDim.x >> 5;
-  const int nt0 = blockIdx.x * NT;
+  const int nt0 = blockIdx.y * NT;
   const u32 stage0 = smem_u32(smem) + warp * (2 * R * kRowBytes);
 
   float acc[NT][4];
@@ -441,10 +443,16 @@ __device__ __forceinline__ Shape make_shape(int m, int n, int k, int gshift, int
   const u16 *__restrict__ x, const u32 *__restrict__ w, const u32 *__restrict__ qsz, \
       u16 *__restrict__ y, int m, int n, int k, int gshift
 
+// Skinny grid: x = chunk of R rows, y = group of NT n-tiles. The chunks of one
+// n-tile group are consecutive blocks, so the weights they all read come from
+// L2 after the first.
 #define SKINNY(IKT, NT, R)                                                              \
   extern "C" __global__ void __launch_bounds__(512) int4mm_skinny_k##IKT##_n##NT##_r##R( \
       INT4MM_ARGS) {                                                                    \
-    skinny_body<IKT, NT, R>(x, w, qsz, y, make_shape(m, n, k, gshift, IKT));            \
+    const int row0 = blockIdx.x * R;                                                    \
+    const int rows = m - row0 < R ? m - row0 : R;                                       \
+    skinny_body<IKT, NT, R>(x + size_t(row0) * k, w, qsz, y + size_t(row0) * n,         \
+                            make_shape(rows, n, k, gshift, IKT));                       \
   }
 
 #define TILED(IKT, MT, NT)                                                              \

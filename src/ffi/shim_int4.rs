@@ -69,8 +69,7 @@ pub unsafe extern "C" fn aoti_torch_cuda__weight_int4pack_mm(
 /// Tuning runs only (the GPU harness): force the int4 kernel configuration.
 /// `kind` 0: back to the built-in choice; 1: skinny (`a` = staged rows 8/16,
 /// `b` = n-tiles per block 2/4, `c` = warps 1..16); 2: tiled (`a` = m-tiles
-/// 2/4, `b` = n-tiles per warp 2/4). A configuration that does not fit a
-/// shape (skinny with fewer rows than M) falls back to the built-in choice.
+/// 2/4, `b` = n-tiles per warp 2/4). Every configuration handles every shape.
 #[no_mangle]
 pub extern "C" fn et_cuda_debug_int4mm_tuning(kind: i32, a: i32, b: i32, c: i32) -> AOTITorchError {
     guard("et_cuda_debug_int4mm_tuning", || {

@@ -144,9 +144,10 @@ pub fn check(x: &Tensor, w: &Tensor, group: i64, qsz: &Tensor) -> Result<Problem
     if m > lim || n > lim || k > lim {
         return invalid(format!("sizes M={m} N={n} K={k} are too large"));
     }
-    if cdiv(m, 64) > 65535 {
+    // Grid limits: row tiles of 32 (tiled) and pairs of n-tiles (skinny) in gridDim.y.
+    if cdiv(m, 32) > 65535 || cdiv(n / 8, 2) > 65535 {
         return invalid(format!(
-            "M = {m} rows is more than this kernel's grid allows"
+            "M = {m} or N = {n} is more than this kernel's grid allows"
         ));
     }
     want_contiguous(x, "self (activations)")?;
@@ -176,17 +177,17 @@ pub fn check(x: &Tensor, w: &Tensor, group: i64, qsz: &Tensor) -> Result<Problem
 /// Which kernel variant and launch shape; see `kernels/int4mm.cu`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Plan {
-    /// M <= 16: `rows` (8 or 16) staged rows, `nt` n-tiles per block, `warps` splitting K.
+    /// Chunks of `rows` (8 or 16) rows, `nt` n-tiles per block, `warps` splitting K.
     Skinny { rows: i64, nt: i64, warps: i64 },
-    /// M > 16: 16*`mt` rows x 32*`nt` columns per 4-warp block.
+    /// 16*`mt` rows x 32*`nt` columns per 4-warp block, all of K.
     Tiled { mt: i64, nt: i64 },
 }
 
 /// A forced kernel choice, for tuning runs (see [`set_tuning`]).
 static TUNING: Mutex<Option<Plan>> = Mutex::new(None);
 
-/// Force the next launches to use `plan` where it is legal for the shape
-/// (`None`: back to the built-in choice). For tuning runs only.
+/// Force the next launches to use `plan` (`None`: back to the built-in
+/// choice). For tuning runs only.
 pub fn set_tuning(plan: Option<Plan>) -> Result<()> {
     if let Some(p) = plan {
         let ok = match p {
@@ -210,7 +211,9 @@ pub fn set_tuning(plan: Option<Plan>) -> Result<()> {
 pub fn choose(p: &Problem, sms: i64) -> Plan {
     let ntiles = p.n / 8;
     let steps = cdiv(p.k, STEP_K);
-    if p.m <= 16 {
+    if p.m <= 64 {
+        // Up to 4 chunks of 16 rows read the same weights (from L2 after the first),
+        // which beats the tiled kernel's few blocks at these sizes.
         let rows = if p.m <= 8 { 8 } else { 16 };
         // Enough blocks for every SM with 4 n-tiles each, else 2 (more blocks).
         let nt = if cdiv(ntiles, 4) >= sms { 4 } else { 2 };
@@ -233,11 +236,7 @@ pub fn choose(p: &Problem, sms: i64) -> Plan {
 /// The plan to use: the forced one where it fits the shape, else the built-in one.
 pub fn plan_for(p: &Problem, sms: i64) -> Plan {
     let forced = *TUNING.lock().unwrap_or_else(|e| e.into_inner());
-    match forced {
-        Some(f @ Plan::Skinny { rows, .. }) if p.m <= rows => f,
-        Some(f @ Plan::Tiled { .. }) if p.m > 0 => f,
-        _ => choose(p, sms),
-    }
+    forced.unwrap_or_else(|| choose(p, sms))
 }
 
 /// Kernel name, grid, block size and dynamic shared memory of a plan.
@@ -249,7 +248,7 @@ pub fn launch_shape(p: &Problem, plan: Plan) -> (&'static str, (u32, u32, u32), 
             let reduce = warps as usize * nt as usize * 4 * 32 * 4;
             (
                 skinny_name(p.inner_k_tiles, nt, rows),
-                (cdiv(ntiles, nt) as u32, 1, 1),
+                (cdiv(p.m, rows) as u32, cdiv(ntiles, nt) as u32, 1),
                 (warps * 32) as u32,
                 stage.max(reduce),
             )
@@ -403,7 +402,7 @@ mod tests {
                             assert!(grid.0 >= 1 && grid.1 >= 1 && (32..=512).contains(&block));
                             assert!(smem <= 96 * 1024, "{plan:?} needs {smem} bytes");
                             if let Plan::Skinny { rows, .. } = plan {
-                                assert!(m <= rows);
+                                assert!(m <= 4 * rows && grid.0 as i64 * rows >= m);
                             }
                         }
                     }
@@ -483,7 +482,15 @@ mod tests {
         );
         assert_eq!(
             choose(&prob(17, 4096, 4096, 8), 132),
-            Plan::Tiled { mt: 2, nt: 2 }
+            Plan::Skinny {
+                rows: 16,
+                nt: 2,
+                warps: 8
+            }
+        );
+        assert_eq!(
+            choose(&prob(65, 4096, 4096, 8), 132),
+            Plan::Tiled { mt: 4, nt: 2 }
         );
     }
 }
