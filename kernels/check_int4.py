@@ -22,7 +22,11 @@ which is the legacy default stream (handle 0) when nothing set one; that is
 the stream PyTorch uses when no other stream is current, so the calls and
 torch's kernels are ordered without any synchronisation here.
 
-Nothing stops at the first failure. Details go to $OUT (or --out):
+Each phase (correctness, configs, streams, ptx, bench) runs in its own
+process with a timeout, so an error that poisons the CUDA context, or a hang,
+stays inside its phase; nothing stops at the first failure. If the first
+call fails (our kernel module does not load), the driver's error is printed.
+Details go to $OUT (or --out):
 int4_results.json and int4_log.txt; the compact table is printed last.
 Exit status: 0 when every check passed, 1 otherwise, 2 when the library or
 the GPU could not be used at all.
@@ -338,7 +342,10 @@ def no_host_wait(lib):
     try:
         x, packed, qsz, _, _ = make_case(4, 4096, 4096, 128, 8, 31)
         hx, hw, hs = lib.wrap(x), lib.wrap(packed), lib.wrap(qsz)
-        lib.call(hx, hw, 128, hs)  # warm (module, pool)
+        rc, out = lib.call(hx, hw, 128, hs)  # warm (module, pool)
+        if rc != 0:
+            raise RuntimeError(lib.last_error())
+        lib.delete(out)
         torch.cuda.synchronize()
         torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time queued ahead
         t0 = time.perf_counter()
@@ -355,25 +362,6 @@ def no_host_wait(lib):
     if not rec["ok"]:
         FAILS.append({"tag": "no_host_wait", **rec})
     log(f"   {'ok' if rec['ok'] else 'FAIL'} {rec}")
-
-
-def ptx_path(lib_path, out_dir):
-    log("== the PTX (JIT) path in a subprocess (ET_CUDA_KERNELS_FORCE_PTX=1)")
-    env = dict(os.environ, ET_CUDA_KERNELS_FORCE_PTX="1", RUST_LOG="info")
-    t0 = time.perf_counter()
-    try:
-        p = subprocess.run([sys.executable, __file__, lib_path, "--ptx-subset", "--out", out_dir],
-                           env=env, capture_output=True, text=True, timeout=150)
-        tail = (p.stdout + p.stderr)[-3000:]
-        rec = {"rc": p.returncode, "seconds": time.perf_counter() - t0, "ok": p.returncode == 0, "tail": tail}
-    except subprocess.TimeoutExpired:
-        rec = {"ok": False, "error": "timed out after 150 s"}
-    RESULTS["extra"]["ptx_path"] = rec
-    if not rec["ok"]:
-        FAILS.append({"tag": "ptx_path", **{k: v for k, v in rec.items() if k != "tail"}})
-    log(f"   {'ok' if rec['ok'] else 'FAIL'} rc={rec.get('rc')} {rec.get('seconds', 0):.1f}s")
-    if not rec["ok"]:
-        log(rec.get("tail", rec.get("error", "")))
 
 
 # ----------------------------------------------------------------- timing
@@ -529,9 +517,87 @@ def table():
     lines.append(f"correctness: {sum(c['ok'] for c in cases)}/{len(cases)} cases pass; worst err vs fp32 ref {worst_ref:.2e}, "
                  f"vs torch {worst_t:.2e}; bit-equal to torch on {100 * statistics.mean(eq) if eq else 0:.1f}% of elements")
     for k, v in RESULTS["extra"].items():
-        lines.append(f"{k}: {'ok' if v.get('ok') else 'FAIL'}")
+        if isinstance(v, dict):
+            lines.append(f"{k}: {'ok' if v.get('ok') else 'FAIL'}")
+    if "ptx_load_s" in RESULTS["extra"]:
+        lines.append(f"PTX path: module load + first call {RESULTS['extra']['ptx_load_s']:.1f} s")
+    for name, st in RESULTS.get("phases", {}).items():
+        if st["rc"] != 0:
+            lines.append(f"phase {name}: rc={st['rc']} after {st['seconds']} s")
     lines.append("RESULT: " + ("PASS" if not FAILS else f"FAIL ({len(FAILS)} failures, see int4_log.txt)"))
     return "\n".join(lines)
+
+
+def probe(lib):
+    """The first call loads our kernel module: report the driver's error if that fails."""
+    x, packed, qsz, ref, _ = make_case(1, 64, 256, 64, 8, 0)
+    hx, hw, hs = lib.wrap(x), lib.wrap(packed), lib.wrap(qsz)
+    rc, out = lib.call(hx, hw, 64, hs)
+    if rc != 0:
+        log("FIRST CALL FAILED (kernel module load or launch): " + lib.last_error())
+        FAILS.append({"tag": "probe", "error": lib.last_error()})
+        return False
+    y = lib.as_torch(out, (1, 64)).float()
+    torch.cuda.synchronize()
+    lib.delete(out)
+    for h in (hx, hw, hs):
+        lib.delete(h)
+    log(f"   first call ok (max |y - ref| / max |ref| = {rel_err(y, ref):.2e})")
+    return True
+
+
+def ptx_subset(lib):
+    for ikt in IKTS:
+        for m in (1, 9, 40, 100):
+            check_case(lib, m, 72, 1280, 64, ikt, 100 + m + ikt, tag="ptx")
+    for cfg in configs()[::3]:
+        set_config(lib, cfg)
+        m = 3 if cfg[0] == "skinny" else 33
+        check_case(lib, m, 136, 2048, 128, 8, 300, tag=f"ptx cfg{cfg}")
+    lib.tuning(0)
+    log(f"   PTX path: {sum(c['ok'] for c in RESULTS['cases'])}/{len(RESULTS['cases'])} cases pass")
+
+
+# Phases, each in its own process (a CUDA error that poisons the context, or a
+# hang, stays inside one phase): name, timeout in seconds, environment extras.
+PHASES = [
+    ("correctness", 120, {}),
+    ("configs", 90, {}),
+    ("streams", 45, {}),
+    ("ptx", 120, {"ET_CUDA_KERNELS_FORCE_PTX": "1"}),
+    ("bench", 200, {}),
+]
+
+
+def run_phase(args):
+    """Child: run one phase, write its part of the results."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    part = os.path.join(args.out, f"int4_part_{args.phase}.json")
+    try:
+        lib = Lib(args.lib)
+        if args.phase == "ptx":
+            log("== the PTX (JIT) path: ET_CUDA_KERNELS_FORCE_PTX=1")
+            t0 = time.perf_counter()
+            ok = probe(lib)
+            RESULTS["extra"]["ptx_load_s"] = time.perf_counter() - t0
+            if ok:
+                ptx_subset(lib)
+        elif probe(lib):
+            if args.phase == "correctness":
+                correctness(lib, args.quick)
+            elif args.phase == "configs":
+                correctness_all_configs(lib)
+            elif args.phase == "streams":
+                side_stream(lib)
+                no_host_wait(lib)
+            elif args.phase == "bench":
+                benchmarks(lib, sweep=not args.quick)
+    except Exception:  # noqa: BLE001
+        FAILS.append({"tag": args.phase, "error": traceback.format_exc()})
+        log(traceback.format_exc())
+    with open(part, "w") as f:
+        json.dump({"results": RESULTS, "fails": FAILS, "log": LOG}, f, default=str)
+    return 0 if not FAILS else 1
 
 
 def main():
@@ -540,65 +606,66 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "int4_out"))
     ap.add_argument("--quick", action="store_true", help="fewer shapes, no sweep")
     ap.add_argument("--no-bench", action="store_true")
-    ap.add_argument("--ptx-subset", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--phase", help=argparse.SUPPRESS)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.phase:
+        return run_phase(args)
+
     t_start = time.perf_counter()
     if not torch.cuda.is_available():
         print("no CUDA device visible to torch")
         return 2
     try:
-        lib = Lib(args.lib)
+        Lib(args.lib)
     except OSError as e:
         print(f"cannot load {args.lib}: {e}")
         return 2
     log(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}, library {args.lib}")
-
-    # The first call loads our kernel module: show the driver's error if that fails.
-    x, packed, qsz, ref, _ = make_case(1, 64, 256, 64, 8, 0)
-    hx, hw, hs = lib.wrap(x), lib.wrap(packed), lib.wrap(qsz)
-    rc, out = lib.call(hx, hw, 64, hs)
-    if rc != 0:
-        log("FIRST CALL FAILED (kernel module load or launch): " + lib.last_error())
-        if not args.ptx_subset:
-            ptx_path(args.lib, args.out)
-        with open(os.path.join(args.out, "int4_log.txt" if not args.ptx_subset else "int4_ptx_log.txt"), "w") as f:
-            f.write("\n".join(LOG) + "\n")
-        return 2
-    lib.delete(out)
-    for h in (hx, hw, hs):
-        lib.delete(h)
-
-    if args.ptx_subset:
-        for ikt in IKTS:
-            for m in (1, 9, 40):
-                check_case(lib, m, 72, 1280, 64, ikt, 100 + m + ikt, tag="ptx")
-        for cfg in configs()[::3]:
-            set_config(lib, cfg)
-            m = 3 if cfg[0] == "skinny" else 33
-            check_case(lib, m, 136, 2048, 128, 8, 300, tag=f"ptx cfg{cfg}")
-        lib.tuning(0)
-        log(f"PTX subset: {sum(c['ok'] for c in RESULTS['cases'])}/{len(RESULTS['cases'])} pass")
-        return 0 if not FAILS else 1
-
-    for step in (lambda: correctness(lib, args.quick), lambda: correctness_all_configs(lib),
-                 lambda: side_stream(lib), lambda: no_host_wait(lib), lambda: ptx_path(args.lib, args.out)):
+    log("streams: our shim launches on the thread's current stream for the device, the legacy "
+        "default stream when nothing set one, which is the stream PyTorch uses by default")
+    status = {}
+    for name, timeout, extra in PHASES:
+        if name == "bench" and args.no_bench:
+            continue
+        if name == "configs" and args.quick:
+            continue
+        cmd = [sys.executable, os.path.abspath(__file__), args.lib, "--phase", name, "--out", args.out]
+        if args.quick:
+            cmd.append("--quick")
+        t0 = time.perf_counter()
+        sys.stdout.flush()
         try:
-            step()
-        except Exception:  # noqa: BLE001
-            FAILS.append({"tag": "harness", "error": traceback.format_exc()})
-            log(traceback.format_exc())
-    if not args.no_bench:
-        try:
-            benchmarks(lib, sweep=not args.quick)
-        except Exception:  # noqa: BLE001
-            FAILS.append({"tag": "bench", "error": traceback.format_exc()})
-            log(traceback.format_exc())
+            rc = subprocess.run(cmd, env=dict(os.environ, **extra), timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        dt = time.perf_counter() - t0
+        part = os.path.join(args.out, f"int4_part_{name}.json")
+        got = None
+        if os.path.exists(part):
+            with open(part) as f:
+                got = json.load(f)
+            os.remove(part)
+        if got is None:
+            FAILS.append({"tag": name, "error": f"phase ended without results (rc={rc})"})
+            LOG.append(f"== phase {name}: no results (rc={rc}, {dt:.0f} s)")
+        else:
+            LOG.extend(got["log"])
+            for key in ("cases", "bench", "sweep"):
+                RESULTS[key].extend(got["results"][key])
+            RESULTS["extra"].update(got["results"]["extra"])
+            FAILS.extend(got["fails"])
+        status[name] = {"rc": rc, "seconds": round(dt, 1), "failures": len(got["fails"]) if got else None}
+        print(f"-- phase {name}: rc={rc}, {dt:.0f} s", flush=True)
+    RESULTS["phases"] = status
     RESULTS["seconds"] = time.perf_counter() - t_start
     RESULTS["fails"] = FAILS
     with open(os.path.join(args.out, "int4_results.json"), "w") as f:
         json.dump(RESULTS, f, indent=1, default=str)
-    t = table()
+    try:
+        t = table()
+    except Exception:  # noqa: BLE001 - the JSON is written already
+        t = "table failed:\n" + traceback.format_exc()
     LOG.append(t)
     with open(os.path.join(args.out, "int4_log.txt"), "w") as f:
         f.write("\n".join(LOG) + "\n")
