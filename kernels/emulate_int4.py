@@ -184,26 +184,16 @@ def run_skinny_chunk(x, words, qsz, m, n, k, group, ikt, nt_per_block, rows, nwa
                     for t in range(nt_per_block)
                 ]
                 for j in range(4):
-                    if rows == 8:
+                    per_h = []
+                    for h in range(2):
                         addr = []
                         for lane in range(32):
                             q, i8 = lane >> 3, lane & 7
-                            v = 4 * j + q
-                            addr.append(i8 * ROW_BYTES + ((v ^ i8) << 4))
-                        regs = ldmatrix_x4(smem, addr)
-                        a0 = [(r[0], (0.0, 0.0), r[1], (0.0, 0.0)) for r in regs]
-                        a1 = [(r[2], (0.0, 0.0), r[3], (0.0, 0.0)) for r in regs]
-                    else:
-                        per_h = []
-                        for h in range(2):
-                            addr = []
-                            for lane in range(32):
-                                q, i8 = lane >> 3, lane & 7
-                                r = (q & 1) * 8 + i8
-                                v = 2 * (2 * j + h) + (q >> 1)
-                                addr.append(r * ROW_BYTES + ((v ^ (r & 7)) << 4))
-                            per_h.append([tuple(rr) for rr in ldmatrix_x4(smem, addr)])
-                        a0, a1 = per_h
+                            r = (0 if rows == 8 else (q & 1) * 8) + i8
+                            v = 2 * (2 * j + h) + (q >> 1)
+                            addr.append(r * ROW_BYTES + ((v ^ (r & 7)) << 4))
+                        per_h.append([tuple(rr) for rr in ldmatrix_x4(smem, addr)])
+                    a0, a1 = per_h
                     for t in range(nt_per_block):
                         f = [dequant_word(*bw[t][l][j]) for l in range(32)]
                         mma(acc[t], a0, [fl[0] for fl in f], [fl[1] for fl in f])
@@ -275,6 +265,76 @@ def run_tiled(x, words, qsz, m, n, k, group, ikt, mt_count, nt_per_warp):
     return y
 
 
+# ------------------------------------------------- the kernels' fast paths
+
+
+def check_fast_paths(m, n, k, group, ikt, rows, bm):
+    """The fast paths of int4mm.cu (full steps) compute the same addresses as
+    the generic index math above, from per-lane bases plus offsets."""
+    gshift = group.bit_length() - 1
+    ksuper, wps, u_count = k // (16 * ikt), ikt // 2, 8 // ikt
+    full_steps = k // STEP_K
+    qrow = [((32 * j) >> gshift) * n * 4 for j in range(4)]
+    for nt0 in range(0, n // 8, 3):
+        for lane in range(32):
+            wl = nt0 * k + lane * wps
+            ql = nt0 * 8 + lane // 4
+            for step in range(full_steps):
+                for t in range(min(4, n // 8 - nt0)):
+                    for u in range(u_count):
+                        st = step * u_count + u
+                        generic = ((nt0 + t) * ksuper + st) * 32 * wps + lane * wps
+                        fast = wl + step * STEP_K + t * k + u * 16 * ikt
+                        if generic != fast:
+                            return f"B word offset: generic {generic} fast {fast}"
+                    for j in range(4):
+                        generic = ((step * STEP_K + 32 * j) >> gshift) * n + (nt0 + t) * 8 + lane // 4
+                        fast = ql + ((step * STEP_K) >> gshift) * n + qrow[j] // 4 + 8 * t
+                        if generic != fast:
+                            return f"scale offset: generic {generic} fast {fast}"
+    # Skinny staging (a block sees at most `rows` rows): lane copies vector
+    # lane % 16 of rows lane // 16 + 2i.
+    ms = min(m, rows)
+    for lane in range(32):
+        r0, v16 = lane >> 4, lane & 15
+        dst = [(r0 + 2 * i) * ROW_BYTES + ((v16 ^ ((r0 + 2 * i) & 7)) << 4) for i in range(4)]
+        nvalid = (ms - r0 + 1) // 2 if ms > r0 else 0
+        for i in range(rows // 2):
+            v_id = lane + 32 * i
+            r, v = v_id // VEC_PER_ROW, v_id % VEC_PER_ROW
+            gen_dst = r * ROW_BYTES + ((v ^ (r & 7)) << 4)
+            fast_dst = dst[i & 3] + (i >> 2) * 8 * ROW_BYTES
+            if gen_dst != fast_dst:
+                return f"skinny dst: generic {gen_dst} fast {fast_dst}"
+            if (r < ms) != (i < nvalid):
+                return f"skinny row validity lane {lane} i {i}"
+            for step in range(full_steps):
+                gen_src = r * k + step * STEP_K + v * 8
+                fast_src = r0 * k + v16 * 8 + step * STEP_K + 2 * i * k
+                if gen_src != fast_src:
+                    return f"skinny src: generic {gen_src} fast {fast_src}"
+    # Tiled staging: thread copies vector tid % 16 of tile rows tid // 16 + 8i.
+    for m0 in range(0, m, bm):
+        for tid in range(128):
+            r0, v16 = tid >> 4, tid & 15
+            dst0 = r0 * ROW_BYTES + ((v16 ^ (r0 & 7)) << 4)
+            nvalid = (m - m0 - r0 + 7) // 8 if m - m0 > r0 else 0
+            for i in range(bm // 8):
+                v_id = tid + 128 * i
+                r, v = v_id // VEC_PER_ROW, v_id % VEC_PER_ROW
+                gen_dst = r * ROW_BYTES + ((v ^ (r & 7)) << 4)
+                if gen_dst != dst0 + i * 8 * ROW_BYTES:
+                    return f"tiled dst: generic {gen_dst} fast {dst0 + i * 8 * ROW_BYTES}"
+                if (m0 + r < m) != (i < nvalid):
+                    return f"tiled row validity tid {tid} i {i}"
+                for step in range(full_steps):
+                    gen_src = (m0 + r) * k + step * STEP_K + v * 8
+                    fast_src = (m0 + r0) * k + v16 * 8 + step * STEP_K + 8 * i * k
+                    if gen_src != fast_src:
+                        return f"tiled src: generic {gen_src} fast {fast_src}"
+    return None
+
+
 # --------------------------------------------------------------- the test
 
 
@@ -328,7 +388,14 @@ def main():
         tag = f"{kernel:6s} m={m} n={n} k={k} group={group} ikt={ikt} {kw}"
         print(("FAIL " + tag + ": " + err) if err else ("ok   " + tag))
         failed += err is not None
-    print(f"{len(cases) - failed}/{len(cases)} cases pass")
+    for m, n, k, group, ikt in [(1, 64, 1024, 32, 8), (13, 40, 640, 64, 4), (61, 24, 512, 256, 2),
+                                (200, 16, 384, 128, 8), (16, 8, 256, 32, 2)]:
+        for rows, bm in [(8, 32), (16, 64)]:
+            err = check_fast_paths(m, n, k, group, ikt, rows, bm)
+            tag = f"fast paths m={m} n={n} k={k} group={group} ikt={ikt} rows={rows} bm={bm}"
+            print(("FAIL " + tag + ": " + err) if err else ("ok   " + tag))
+            failed += err is not None
+    print(f"{failed} failures")
     return 1 if failed else 0
 
 

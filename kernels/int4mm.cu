@@ -84,7 +84,11 @@ __device__ __forceinline__ u32 bf16x2_fma(u32 a, u32 b, u32 c) {
 // mantissa of bf16 128.0 (0x4300) gives 128 + q exactly; one bf16 fma
 // subtracts 136 (0xC308) exactly.
 __device__ __forceinline__ u32 centred_pair(u32 word, int i) {
-  const u32 biased = ((word >> (4 * i)) & 0x000F000Fu) | 0x43004300u;
+  u32 biased;
+  // (a & b) | c in one LOP3 (lookup table 0xEA).
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n"
+      : "=r"(biased)
+      : "r"(word >> (4 * i)), "n"(0x000F000F), "n"(0x43004300));
   return bf16x2_fma(biased, 0x3F803F80u, 0xC308C308u);
 }
 
@@ -171,6 +175,45 @@ __device__ __forceinline__ void load_step_b(const u32* __restrict__ w, const u32
   }
 }
 
+// load_step_b for a step that lies inside K, for NT n-tiles that all exist:
+// no checks, pointers from per-lane bases. `wl` = this lane's words of n-tile
+// nt0 at step 0 (w + nt0 * K + lane * IKT/2: an n-tile is K words, a step 128
+// words, a super-tile 16 * IKT words); `ql` = this lane's column of the
+// scale/zero words (qsz + nt0 * 8 + lane / 4).
+// `qrow[j]` = byte offset, from the step's first group row, of the group row
+// of the step's word j: ((32 * j) >> log2(G)) * N * 4 (the same for every step,
+// as a step starts on a multiple of 128 and G is a power of two >= 32).
+template <int IKT, int NT>
+__device__ __forceinline__ void load_step_b_full(const u32* __restrict__ wl,
+                                                 const u32* __restrict__ ql, const Shape& s,
+                                                 const u32 (&qrow)[4], int step,
+                                                 u32 (&bw)[NT][4], u32 (&sz)[NT][4]) {
+  constexpr int U = 8 / IKT;
+  constexpr int WPS = IKT / 2;
+  const u32* p = wl + u32(step) * u32(kStepK);
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      load_words<WPS>(p + size_t(t) * s.k + u * 16 * IKT, &bw[t][u * WPS]);
+  const char* q0 = reinterpret_cast<const char*>(ql + (u32(step * kStepK) >> s.gshift) * u32(s.n));
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const u32* q = reinterpret_cast<const u32*>(q0 + qrow[j]);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) sz[t][j] = __ldg(q + 8 * t);
+  }
+}
+
+__device__ __forceinline__ void group_rows(const Shape& s, u32 (&qrow)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) qrow[j] = (u32(32 * j) >> s.gshift) * u32(s.n) * 4u;
+}
+
+__device__ __forceinline__ void st_shared_zero16(u32 addr) {
+  asm volatile("st.shared.v4.u32 [%0], {%1,%1,%1,%1};\n" ::"r"(addr), "r"(0u) : "memory");
+}
+
 // ------------------------------------------------------------------ skinny
 
 // Per warp: 2 stages x R rows x 256 B of staged activations.
@@ -208,26 +251,66 @@ __device__ __forceinline__ void skinny_body(const u16* __restrict__ x, const u32
     cp_async_commit();
   };
 
+  // Full steps (inside K, all n-tiles present) take a cheaper path: lane
+  // copies vector lane % 16 of rows lane / 16 + 2i (the same mapping as
+  // stage_a), from precomputed addresses; rows >= m are zeroed once, in both
+  // buffers, and never copied.
+  constexpr int NV = R / 2;
+  const int r0 = lane >> 4;
+  const int v16 = lane & 15;
+  const int nvalid = s.m > r0 ? (s.m - r0 + 1) / 2 : 0;
+  u32 dst[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = r0 + 2 * i;
+    dst[i] = stage0 + r * kRowBytes + ((v16 ^ (r & 7)) << 4);
+  }
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    if (i >= nvalid) {
+      st_shared_zero16(dst[i & 3] + (i >> 2) * 8 * kRowBytes);
+      st_shared_zero16(dst[i & 3] + (i >> 2) * 8 * kRowBytes + R * kRowBytes);
+    }
+  }
+  const u16* xl = x + size_t(r0) * s.k + v16 * 8;
+  const u32* wl = w + size_t(nt0) * s.k + lane * (IKT / 2);
+  const u32* ql = qsz + nt0 * 8 + (lane >> 2);
+  const bool all_tiles = nt0 + NT <= s.ntiles;
+  u32 qrow[4];
+  group_rows(s, qrow);
+
+  auto load_step = [&](int step, int buf, u32 (&bw)[NT][4], u32 (&sz)[NT][4]) {
+    if (all_tiles && (step + 1) * kStepK <= s.k) {
+      const u16* p = xl + size_t(step) * kStepK;
+#pragma unroll
+      for (int i = 0; i < NV; ++i)
+        if (i < nvalid)
+          cp_async16(dst[i & 3] + (i >> 2) * 8 * kRowBytes + buf * (R * kRowBytes),
+                     p + size_t(2 * i) * s.k, true);
+      cp_async_commit();
+      load_step_b_full<IKT, NT>(wl, ql, s, qrow, step, bw, sz);
+    } else {
+      stage_a(step, buf);
+      load_step_b<IKT, NT>(w, qsz, s, nt0, step, lane, bw, sz);
+    }
+  };
+
   auto compute = [&](int buf, const u32 (&bw)[NT][4], const u32 (&sz)[NT][4]) {
     const u32 base = stage0 + buf * (R * kRowBytes);
     const int q = lane >> 3;
     const int i8 = lane & 7;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {   // packed word j = k-tiles 2j, 2j+1 of the step
+      // A fragments of k-tiles 2j and 2j + 1. With 8 staged rows, rows 8-15
+      // of the mma repeat rows 0-7 (their outputs, c[2] and c[3], are never
+      // stored), which lets ldmatrix fill the fragment registers in place.
       u32 a[2][4];
-      if (R == 8) {
-        // Four 8x8 matrices: rows 0-7, 16-byte vectors 4j .. 4j+3.
-        const int v = 4 * j + q;
-        ldmatrix_x4(base + i8 * kRowBytes + ((v ^ i8) << 4), a[0][0], a[0][2], a[1][0], a[1][2]);
-        a[0][1] = a[0][3] = a[1][1] = a[1][3] = 0u;
-      } else {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = (q & 1) * 8 + i8;
-          const int v = 2 * (2 * j + h) + (q >> 1);
-          ldmatrix_x4(base + r * kRowBytes + ((v ^ (r & 7)) << 4), a[h][0], a[h][1], a[h][2],
-                      a[h][3]);
-        }
+      for (int h = 0; h < 2; ++h) {
+        const int r = (R == 8 ? 0 : (q & 1) * 8) + i8;
+        const int v = 2 * (2 * j + h) + (q >> 1);
+        ldmatrix_x4(base + r * kRowBytes + ((v ^ (r & 7)) << 4), a[h][0], a[h][1], a[h][2],
+                    a[h][3]);
       }
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
@@ -242,16 +325,12 @@ __device__ __forceinline__ void skinny_body(const u16* __restrict__ x, const u32
   u32 bw0[NT][4], sz0[NT][4], bw1[NT][4], sz1[NT][4];
   int step = warp;
   int buf = 0;
-  if (step < s.steps) {
-    stage_a(step, 0);
-    load_step_b<IKT, NT>(w, qsz, s, nt0, step, lane, bw0, sz0);
-  }
+  if (step < s.steps) load_step(step, 0, bw0, sz0);
   // Two steps per trip so the register double buffer needs no copies.
   while (step < s.steps) {
     int next = step + nwarps;
     if (next < s.steps) {
-      stage_a(next, buf ^ 1);
-      load_step_b<IKT, NT>(w, qsz, s, nt0, next, lane, bw1, sz1);
+      load_step(next, buf ^ 1, bw1, sz1);
     } else {
       cp_async_commit();
     }
@@ -264,8 +343,7 @@ __device__ __forceinline__ void skinny_body(const u16* __restrict__ x, const u32
     if (step >= s.steps) break;
     next = step + nwarps;
     if (next < s.steps) {
-      stage_a(next, buf ^ 1);
-      load_step_b<IKT, NT>(w, qsz, s, nt0, next, lane, bw0, sz0);
+      load_step(next, buf ^ 1, bw0, sz0);
     } else {
       cp_async_commit();
     }
@@ -367,16 +445,55 @@ __device__ __forceinline__ void tiled_body(const u16* __restrict__ x, const u32*
     }
   };
 
+  // Full steps (inside K, all of the warp's n-tiles present): thread copies
+  // vector tid % 16 of tile rows tid / 16 + 8i (the mapping of stage_a, one
+  // swizzle for all i) from precomputed addresses; tile rows past m are
+  // zeroed once in both buffers and never copied.
+  constexpr int NV = BM / 8;
+  const int r0 = threadIdx.x >> 4;
+  const int v16 = threadIdx.x & 15;
+  const int nvalid = s.m - m0 > r0 ? (s.m - m0 - r0 + 7) / 8 : 0;
+  const u32 dst0 = stage0 + r0 * kRowBytes + ((v16 ^ (r0 & 7)) << 4);
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    if (i >= nvalid) {
+      st_shared_zero16(dst0 + i * 8 * kRowBytes);
+      st_shared_zero16(dst0 + i * 8 * kRowBytes + BM * kRowBytes);
+    }
+  }
+  const u16* xl = x + size_t(m0 + r0) * s.k + v16 * 8;
+  const u32* wl = w + size_t(nt0) * s.k + lane * (IKT / 2);
+  const u32* ql = qsz + nt0 * 8 + (lane >> 2);
+  const bool all_tiles = nt0 + NT <= s.ntiles;
+  u32 qrow[4];
+  group_rows(s, qrow);
+
+  auto load_step = [&](int step, int buf, u32 (&bw)[NT][4], u32 (&sz)[NT][4]) {
+    if ((step + 1) * kStepK <= s.k) {
+      const u16* p = xl + size_t(step) * kStepK;
+#pragma unroll
+      for (int i = 0; i < NV; ++i)
+        if (i < nvalid)
+          cp_async16(dst0 + i * 8 * kRowBytes + buf * (BM * kRowBytes), p + size_t(8 * i) * s.k,
+                     true);
+      cp_async_commit();
+    } else {
+      stage_a(step, buf);
+    }
+    if (all_tiles && (step + 1) * kStepK <= s.k)
+      load_step_b_full<IKT, NT>(wl, ql, s, qrow, step, bw, sz);
+    else
+      load_step_b<IKT, NT>(w, qsz, s, nt0, step, lane, bw, sz);
+  };
+
   u32 bw0[NT][4], sz0[NT][4], bw1[NT][4], sz1[NT][4];
-  stage_a(0, 0);
-  load_step_b<IKT, NT>(w, qsz, s, nt0, 0, lane, bw0, sz0);
+  load_step(0, 0, bw0, sz0);
   int step = 0;
   int buf = 0;
   while (step < s.steps) {
     int next = step + 1;
     if (next < s.steps) {
-      stage_a(next, buf ^ 1);
-      load_step_b<IKT, NT>(w, qsz, s, nt0, next, lane, bw1, sz1);
+      load_step(next, buf ^ 1, bw1, sz1);
     } else {
       cp_async_commit();
     }
@@ -389,8 +506,7 @@ __device__ __forceinline__ void tiled_body(const u16* __restrict__ x, const u32*
     if (step >= s.steps) break;
     next = step + 1;
     if (next < s.steps) {
-      stage_a(next, buf ^ 1);
-      load_step_b<IKT, NT>(w, qsz, s, nt0, next, lane, bw0, sz0);
+      load_step(next, buf ^ 1, bw0, sz0);
     } else {
       cp_async_commit();
     }
