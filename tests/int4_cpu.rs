@@ -378,6 +378,21 @@ fn non_contiguous_and_misaligned_inputs() {
 }
 
 #[test]
+fn sizes_beyond_the_kernels_indexing_are_refused() {
+    // K = N = 2^20 (views over a small buffer: nothing is read before the checks fail).
+    let (m, n, k, g, ikt) = (1i64, 1i64 << 20, 1i64 << 20, 128i64, 8i64);
+    let (xs, ws, ss) = sizes(m, n, k, g, ikt);
+    let mut buf = vec![0u8; 64];
+    let x = fake_cuda(&mut buf, 0, &xs, Some(&[0, 0]), BF16, 0);
+    let w = fake_cuda(&mut buf, 0, &ws, Some(&[0, 0, 0, 0]), I32, 0);
+    let s = fake_cuda(&mut buf, 0, &ss, Some(&[0, 0, 0]), BF16, 0);
+    expect_failure(x, w, g, s, "are too large");
+    for h in [x, w, s] {
+        del(h);
+    }
+}
+
+#[test]
 fn valid_arguments_without_a_gpu_fail_cleanly() {
     if executorch_cuda::cuda::device_count().is_ok_and(|n| n > 0) {
         eprintln!("SKIPPED valid_arguments_without_a_gpu_fail_cleanly: this machine has a GPU");

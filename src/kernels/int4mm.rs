@@ -139,9 +139,10 @@ pub fn check(x: &Tensor, w: &Tensor, group: i64, qsz: &Tensor) -> Result<Problem
             qsz.sizes
         ));
     }
-    // The kernels index with 32-bit ints (with 64-bit products); keep every extent in range.
+    // The kernels index with 32-bit ints (with 64-bit products where they can
+    // grow), and address the scale/zero words with 32-bit offsets.
     let lim = i32::MAX as i64;
-    if m > lim || n > lim || k > lim {
+    if m > lim || n > lim || k > lim || (k / 32).saturating_mul(n) > lim {
         return invalid(format!("sizes M={m} N={n} K={k} are too large"));
     }
     // Grid limits: row tiles of 32 (tiled) and pairs of n-tiles (skinny) in gridDim.y.
