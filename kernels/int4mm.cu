@@ -24,7 +24,7 @@
 //   Many warps per n-tile keep enough loads in flight for a memory-bound
 //   GEMV; B and the scales of the next step are loaded into registers while
 //   the current step computes.
-// - int4mm_tiled_*: M > 16 (prefill). Four warps split a 32*NT-column tile,
+// - int4mm_tiled_*: M > 64 (prefill). Four warps split a 32*NT-column tile,
 //   share one staged activation tile of 16*MT rows, and walk all of K.
 //
 // Built by kernels/build.sh (sm_90 SASS + compute_80 PTX); entry points are
