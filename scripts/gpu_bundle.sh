@@ -5,6 +5,8 @@
 # Also the benchmark (bench/README.md): bench/ and the Python wheels it installs
 # there (bash .dev/gpu/bench/run.sh).
 #   ET_CUDA_FIXTURES=<dir>   fixture programs (default ../shared/fixtures)
+#   ET_CUDA_BUNDLE_WHEELS=0  leave out bench/ and the wheels (when they travel separately)
+#   ET_CUDA_BASELINE_LIB=<f> an older libexecutorch_cuda.so for the shim_alloc comparison
 #   ET_CUDA_WHEELS=<dir>     the wheels for the benchmark (default /tmp/whl, else .whl/):
 #                            executorch 1.2.0 cp312, flatbuffers, ruamel.yaml(.clib), expecttest,
 #                            parameterized; tabulate is downloaded into .whl/ when missing
@@ -40,15 +42,25 @@ for line in sys.stdin:
         m = json.loads(line)
     except ValueError:
         continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("gpu", "bad_input"):
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("gpu", "gpu_features", "bad_input"):
         shutil.copy(m["executable"], sys.argv[1] + "/" + m["target"]["name"])
 ' "$out/rs/deps"
 strip --strip-debug -o "$out/rs/libexecutorch_cuda.so" "$ROOT/target/release/libexecutorch_cuda.so"
 cc -shared -fPIC -O1 -o "$out/rs/fake_aoti.so" "$ROOT/c_tests/fake_aoti.c"
+# The shim allocation micro-benchmark (bench/shim_alloc.c), with an older build of the library
+# to compare against when ET_CUDA_BASELINE_LIB names one.
+cc -O2 -o "$out/shim_alloc" "$ROOT/bench/shim_alloc.c" -ldl
+if [ -n "${ET_CUDA_BASELINE_LIB:-}" ]; then
+  strip --strip-debug -o "$out/rs/libexecutorch_cuda_baseline.so" "$ET_CUDA_BASELINE_LIB"
+fi
 
 # DWARF only (31 MB -> 3 MB), so that the bundle with the benchmark stays under 64 MiB.
 for f in "$out"/rs/deps/*; do strip --strip-debug "$f"; done
 
+if [ "${ET_CUDA_BUNDLE_WHEELS:-1}" = 0 ]; then
+  du -sh "$out"
+  exit 0
+fi
 step "the benchmark (bench/ and its wheels) into $out/bench, $out/whl"
 mkdir -p "$out/bench" "$out/whl"
 cp "$ROOT"/bench/{run.sh,export.py,models.py,torch_bench.py,table.py,README.md} "$out/bench/"

@@ -22,10 +22,16 @@ for f in mlp_f32 conv_f32 attn_bf16; do
   check ./et_cuda_run --manifest "$m" --option skip_copy_output_to_cpu_for_method=forward --stats
   check ./et_cuda_run "fixtures/$f/model.pte" --data "fixtures/$f/aoti_cuda_blob.ptd"
 done
-# The Rust GPU tests (tests/gpu.rs, tests/bad_input.rs) through the cdylib.
+# The Rust GPU tests (tests/gpu.rs, tests/gpu_features.rs, tests/bad_input.rs) through the
+# cdylib; the GPU ones are #[ignore]d on plain runs, so include them here.
 export ET_CUDA_LIB=$PWD/rs/libexecutorch_cuda.so ET_CUDA_FAKE_AOTI=$PWD/rs/fake_aoti.so
-check ./rs/deps/gpu --test-threads=1 --nocapture
-check ./rs/deps/bad_input --test-threads=1 --nocapture
+check ./rs/deps/gpu --include-ignored --test-threads=1 --nocapture
+check ./rs/deps/gpu_features --include-ignored --test-threads=1 --nocapture
+check ./rs/deps/bad_input --include-ignored --test-threads=1 --nocapture
+# The hottest shim pair, this build against the baseline build when it came along.
+for lib in rs/libexecutorch_cuda.so rs/libexecutorch_cuda_baseline.so; do
+  [ -f "$lib" ] && check ./shim_alloc "$lib" 1000000
+done
 
 for mode in default sync-always upstream-1.2; do
   check ./et_cuda_run --manifest fixtures/mlp_f32/manifest.json --option execution_mode=$mode \

@@ -73,6 +73,7 @@ pub(crate) mod delegate;
 pub mod dtype;
 mod error;
 pub mod ffi;
+pub(crate) mod kernels;
 pub mod logging;
 pub mod options;
 mod stats;

@@ -97,6 +97,7 @@ pub(crate) fn driver_version() -> Result<i32> {
 #[derive(Debug)]
 pub(crate) struct DeviceState {
     pub(crate) ordinal: i32,
+    pub(crate) device: sys::CUdevice,
     pub(crate) ctx: sys::CUcontext,
     pub(crate) pool: sys::CUmemoryPool,
 }
@@ -120,7 +121,12 @@ fn create_device(ordinal: i32) -> Result<Arc<DeviceState>> {
         let _g = ContextGuard::bind(ctx)?;
         memory::create_pool(ordinal)?
     };
-    Ok(Arc::new(DeviceState { ordinal, ctx, pool }))
+    Ok(Arc::new(DeviceState {
+        ordinal,
+        device: dev,
+        ctx,
+        pool,
+    }))
 }
 
 /// The state of device `ordinal`, created on first use. Fails with a clear

@@ -118,6 +118,9 @@ struct State {
 
 /// One loaded method.
 pub(crate) struct CudaHandle {
+    /// Keeps the library's own kernels (the int4 matmul) loaded on this device while the
+    /// method lives; dropped last.
+    _kernels: crate::kernels::Lease,
     method: String,
     device: Arc<DeviceState>,
     stream: Arc<CudaStream>,
@@ -208,6 +211,7 @@ impl CudaHandle {
         }
         let graphs = GraphCache::new(cfg.graph_cache_size);
         Ok(CudaHandle {
+            _kernels: crate::kernels::Lease::acquire(device.ordinal),
             method: p.method_name,
             num_inputs: container.num_inputs,
             num_outputs: container.num_outputs,

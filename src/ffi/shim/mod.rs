@@ -10,16 +10,18 @@
 //!
 //! Files: [`tensor`] (lifetime and attributes), [`views`] (creation, views,
 //! copies, scalars), [`device`] (device and stream guards), [`diag`]
-//! (diagnostics and unsupported features).
+//! (diagnostics and unsupported features), [`int4`] (the int4 matmul fallback op).
 
 pub mod device;
 pub mod diag;
+pub mod int4;
 pub mod tensor;
 pub mod views;
 
 pub use crate::aoti::{AtenTensorHandle, AtenTensorOpaque};
 pub use device::*;
 pub use diag::*;
+pub use int4::*;
 pub use tensor::*;
 pub use views::*;
 
@@ -39,8 +41,17 @@ pub const AOTI_TORCH_FAILURE: AOTITorchError = 1;
 /// # Safety
 /// A non-null `h` must be a live handle from this library, not deleted while the borrow lives.
 pub(crate) unsafe fn tensor<'a>(h: AtenTensorHandle) -> Result<&'a Tensor> {
+    // SAFETY: forwarded contract.
+    unsafe { named(h, "tensor handle") }
+}
+
+/// Borrow the tensor behind a handle; a null handle is an error naming the argument.
+///
+/// # Safety
+/// As for [`tensor`].
+pub(crate) unsafe fn named<'a>(h: AtenTensorHandle, what: &str) -> Result<&'a Tensor> {
     // SAFETY: per the contract, a non-null handle is a live boxed tensor.
-    Ok(&unsafe { super::non_null(h.cast_const(), "tensor handle")? }.0)
+    Ok(&unsafe { super::non_null(h.cast_const(), what)? }.0)
 }
 
 /// Hand a new tensor to the caller through `ret` (the caller owns the new handle).
