@@ -103,43 +103,48 @@ Error describe(const Tensor& t, void* data, uint64_t nbytes, EtCudaTensor& out) 
   return Error::Ok;
 }
 
-// Reads the two named-data keys: from the processed payload "<so_key>\n<weights_key>"
-// when it is non-empty, else "<method>_so_blob" / "<method>_weights_blob". The
-// method is the "method_name" compile spec (not NUL-terminated), else the
-// method being loaded.
-Error blob_keys(const BackendInitContext& context, const FreeableBuffer* processed, ArrayRef<CompileSpec> specs,
-                std::string& method, std::string& so_key, std::string& weights_key) {
+// The method's name: the "method_name" compile spec (not NUL-terminated), else
+// the method being loaded.
+std::string method_name(const BackendInitContext& context, ArrayRef<CompileSpec> specs) {
   for (const CompileSpec& spec : specs) {
     if (std::strcmp(spec.key, "method_name") == 0 && spec.value.buffer != nullptr) {
-      method.assign(static_cast<const char*>(spec.value.buffer), spec.value.nbytes);
+      return std::string(static_cast<const char*>(spec.value.buffer), spec.value.nbytes);
     }
   }
-  if (method.empty() && context.get_method_name() != nullptr) {
-    method = context.get_method_name();
-  }
-  if (processed != nullptr && processed->size() > 0) {
-    std::string payload(static_cast<const char*>(processed->data()), processed->size());
-    while (!payload.empty() && (payload.back() == '\0' || payload.back() == '\n' || payload.back() == '\r')) {
-      payload.pop_back();  // tolerate a terminator
+  return context.get_method_name() != nullptr ? context.get_method_name() : "";
+}
+
+// The library asks for the program's named data by key (the .so, the weights
+// blob, or one storage per constant for ExecuTorch 1.5 programs): the buffers
+// stay alive until init returns.
+struct NamedDataFetch {
+  const executorch::runtime::NamedDataMap* map = nullptr;
+  std::vector<FreeableBuffer> held;
+  Error failure = Error::Ok;  // why the first lookup failed, returned if init fails
+};
+
+int32_t fetch_named_data(void* user, const char* key, const uint8_t** out_data, size_t* out_len) {
+  auto* f = static_cast<NamedDataFetch*>(user);
+  if (f->map == nullptr) {
+    ET_LOG(Error, "CudaBackend: no named data map to read '%s' from", key);
+    if (f->failure == Error::Ok) {
+      f->failure = Error::InvalidArgument;
     }
-    const size_t nl = payload.find('\n');
-    if (nl == std::string::npos || nl == 0 || nl + 1 == payload.size() ||
-        payload.find('\n', nl + 1) != std::string::npos) {
-      ET_LOG(Error, "CudaBackend: processed payload (%zu bytes) is not \"<so_key>\\n<weights_key>\"",
-             payload.size());
-      return Error::InvalidArgument;
+    return 1;
+  }
+  Result<FreeableBuffer> b = f->map->get_data(key);
+  if (!b.ok()) {
+    ET_LOG(Error, "CudaBackend: named data key '%s' not found (error 0x%x)", key,
+           static_cast<unsigned>(b.error()));
+    if (f->failure == Error::Ok) {
+      f->failure = b.error();
     }
-    so_key = payload.substr(0, nl);
-    weights_key = payload.substr(nl + 1);
-    return Error::Ok;
+    return 1;
   }
-  if (method.empty()) {
-    ET_LOG(Error, "CudaBackend: no method name and an empty processed payload");
-    return Error::InvalidArgument;
-  }
-  so_key = method + "_so_blob";
-  weights_key = method + "_weights_blob";
-  return Error::Ok;
+  *out_data = static_cast<const uint8_t*>(b->data());
+  *out_len = b->size();
+  f->held.push_back(std::move(*b));
+  return 0;
 }
 
 class CudaBackend final : public BackendInterface {
@@ -150,40 +155,17 @@ class CudaBackend final : public BackendInterface {
 
   Result<DelegateHandle*> init(BackendInitContext& context, FreeableBuffer* processed,
                                ArrayRef<CompileSpec> compile_specs) const override {
-    std::string method, so_key, weights_key;
-    Error err = blob_keys(context, processed, compile_specs, method, so_key, weights_key);
-    if (processed != nullptr) {
-      processed->Free();
-    }
-    if (err != Error::Ok) {
-      return err;
-    }
+    const std::string method = method_name(context, compile_specs);
     const auto* named_data = context.get_named_data_map();
-    if (named_data == nullptr) {
-      ET_LOG(Error, "CudaBackend: no named data map to read '%s' from", so_key.c_str());
-      return Error::InvalidArgument;
-    }
-    Result<FreeableBuffer> so_blob = named_data->get_data(so_key.c_str());
-    if (!so_blob.ok()) {
-      ET_LOG(Error, "CudaBackend: named data key '%s' not found (error 0x%x)", so_key.c_str(),
-             static_cast<unsigned>(so_blob.error()));
-      return so_blob.error();
-    }
-    Result<FreeableBuffer> weights_blob = named_data->get_data(weights_key.c_str());
-    if (!weights_blob.ok()) {
-      ET_LOG(Error, "CudaBackend: named data key '%s' not found (error 0x%x); was the .ptd file passed?",
-             weights_key.c_str(), static_cast<unsigned>(weights_blob.error()));
-      return weights_blob.error();
-    }
-
+    NamedDataFetch fetch;
+    fetch.map = named_data;
     EtCudaInitArgs args{};
-    args.so_data = static_cast<const uint8_t*>(so_blob->data());
-    args.so_len = so_blob->size();
-    args.weights_data = static_cast<const uint8_t*>(weights_blob->data());
-    args.weights_len = weights_blob->size();
+    // The library reads the payload (which names the blobs) and asks for them by key.
+    args.payload_data = processed != nullptr ? static_cast<const uint8_t*>(processed->data()) : nullptr;
+    args.payload_len = processed != nullptr ? processed->size() : 0;
+    args.named_data = &fetch_named_data;
+    args.named_data_user = &fetch;
     args.method_name = method.empty() ? nullptr : method.c_str();
-    args.so_key = so_key.c_str();
-    args.weights_key = weights_key.c_str();
     // Methods of one program share one named-data map: mutable buffers are only shared within it.
     args.share_group = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(named_data));
     args.use_backend_options = true;
@@ -191,8 +173,17 @@ class CudaBackend final : public BackendInterface {
     EtCudaHandle* handle = nullptr;
     const EtCudaStatus status = et_cuda_init(&args, &handle);
     // The library copied what it needs.
-    so_blob->Free();
-    weights_blob->Free();
+    for (FreeableBuffer& b : fetch.held) {
+      b.Free();
+    }
+    if (processed != nullptr) {
+      processed->Free();
+    }
+    if (status != ET_CUDA_STATUS_OK && fetch.failure != Error::Ok) {
+      ET_LOG(Error, "CudaBackend: %s", et_cuda_last_error());
+      return fetch.failure;  // a blob was missing: ExecuTorch's own error for it
+    }
+    Error err = Error::Ok;
     if (status != ET_CUDA_STATUS_OK) {
       return to_error(status);
     }

@@ -210,8 +210,8 @@ void test_direct_init(const std::string& dir, bool have_device) {
 
   g_log.clear();
   auto malformed = direct_init(&map, "k_so_blob", "forward");
-  CHECK(!malformed.ok() && malformed.error() == Error::InvalidArgument);
-  CHECK(g_log.find("processed payload") != std::string::npos);
+  CHECK(!malformed.ok() && malformed.error() == Error::InvalidProgram);
+  CHECK(g_log.find("delegate payload is malformed") != std::string::npos);
 
   g_log.clear();
   auto missing = direct_init(&map, "", "decode");

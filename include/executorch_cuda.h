@@ -29,6 +29,14 @@ typedef int32_t EtCudaStatus;
 // others reproduce older behaviour for benchmarks.
 typedef int32_t EtCudaExecMode;
 
+// Looks up named data of the program for `et_cuda_init`: on success returns 0 and sets
+// `*out_data`/`*out_len` to bytes that stay valid until `et_cuda_init` returns; any other
+// return value means the key is missing.
+typedef int32_t (*EtCudaNamedDataFn)(void *user,
+                                     const char *key,
+                                     const uint8_t **out_data,
+                                     size_t *out_len);
+
 // Arguments of `et_cuda_init`.
 typedef struct EtCudaInitArgs {
   // The AOTInductor `.so` bytes (copied; may be freed after init returns).
@@ -57,6 +65,14 @@ typedef struct EtCudaInitArgs {
   // The program this method belongs to (any value the caller picks, e.g. the address of its
   // named-data map; 0 for none): mutable buffers are only shared within one program.
   uint64_t share_group;
+  // With `named_data` set, the library finds the blobs itself: `so_data`/`weights_data` and
+  // the keys are ignored, and the delegate's processed payload (`payload_data`, may be empty)
+  // names them: empty (`<method>_so_blob`, `<method>_weights_blob`), text
+  // `"<so_key>\n<weights_key>"`, or ExecuTorch 1.5's binary per-FQN weights (`ETCUDAFQN3`).
+  const uint8_t *payload_data;
+  size_t payload_len;
+  EtCudaNamedDataFn named_data;
+  void *named_data_user;
 } EtCudaInitArgs;
 
 // A tensor passed to or returned from `et_cuda_execute`.
@@ -213,8 +229,8 @@ EtCudaStatus et_cuda_driver_version(int32_t *out_version);
 //
 // # Safety
 // `args` must be null or point to a valid `EtCudaInitArgs` whose pointers are null or valid
-// for their stated lengths (strings NUL-terminated); `out_handle` must be null or valid for a
-// write of a pointer.
+// for their stated lengths (strings NUL-terminated), and whose `named_data`, when set, follows
+// its contract (`EtCudaNamedDataFn`); `out_handle` must be null or valid for a write of a pointer.
 EtCudaStatus et_cuda_init(const struct EtCudaInitArgs *args, struct EtCudaHandle **out_handle);
 
 // Destroy a handle made by `et_cuda_init`: deletes its container and frees everything it owns,

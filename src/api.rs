@@ -216,7 +216,7 @@ impl Method {
         crate::logging::install();
         let inner = CudaHandle::init(InitParams {
             so,
-            weights,
+            weights: crate::delegate::Weights::Blob(weights),
             method_name: name.to_string(),
             so_key: None,
             weights_key: None,

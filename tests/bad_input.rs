@@ -140,6 +140,10 @@ fn init_with_mode(mode: i32) -> (S, String) {
         mode,
         weights_key: std::ptr::null(),
         share_group: 0,
+        payload_data: std::ptr::null(),
+        payload_len: 0,
+        named_data: None,
+        named_data_user: std::ptr::null_mut(),
     };
     let mut h = std::ptr::null_mut();
     // SAFETY: args point at live buffers; the out-pointer is a local.

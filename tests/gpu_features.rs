@@ -74,6 +74,10 @@ fn load_with_options(so: &[u8], w: &[u8], group: u64) -> Handle {
         mode: ET_CUDA_EXEC_MODE_FROM_OPTIONS,
         weights_key: std::ptr::null(),
         share_group: group,
+        payload_data: std::ptr::null(),
+        payload_len: 0,
+        named_data: None,
+        named_data_user: std::ptr::null_mut(),
     };
     let mut h = std::ptr::null_mut();
     // SAFETY: args point at live buffers for the duration of the call.

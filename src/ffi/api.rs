@@ -5,8 +5,9 @@
 
 use super::types::*;
 use super::{c_str, guard, guard_value, non_null, slice_from, slice_from_mut, write_out, EtCuda};
+use crate::aoti::payload::{self, Payload};
 use crate::delegate::io::{InputArg, OutputArg, OutputInfo};
-use crate::delegate::{CudaHandle, InitParams, MethodConfig};
+use crate::delegate::{CudaHandle, InitParams, MethodConfig, Weights};
 use crate::error::{invalid, Error, Result};
 use std::ffi::{c_char, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -111,8 +112,8 @@ pub unsafe extern "C" fn et_cuda_driver_version(out_version: *mut i32) -> EtCuda
 ///
 /// # Safety
 /// `args` must be null or point to a valid `EtCudaInitArgs` whose pointers are null or valid
-/// for their stated lengths (strings NUL-terminated); `out_handle` must be null or valid for a
-/// write of a pointer.
+/// for their stated lengths (strings NUL-terminated), and whose `named_data`, when set, follows
+/// its contract (`EtCudaNamedDataFn`); `out_handle` must be null or valid for a write of a pointer.
 #[no_mangle]
 pub unsafe extern "C" fn et_cuda_init(
     args: *const EtCudaInitArgs,
@@ -149,20 +150,99 @@ pub unsafe extern "C" fn et_cuda_init(
                 ..MethodConfig::default()
             }
         };
-        let inner = Arc::new(CudaHandle::init(InitParams {
-            so,
-            weights,
-            method_name: method.to_string(),
-            so_key: so_key.map(str::to_string),
-            weights_key: weights_key.map(str::to_string),
-            config,
-        })?);
+        let inner = match a.named_data {
+            None => CudaHandle::init(InitParams {
+                so,
+                weights: Weights::Blob(weights),
+                method_name: method.to_string(),
+                so_key: so_key.map(str::to_string),
+                weights_key: weights_key.map(str::to_string),
+                config,
+            })?,
+            Some(f) => {
+                // SAFETY: the payload is `payload_len` readable bytes (or null with 0).
+                let payload = unsafe { slice_from(a.payload_data, a.payload_len, "payload_data")? };
+                let fetch = NamedData {
+                    f,
+                    user: a.named_data_user,
+                };
+                init_from_payload(payload, &fetch, method, config)?
+            }
+        };
+        let inner = Arc::new(inner);
         // Keys step by HANDLE_STEP and are never reused, so a stale pointer never names a new handle.
         let key = NEXT_HANDLE.fetch_add(HANDLE_STEP, Ordering::Relaxed);
         live().push((key, inner));
         // SAFETY: checked non-null above.
         unsafe { write_out(out_handle, key as *mut EtCudaHandle, "out_handle") }
     })
+}
+
+/// The caller's named-data lookup.
+struct NamedData {
+    f: unsafe extern "C" fn(*mut c_void, *const c_char, *mut *const u8, *mut usize) -> i32,
+    user: *mut c_void,
+}
+
+impl NamedData {
+    /// The bytes under `key` (valid until `et_cuda_init` returns, per the callback's contract).
+    fn get<'a>(&self, key: &str, what: &str) -> Result<&'a [u8]> {
+        let k = std::ffi::CString::new(key)
+            .map_err(|_| Error::InvalidProgram(format!("{what} key {key:?} contains NUL")))?;
+        let (mut p, mut n) = (std::ptr::null::<u8>(), 0usize);
+        // SAFETY: the callback and its user pointer come from the caller (et_cuda_init's contract);
+        // the key is NUL-terminated and the out-pointers are locals.
+        let rc = unsafe { (self.f)(self.user, k.as_ptr(), &mut p, &mut n) };
+        if rc != 0 {
+            return Err(Error::InvalidProgram(format!(
+                "the program has no named data {key:?} ({what}); was the .ptd file passed?"
+            )));
+        }
+        // SAFETY: the callback promises n readable bytes that outlive the init call.
+        unsafe { slice_from(p, n, what) }
+    }
+}
+
+/// Load a method whose blobs the processed payload names.
+fn init_from_payload(
+    payload_bytes: &[u8],
+    fetch: &NamedData,
+    method: &str,
+    config: MethodConfig,
+) -> Result<CudaHandle> {
+    match payload::parse(payload_bytes, method)? {
+        Payload::Keys {
+            so_key,
+            weights_key,
+        } => {
+            let so = fetch.get(&so_key, "the .so")?;
+            let weights = fetch.get(&weights_key, "the weights")?;
+            CudaHandle::init(InitParams {
+                so,
+                weights: Weights::Blob(weights),
+                method_name: method.to_string(),
+                so_key: Some(so_key),
+                weights_key: Some(weights_key),
+                config,
+            })
+        }
+        Payload::PerFqn { so_key, entries } => {
+            let so = fetch.get(&so_key, "the .so")?;
+            let mut storages = Vec::with_capacity(entries.len());
+            for e in entries {
+                let bytes = fetch.get(&e.storage_key, &format!("the weights of {}", e.fqn))?;
+                storages.push((e, bytes));
+            }
+            CudaHandle::init(InitParams {
+                so,
+                weights: Weights::PerFqn(storages),
+                method_name: method.to_string(),
+                so_key: Some(so_key),
+                weights_key: None,
+                config,
+            })
+        }
+    }
 }
 
 /// Destroy a handle made by `et_cuda_init`: deletes its container and frees everything it owns,

@@ -142,6 +142,18 @@ pub struct EtCudaTensor {
     pub strides: [i64; ET_CUDA_MAX_DIMS],
 }
 
+/// Looks up named data of the program for `et_cuda_init`: on success returns 0 and sets
+/// `*out_data`/`*out_len` to bytes that stay valid until `et_cuda_init` returns; any other
+/// return value means the key is missing.
+pub type EtCudaNamedDataFn = Option<
+    unsafe extern "C" fn(
+        user: *mut c_void,
+        key: *const c_char,
+        out_data: *mut *const u8,
+        out_len: *mut usize,
+    ) -> i32,
+>;
+
 /// Arguments of `et_cuda_init`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -172,6 +184,14 @@ pub struct EtCudaInitArgs {
     /// The program this method belongs to (any value the caller picks, e.g. the address of its
     /// named-data map; 0 for none): mutable buffers are only shared within one program.
     pub share_group: u64,
+    /// With `named_data` set, the library finds the blobs itself: `so_data`/`weights_data` and
+    /// the keys are ignored, and the delegate's processed payload (`payload_data`, may be empty)
+    /// names them: empty (`<method>_so_blob`, `<method>_weights_blob`), text
+    /// `"<so_key>\n<weights_key>"`, or ExecuTorch 1.5's binary per-FQN weights (`ETCUDAFQN3`).
+    pub payload_data: *const u8,
+    pub payload_len: usize,
+    pub named_data: EtCudaNamedDataFn,
+    pub named_data_user: *mut c_void,
 }
 
 /// A snapshot of the counters (returned by `et_cuda_stats`).

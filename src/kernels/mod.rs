@@ -1,14 +1,17 @@
 //! The library's own device code: CUDA C in `kernels/`, compiled ahead of
 //! time by `kernels/build.sh` (nvcc 13.0) into an sm_90 + compute_80 fatbin
-//! and a compute_80 PTX file, both committed and embedded here with
-//! `include_bytes!`, so the crate builds without a CUDA toolkit.
+//! (embedded here with `include_bytes!`, so the crate builds without a CUDA
+//! toolkit) and a compute_80 PTX file (committed beside it, for inspection
+//! and for testing the JIT path; not embedded: the fatbin carries the same
+//! PTX, compressed, and the library stays small).
 //!
 //! Loading: one `CUmodule` per device (in the device's primary context, the
 //! one everything else here uses), loaded by `cuModuleLoadData` on first use
 //! — the driver picks the sm_90 SASS on an H100/H200 and JIT-compiles the PTX
 //! for any other GPU of compute capability 8.0 or newer. With
-//! `ET_CUDA_KERNELS_FORCE_PTX=1` the PTX file is loaded instead (JIT even on
-//! sm_90, with the JIT's error log in the error), to exercise that path.
+//! `ET_CUDA_KERNELS_PTX=<path of kernels/int4mm.ptx>` that PTX file is loaded
+//! instead (JIT even on sm_90, with the JIT's error log in the error), to
+//! exercise that path.
 //!
 //! Lifetime: a [`Lease`] counts a user of a device's module (the delegate
 //! takes one per loaded method). Leases do not load anything; the first
@@ -31,8 +34,12 @@ use std::sync::{Arc, Mutex};
 
 /// sm_90 SASS + compute_80 PTX, from `kernels/build.sh`.
 pub static FATBIN: &[u8] = include_bytes!("../../kernels/int4mm.fatbin");
-/// compute_80 PTX text (not NUL-terminated), from `kernels/build.sh`.
+/// compute_80 PTX text (not NUL-terminated), from `kernels/build.sh` (tests only).
+#[cfg(test)]
 pub static PTX: &[u8] = include_bytes!("../../kernels/int4mm.ptx");
+
+/// The environment variable naming a PTX file to load instead of the fatbin.
+pub const PTX_ENV: &str = "ET_CUDA_KERNELS_PTX";
 /// The hashes `kernels/build.sh` recorded for the source and the artifacts.
 #[cfg(test)]
 pub static RECORD: &str = include_str!("../../kernels/int4mm.sha256");
@@ -96,7 +103,10 @@ fn load_image(image: Image) -> Result<sys::CUmodule> {
             check(r, "cuModuleLoadData(int4mm fatbin)")?;
         }
         Image::Ptx => {
-            let buf = aligned_copy(PTX, true);
+            let path = std::env::var(PTX_ENV).unwrap_or_default();
+            let ptx = std::fs::read(&path)
+                .map_err(|e| Error::InvalidArgument(format!("{PTX_ENV}={path:?}: {e}")))?;
+            let buf = aligned_copy(&ptx, true);
             let mut log = vec![0u8; 16 * 1024];
             let mut opts = [
                 sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
@@ -148,22 +158,11 @@ impl Module {
                 device.ordinal
             )));
         }
-        let force_ptx = std::env::var("ET_CUDA_KERNELS_FORCE_PTX").is_ok_and(|v| v == "1");
+        let force_ptx = std::env::var_os(PTX_ENV).is_some_and(|v| !v.is_empty());
         let (raw, image) = if force_ptx {
             (load_image(Image::Ptx)?, Image::Ptx)
         } else {
-            match load_image(Image::Fatbin) {
-                Ok(m) => (m, Image::Fatbin),
-                // The fatbin holds the same PTX; loading the PTX file again gives the
-                // JIT's own log if that is what failed.
-                Err(e) => match load_image(Image::Ptx) {
-                    Ok(m) => {
-                        log::warn!("{e}; loaded the PTX instead");
-                        (m, Image::Ptx)
-                    }
-                    Err(e2) => return Err(Error::Cuda(format!("{e}; then {e2}"))),
-                },
-            }
+            (load_image(Image::Fatbin)?, Image::Fatbin)
         };
         log::info!(
             "int4 kernels loaded on cuda:{} (sm_{major}{minor}, {sm_count} SMs) from the {image:?}",

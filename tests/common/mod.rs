@@ -332,6 +332,10 @@ impl Handle {
             mode,
             weights_key: std::ptr::null(),
             share_group: 0,
+            payload_data: std::ptr::null(),
+            payload_len: 0,
+            named_data: None,
+            named_data_user: std::ptr::null_mut(),
         };
         let mut h = std::ptr::null_mut();
         // SAFETY: args point at live buffers for the duration of the call.
