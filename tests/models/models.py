@@ -54,6 +54,20 @@ class Dec(nn.Module):
         return torch.softmax(self.l(h), dim=-1)
 
 
+class Prefixed(nn.Module):
+    """Holds a module under a given attribute name, so its parameters' FQNs start
+    with that name (ExecuTorch 1.5.1 keys CUDA weights by FQN across all methods:
+    two methods with different tensors under one FQN cannot be exported)."""
+
+    def __init__(self, name, module):
+        super().__init__()
+        self._inner = name
+        self.add_module(name, module)
+
+    def forward(self, *args):
+        return getattr(self, self._inner)(*args)
+
+
 class LinearStack(nn.Module):
     """Linear(1024,1024) x3 -> Linear(1024,512), SiLU between: the int4 tests."""
 

@@ -86,7 +86,7 @@ def mlp_f32(name="et15_mlp_f32"):
 
 def encdec(name="et15_encdec"):
     torch.manual_seed(15)
-    enc, dec = M.Enc().eval(), M.Dec().eval()
+    enc, dec = M.Prefixed("encoder", M.Enc()).eval(), M.Prefixed("decoder", M.Dec()).eval()
     g = gen(16)
     x = torch.randn(4, 32, generator=g)
     with torch.no_grad():
@@ -98,7 +98,8 @@ def encdec(name="et15_encdec"):
         example={"encoder": (x,), "decoder": (h,)},
         cases={"encoder": [(x,)], "decoder": [(h,), (torch.randn(4, 64, generator=g),)]},
         seed=15,
-        notes={"pipeline": "encoder output 0 -> decoder input 0 (--pipeline encoder,decoder)"},
+        notes={"pipeline": "encoder output 0 -> decoder input 0 (--pipeline encoder,decoder)",
+               "fqns": "encoder.l.*, decoder.l.*: distinct, as ExecuTorch 1.5.1 requires"},
     )
 
 

@@ -307,6 +307,32 @@ def inputs_planned(et_program):
     return planned
 
 
+def plan_info(et_program):
+    """Per method: operators, planned buffer sizes and devices, IO tensors' devices."""
+    info = {}
+
+    def dev(v):
+        eti = getattr(v, "extra_tensor_info", None)
+        d = getattr(eti, "device_type", None) if eti is not None else None
+        return getattr(d, "name", str(d)) if d is not None else "CPU(default)"
+
+    for plan in et_program.execution_plan:
+        ent = {
+            "operators": [f"{o.name}.{o.overload}" if o.overload else o.name for o in plan.operators],
+            "non_const_buffer_sizes": list(plan.non_const_buffer_sizes),
+            "delegates": [d.id for d in plan.delegates],
+        }
+        nbd = getattr(plan, "non_const_buffer_device", None)
+        if nbd:
+            ent["non_const_buffer_device"] = [
+                {"buffer": b.buffer_idx, "device": getattr(b.device_type, "name", str(b.device_type)), "index": b.device_index}
+                for b in nbd]
+        ent["input_devices"] = [dev(plan.values[i].val) for i in plan.inputs]
+        ent["output_devices"] = [dev(plan.values[i].val) for i in plan.outputs]
+        info[plan.name] = ent
+    return info
+
+
 # ----------------------------------------------------------------------------- one program
 
 
@@ -431,6 +457,10 @@ def export_program(p: Program, outdir, backend_config_fn, dry_run=False, exporte
             planned = inputs_planned(et.executorch_program)
         except Exception as e:
             notes["inputs_planned_error"] = repr(e)
+        try:
+            notes["plans"] = plan_info(et.executorch_program)
+        except Exception as e:
+            notes["plan_info_error"] = repr(e)
     n_so = write_imports(delegates, tmp)
     man = {
         "model": "model.pte",
