@@ -305,20 +305,25 @@ class Qwen3Decoder(nn.Module):
         return self.lm_head(self.norm(x))
 
 
-def init_decoder_weights(model, g, std=0.08, head_std=0.5):
-    """Random weights with a heavy-tailed lm_head (row norms log-normal), so that
-    the top-1 logit usually stands clear of the top-2 (greedy decoding is then
-    stable across kernels)."""
+def init_decoder_weights(model, g, std=0.08, a=0.5, noise=0.5, embed="embed_tokens.weight", head="lm_head.weight"):
+    """Random weights; the lm_head is a*E[perm]*4/sqrt(d) + noise*N(0,1) (E: the
+    token embedding, perm: a random permutation), so that the next token leans on
+    the current one: greedy decoding then walks through varied tokens, and a seed
+    with a clear top-1/top-2 margin at every step is easy to find."""
+    params = dict(model.named_parameters())
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight") or "layernorm" in name:
+        for name, p in params.items():
+            if name == head:
+                continue
+            if name == embed:
+                p.copy_(torch.randn(p.shape, generator=g))
+            elif "norm" in name:
                 p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
-            elif name == "lm_head.weight":
-                rows = torch.randn(p.shape, generator=g) * head_std
-                rows *= torch.exp(0.5 * torch.randn(p.shape[0], 1, generator=g))
-                p.copy_(rows)
             else:
                 p.copy_(torch.randn(p.shape, generator=g) * std)
+        E = params[embed]
+        perm = torch.randperm(E.shape[0], generator=g)
+        params[head].copy_(a * E[perm] * 4 / E.shape[1] ** 0.5 + noise * torch.randn(E.shape, generator=g))
 
 
 def qwen3(seed):
@@ -395,19 +400,14 @@ def gemma3(seed):
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     g = seeded(seed)
-    cfg = Gemma3TextConfig(**GEMMA_CFG)
+    cfg = Gemma3TextConfig(**GEMMA_CFG, tie_word_embeddings=False)
     cfg._attn_implementation = "sdpa"
     model = Gemma3ForCausalLM(cfg).eval()
-    with torch.no_grad():
+    init_decoder_weights(model, g, embed="model.embed_tokens.weight", head="lm_head.weight")
+    with torch.no_grad():  # Gemma's RMSNorm scales by (1 + w)
         for name, p in model.named_parameters():
             if "norm" in name:
-                p.copy_(0.1 * torch.randn(p.shape, generator=g))  # Gemma's norms scale by (1 + w)
-            elif "embed_tokens" in name:
-                rows = torch.randn(p.shape, generator=g) * 0.5
-                rows *= torch.exp(0.5 * torch.randn(p.shape[0], 1, generator=g))
-                p.copy_(rows)
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.08)
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
     return GemmaStateful(model).eval()
 
 
