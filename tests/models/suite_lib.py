@@ -478,7 +478,8 @@ def export_program(p: Program, outdir, backend_config_fn, dry_run=False, exporte
         "stateful": p.stateful,
         "dynamic": {m: str(p.dynamic.get(m)) for m in p.dynamic},
         "inputs_planned": planned,
-        "alloc_graph_input": not any(any(v) for v in planned.values()) if planned else None,
+        # as bench/export.py: false = graph inputs left out of memory planning (device pointers may be passed)
+        "alloc_graph_input": any(any(v) for v in planned.values()) if planned else None,
         "delegates": [{k: v for k, v in d.items() if k != "_so"} for d in delegates],
         "so_blobs": n_so,
         "notes": notes,
@@ -664,7 +665,8 @@ def main(registry, backend_config_fn, exporter, argv=None):
                     os.remove(os.path.join(a.outdir, f".{n}.failed.txt"))
                 except OSError:
                     pass
-    with open(os.path.join(a.outdir, f".export_report.{exporter.split()[-1]}.json"), "w") as f:
+    tag = "et" + "".join(exporter.split()[-1].split(".")[:2])  # executorch 1.2 -> et12, 1.5.1 -> et15
+    with open(os.path.join(a.outdir, f".export_report.{tag}.json"), "w") as f:
         json.dump(report, f, indent=1)
     print(json.dumps(report, indent=1))
     return 1 if any(v.startswith("FAILED") for v in report.values()) else 0
