@@ -75,6 +75,8 @@ class LinearStack(nn.Module):
         super().__init__()
         self.ls = nn.ModuleList(nn.Linear(d, d, bias=False) for _ in range(n))
         self.out = nn.Linear(d, out, bias=False)
+        for lin in list(self.ls) + [self.out]:  # O(1) activations all the way (the default init shrinks them)
+            nn.init.normal_(lin.weight, std=1.7 / d**0.5)
 
     def forward(self, x):
         for lin in self.ls:
@@ -454,6 +456,7 @@ def resnet18(seed=6):
                 mod.running_var.copy_(0.5 + torch.rand(mod.num_features, generator=g))
                 mod.weight.copy_(0.5 + 0.5 * torch.rand(mod.num_features, generator=g))
                 mod.bias.copy_(0.1 * torch.randn(mod.num_features, generator=g))
+        m.fc.weight.mul_(10.0)  # logits O(1) rather than O(0.1), so the 16-bit floors mean something
     return m
 
 

@@ -194,9 +194,10 @@ def decoder_program(name, make, base_seed, prompt_seed, dtype=BF16, quant=None, 
     start from the exported (zero) cache."""
     qfn = QUANT[quant][0] if quant else None
     prompt = torch.randint(3, vocab, (1, PROMPT_LEN), generator=gen(prompt_seed))
-    seed, cpu_margin = pick_decoder_seed(make, base_seed, prompt, GEN_STEPS, dtype)
+    qdev = "cuda" if torch.cuda.is_available() else "cpu"
+    seed, cpu_margin = pick_decoder_seed(make, base_seed, prompt, GEN_STEPS, dtype, quantize=qfn, qdev=qdev)
     toks, info = decoder_generate(make, seed, prompt, GEN_STEPS, dtype, quantize=qfn)
-    info["seed_search_min_margin_cpu_fp32"] = cpu_margin
+    info["seed_search_min_margin"] = cpu_margin
     fac = lambda: make(seed)  # noqa: E731
     T = PROMPT_LEN
     notes = {"greedy_steps": GEN_STEPS, "prompt_len": T, "max_seq": max_seq}

@@ -96,6 +96,28 @@ def run_cases(module, cases, dtype, device):
     return outs
 
 
+def dequantized_twin(qmod, make, dtype):
+    """A float32 CPU copy of a weight-only-quantized module whose Linear weights are the
+    quantized weights as the quantized kernel sees them: W^T = linear(I, W_q) computed by
+    the quantized module itself (one product per element: exact), so that eager float32
+    on the CPU is a reference for the quantized program like for the others. Every other
+    parameter is the dtype-rounded original. The quantized Linears must have no bias."""
+    twin = make().to(dtype).float().eval()
+    tmods = dict(twin.named_modules())
+    with torch.no_grad():
+        for name, mod in qmod.named_modules():
+            if not isinstance(mod, torch.nn.Linear) or type(mod.weight) in (torch.Tensor, torch.nn.Parameter):
+                continue
+            if mod.bias is not None:
+                raise RuntimeError(f"{name}: quantized Linear with a bias")
+            n_out, k = mod.weight.shape
+            dev = mod.weight.device
+            eye = torch.eye(k, dtype=dtype, device=dev)
+            wt = torch.nn.functional.linear(eye, mod.weight)  # [k, n_out] = W^T
+            tmods[name].weight.copy_(wt.t().float().cpu())
+    return twin
+
+
 def needed_atol(got, ref, rtol):
     """Smallest atol with which `got` passes against `ref` at rtol (|g-r| <= atol + rtol|r|)."""
     g, r = got.double(), ref.double()
@@ -369,29 +391,31 @@ def export_program(p: Program, outdir, backend_config_fn, dry_run=False, exporte
         qdev = "cuda" if (p.quant_needs_cuda or gpu) else "cpu"
         if qdev == "cuda" and not gpu:
             raise RuntimeError("quantization needs a CUDA device")
+        spread["quant_vs_unquantized_max_abs"] = 0.0
         for m in p.factories:
-            mod = p.quantize(p.factories[m]().to(dt).to(qdev).eval())
-            ref_gpu[m] = run_cases(mod, p.cases[m], dt, qdev)
-            base = p.factories[m]().to(dt).to(qdev).eval()
-            bf = run_cases(base, p.cases[m], dt, qdev)
-            spread.setdefault("quant_vs_unquantized_max_abs", 0.0)
-            for a, b in zip(ref_gpu[m], bf):
+            qmod = p.quantize(p.factories[m]().to(dt).to(qdev).eval())
+            twin = dequantized_twin(qmod, p.factories[m], dt)
+            ref_cpu[m] = run_cases(twin, p.cases[m], torch.float32, "cpu")
+            ref_gpu[m] = run_cases(qmod, p.cases[m], dt, qdev)
+            base = run_cases(p.factories[m]().to(dt).to(qdev).eval(), p.cases[m], dt, qdev)
+            for a, b in zip(ref_gpu[m], base):
                 for x, y in zip(a, b):
                     spread["quant_vs_unquantized_max_abs"] = max(
                         spread["quant_vs_unquantized_max_abs"], float((x.double() - y.double()).abs().max()))
-        expected = ref_gpu
-        reference = f"eager-{qdev}-{DTYPE_NAMES[dt]}-quantized"
+        reference = "eager-cpu-fp32 on the dequantized int4 weights"
+        gpu_ref_on = gpu and qdev == "cuda"
     else:
         for m in p.factories:
             ref_cpu[m] = run_cases(p.factories[m]().to(dt).float().eval(), p.cases[m], torch.float32, "cpu")
             if gpu:
                 ref_gpu[m] = run_cases(p.factories[m]().to(dt).cuda().eval(), p.cases[m], dt, "cuda")
-        expected = ref_cpu
         reference = "eager-cpu-fp32"
+        gpu_ref_on = gpu
+    expected = ref_cpu
     atol_floor, rtol = FLOORS[dt]
     need = 0.0
     per_case = {}
-    if not quant and gpu:
+    if gpu_ref_on:
         for m in p.factories:
             per_case[m] = []
             for ci, (co, go) in enumerate(zip(ref_cpu[m], ref_gpu[m])):
@@ -469,6 +493,7 @@ def export_program(p: Program, outdir, backend_config_fn, dry_run=False, exporte
         "tolerance": tol,
         "reference": reference,
         "spread": spread,
+        "output_abs_max": {m: [max(float(t.float().abs().max()) for t in c) for c in expected[m]] for m in expected},
         "seed": p.seed,
         "dtype": DTYPE_NAMES[dt],
         "builder": f"tests/models ({p.name})",
@@ -489,7 +514,10 @@ def export_program(p: Program, outdir, backend_config_fn, dry_run=False, exporte
         man["known_failure"] = p.known_failure
     if p.generate:
         man["generate"] = {k: v for k, v in p.generate.items() if not k.startswith("_")}
-        for k in ("min_greedy_margin", "greedy_tokens_cpu_fp32", "greedy_tokens_agree", "greedy_device"):
+        if p.generate["prefill_method"] != p.generate["decode_method"]:
+            man["generate_needs_shared_state"] = True
+        for k in ("min_greedy_margin", "greedy_tokens_cpu_fp32", "greedy_tokens_agree", "greedy_device",
+                  "seed_search_min_margin", "min_greedy_margin_cpu_fp32"):
             if k in p.generate.get("_info", {}):
                 man[k] = p.generate["_info"][k]
     for m in p.factories:
@@ -535,13 +563,19 @@ def greedy(module, prompt, n, dtype, device):
     return toks, margins
 
 
-def pick_decoder_seed(make, base_seed, prompt, n, dtype, threshold=0.5, tries=40):
-    """First seed from base_seed whose CPU fp32 greedy run (on dtype-rounded weights)
-    keeps the top-1/top-2 margin >= threshold; else the seed with the largest minimum."""
+def pick_decoder_seed(make, base_seed, prompt, n, dtype, threshold=0.5, tries=40, quantize=None, qdev="cpu"):
+    """First seed from base_seed whose greedy run keeps the top-1/top-2 margin >= threshold
+    at every step, else the seed with the largest minimum. Unquantized: CPU fp32 on the
+    dtype-rounded weights (the same on every machine). Quantized: the quantized module in
+    the program's dtype on qdev (quantization changes the logits a lot)."""
     best = None
     for s in range(base_seed, base_seed + tries):
-        m = make(s).to(dtype).float().eval()
-        toks, margins = greedy(m, prompt, n, torch.float32, "cpu")
+        if quantize is None:
+            m = make(s).to(dtype).float().eval()
+            toks, margins = greedy(m, prompt, n, torch.float32, "cpu")
+        else:
+            m = quantize(make(s).to(dtype).to(qdev).eval())
+            toks, margins = greedy(m, prompt, n, dtype, qdev)
         if best is None or min(margins) > best[1]:
             best = (s, min(margins))
         if min(margins) >= threshold:
@@ -561,8 +595,8 @@ def decoder_generate(make, seed, prompt, n, dtype, quantize=None):
     toks, margins = greedy(m, prompt, n, dtype, dev)
     info["greedy_device"] = f"{dev}-{DTYPE_NAMES[dtype]}" + ("-quantized" if quantize else "")
     info["min_greedy_margin"] = min(margins)
-    if quantize is None or True:
-        ref = make(seed).to(dtype).float().eval()
+    if True:
+        ref = make(seed).to(dtype).float().eval() if quantize is None else dequantized_twin(m, lambda: make(seed), dtype)
         ctoks, cmarg = greedy(ref, prompt, n, torch.float32, "cpu")
         info["greedy_tokens_cpu_fp32"] = ctoks
         info["greedy_tokens_agree"] = ctoks == toks

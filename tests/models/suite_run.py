@@ -212,6 +212,10 @@ def cmd_run(a):
                 res = parse_log(text, rc)
                 if res["status"] == "FAIL" and man.get("known_failure"):
                     res["status"] = "FAIL(known)"
+                elif res["status"] == "FAIL" and res["generate"] and man.get("generate_needs_shared_state") \
+                        and all(c["ok"] for c in res["cases"]):
+                    # prefill and decode are separate delegates with separate cache copies
+                    res["status"] = "FAIL(shared state)"
                 row.update({k: res[k] for k in ("status", "max_err", "error", "rc")})
                 row["cases"] = f"{sum(c['ok'] for c in res['cases'])}/{len(res['cases'])}"
                 row["first_problem"] = next((f"{c['method']} {c['case']}: {c['problem']}" for c in res["cases"]
@@ -220,6 +224,11 @@ def cmd_run(a):
                     row["generate"] = res["generate"]
                     row["gen_metrics"] = gen_metrics(res)
                     row["expected_tokens"] = (man.get("generate") or {}).get("tokens")
+                if res["generate"] and not res["generate"]["match"]:
+                    row["first_problem"] = (f"generate MISMATCH tokens={res['generate']['tokens']} "
+                                            f"expected={res['generate']['expected']}")
+                tail = [ln for ln in text.splitlines() if ln.strip()]
+                row["tail"] = tail[-1][:200] if tail else ""
                 row["seconds"] = round(time.time() - t0, 1)
                 row["log"] = os.path.relpath(log, a.out)
                 results.append(row)
@@ -299,20 +308,57 @@ def cmd_report(a):
     results = json.load(open(rp)) if os.path.exists(rp) else []
     tol = {name: man.get("tolerance") for name, _, man in programs(a.models)}
     counts = {}
-    L += ["## Checks (et_cuda_run --manifest)", "",
-          "| program | backend | mode | max abs err | tolerance | cases | result | note |",
-          "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    modes = []
     for r in results:
-        st = r["status"]
-        counts[st] = counts.get(st, 0) + 1
-        t = tol.get(r["program"]) or {}
-        tt = f"{t.get('atol', 0):.3g}+{t.get('rtol', 0):.3g}r" if t else "-"
-        note = r.get("why") or r.get("error") or r.get("first_problem") or ""
-        if st == "FAIL(known)":
-            note = (r.get("known_failure") or "") + ("; " + note if note else "")
-        L.append(f"| {r['program']} | {r['backend']} | {r['mode']} | {fmt_err(r.get('max_err'))} | {tt} | "
-                 f"{r.get('cases', '-')} | {st} | {str(note)[:200].replace('|', '/')} |")
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+        if r["mode"] not in modes:
+            modes.append(r["mode"])
+    L += ["## Checks (et_cuda_run --manifest)", "",
+          "Cell: result and max abs error over the cases (tolerance: atol + rtol|ref| from the manifest); "
+          "n/a: the mode does not apply (see below).", "",
+          "| program | backend | tolerance | " + " | ".join(modes) + " |",
+          "| --- | --- | --- | " + " | ".join("---" for _ in modes) + " |"]
+    grid = {}
+    for r in results:
+        grid.setdefault((r["program"], r["backend"]), {})[r["mode"]] = r
+    for (prog, be), row in grid.items():
+        t = tol.get(prog) or {}
+        tt = f"{t.get('atol', 0):.3g} + {t.get('rtol', 0):.3g}" if t else "-"
+        cells = []
+        for m in modes:
+            r = row.get(m)
+            if r is None:
+                cells.append("")
+            elif r["status"] in ("n/a", "SKIPPED(time)"):
+                cells.append(r["status"])
+            else:
+                cells.append(f"{r['status']} {fmt_err(r.get('max_err'))}" + (f" ({r['cases']})" if r.get("cases") else ""))
+        L.append(f"| {prog} | {be} | {tt} | " + " | ".join(cells) + " |")
     L += ["", "Totals: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), ""]
+    notes = [r for r in results if r["status"] not in ("PASS",)]
+    if notes:
+        L += ["### Notes on the cells that are not PASS", ""]
+        seen = set()
+        for r in notes:
+            note = r.get("why") or r.get("error") or r.get("first_problem") or ""
+            if not note and r["status"] in ("CRASH", "TIMEOUT", "ERROR") or r["status"].startswith("CRASH"):
+                note = "last line: " + (r.get("tail") or "(no output)")
+            if r["status"] == "FAIL(known)":
+                note = (r.get("known_failure") or "") + ("; " + note if note else "")
+            key = (r["program"], r["backend"], r["status"], note)
+            if r["status"] == "n/a":
+                key = ("n/a", r["mode"], note)
+            if key in seen:
+                continue
+            seen.add(key)
+            if r["status"] == "n/a":
+                progs = sorted({x["program"] for x in notes if x["status"] == "n/a" and x["mode"] == r["mode"]
+                                and (x.get("why") or "") == note})
+                who = f"{r['mode']} on {', '.join(progs)}"
+            else:
+                who = f"{r['program']} / {r['backend']} / {r['mode']}"
+            L.append(f"- {who}: {r['status']}: {str(note)[:300]}" + (f" [log: {r['log']}]" if r.get("log") else ""))
+        L.append("")
     gens = [r for r in results if r.get("generate")]
     if gens:
         L += ["## Generation (--generate 16)", ""]

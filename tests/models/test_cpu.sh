@@ -25,6 +25,7 @@ check() { if grep -qE "$2" "$S"; then echo "ok: $1"; else echo "MISSING: $1 ($2)
 check "PASS row" '\| attn_blocks_triton \| ours \| host \| 0.00195 .*\| PASS \|'
 check "n/a device_io for stateful" '\| qwen3_pd_bf16 \| ours \| device_io \|.*\| n/a \| stateful'
 check "generate mismatch" 'qwen3_pd_bf16 / ours: MISMATCH'
+check "generate needs shared state" '\| qwen3_pd_bf16 \| ours \|.*FAIL\(shared state\)'
 check "generate metrics" 'TTFT=3 ms tok/s=500.0 waits/token=1.0'
 check "unsupported flag" '\| old \| host \|.*\| UNSUPPORTED \|'
 check "crash" '\| et15_encdec \| ours \| host \|.*\| CRASH\(SIGSEGV\) \|'
