@@ -43,9 +43,9 @@ ATOL = RTOL = 2e-2
 
 
 def case(name, B=1, H=4, Lq=64, Lk=64, D=32, dtype="bfloat16", mask="none", causal=False, scale="prescaled",
-         layout="contiguous", group="whisper"):
+         layout="contiguous", group="whisper", sharp=1.0):
     return dict(name=name, B=B, H=H, Lq=Lq, Lk=Lk, D=D, dtype=dtype, mask=mask, causal=causal, scale=scale,
-                layout=layout, group=group)
+                layout=layout, group=group, sharp=sharp)
 
 
 def all_cases():
@@ -56,6 +56,14 @@ def all_cases():
         case("whisper dec self 8x8 is_causal", Lq=8, Lk=8, causal=True),
         case("whisper dec cross 8x64", Lq=8, Lk=64),
     ]
+    # the real whisper-tiny's shapes (1500 source positions, 6 heads of 64)
+    cs.append(case("whisper-tiny enc self 1500x1500 H6 D64", H=6, Lq=1500, Lk=1500, D=64, group="whisper-tiny"))
+    cs.append(case("whisper-tiny cross 4x1500 H6 D64", H=6, Lq=4, Lk=1500, D=64, group="whisper-tiny"))
+    cs.append(case("whisper-tiny dec self 4x4 mask H6 D64", H=6, Lq=4, Lk=4, D=64, mask="causal_b11",
+                   group="whisper-tiny"))
+    for f in (4.0, 16.0):  # sharper softmax: large logits
+        cs.append(case(f"sharp x{f:g} self 64x64", sharp=f, group="values"))
+        cs.append(case(f"sharp x{f:g} cross 8x64", Lq=8, Lk=64, sharp=f, group="values"))
     for D in (16, 17, 32, 63, 64, 65, 128):
         cs.append(case(f"head dim {D}", D=D, group="head_dim"))
         cs.append(case(f"head dim {D} causal", D=D, causal=True, group="head_dim"))
@@ -103,6 +111,8 @@ def make_inputs(c, device, seed=0):
         return base.transpose(1, 2) if "transposed" in c["layout"] else base
 
     q, k, v = t(Lq), t(Lk), t(Lk)
+    if c.get("sharp", 1.0) != 1.0:
+        q = (q.float() * c["sharp"]).to(dt)
     scale_arg = 0.0
     if c["scale"] == "prescaled":
         q = (q.float() * D ** -0.5).to(dt)
@@ -187,7 +197,7 @@ def narrow(rows):
     if not fails:
         return []
     lines = []
-    keys = ["D", "Lq", "Lk", "mask", "causal", "scale", "layout", "B", "H", "dtype"]
+    keys = ["D", "Lq", "Lk", "mask", "causal", "scale", "layout", "B", "H", "dtype", "sharp"]
     for kk in keys:
         vals = sorted(set(str(r[kk]) for r in rows if r["status"] in ("PASS", "FAIL")))
         stat = []
@@ -203,7 +213,7 @@ def narrow(rows):
 
 
 def repro_script(r):
-    c = {k: r[k] for k in ("B", "H", "Lq", "Lk", "D", "dtype", "mask", "causal", "scale", "layout")}
+    c = {k: r[k] for k in ("B", "H", "Lq", "Lk", "D", "dtype", "mask", "causal", "scale", "layout", "sharp")}
     return f'''"""Smallest failing case of tests/models/sdpa_check.py (ExecuTorch 1.2 Triton SDPA).
 Case: {r["name"]}: {json.dumps(c)}
 Observed: max abs err {r["err"]:.4g} vs F.scaled_dot_product_attention (fp32 math); {json.dumps(r.get("worst"))}"""
@@ -218,6 +228,7 @@ def t(L):
     x = x.to(dt).cuda()
     return {"x.transpose(1, 2)" if "transposed" in c["layout"] else "x.transpose(1, 2).contiguous()"}
 q, k, v = t(Lq), t(Lk), t(Lk)
+q = (q.float() * {c["sharp"]}).to(dt)
 {"q = (q.float() * D ** -0.5).to(dt); scale = 1.0; ref_scale = 1.0" if c["scale"] == "prescaled" else
  "scale = D ** -0.5; ref_scale = scale" if c["scale"] == "explicit" else
  "scale = 0.5; ref_scale = 0.5" if c["scale"] == "half" else "scale = 0.0; ref_scale = None"}

@@ -132,6 +132,17 @@ def needed_atol(got, ref, rtol):
 # ----------------------------------------------------------------------------- IO files
 
 
+def json_safe(v):
+    """Non-finite floats as strings: the runner's JSON parser (like JSON itself) has no NaN/Infinity."""
+    if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+        return str(v)
+    if isinstance(v, dict):
+        return {str(k): json_safe(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [json_safe(x) for x in v]
+    return v
+
+
 def write_raw(t, path):
     t = t.detach().contiguous().cpu()
     if t.dtype in (torch.bfloat16, torch.float16):
@@ -536,7 +547,7 @@ def export_program(p: Program, outdir, backend_config_fn, dry_run=False, exporte
                 outs.append(tensor_entry(t, f))
             man["methods"][m].append({"inputs": ins, "outputs": outs})
     with open(os.path.join(tmp, "manifest.json"), "w") as f:
-        json.dump(man, f, indent=1)
+        json.dump(json_safe(man), f, indent=1, allow_nan=False, default=str)
     shutil.rmtree(final, ignore_errors=True)
     os.rename(tmp, final)
     size = sum(os.path.getsize(os.path.join(final, f)) for f in os.listdir(final))

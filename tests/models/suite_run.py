@@ -332,7 +332,8 @@ def cmd_report(a):
             elif r["status"] in ("n/a", "SKIPPED(time)"):
                 cells.append(r["status"])
             else:
-                cells.append(f"{r['status']} {fmt_err(r.get('max_err'))}" + (f" ({r['cases']})" if r.get("cases") else ""))
+                has_cases = r.get("cases") not in (None, "0/0")
+                cells.append(r["status"] + (f" {fmt_err(r.get('max_err'))} ({r['cases']})" if has_cases else ""))
         L.append(f"| {prog} | {be} | {tt} | " + " | ".join(cells) + " |")
     L += ["", "Totals: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), ""]
     notes = [r for r in results if r["status"] not in ("PASS",)]
