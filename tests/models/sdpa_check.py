@@ -318,6 +318,8 @@ def run_compiled(deadline, tmpdir):
                             ep, package_path=os.path.join(tmpdir, f"{name}_{len(opts)}.pt2"), inductor_configs=opts)
                         out = torch._inductor.aoti_load_package(pkg)(x, kv)
                 torch.cuda.synchronize()
+                if isinstance(out, (list, tuple)):
+                    out = out[0]
                 err, ok, worst = compare(out, ref)
                 row.update(err=err, status="PASS" if ok else "FAIL", worst=worst)
             except Exception as e:

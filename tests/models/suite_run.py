@@ -40,7 +40,7 @@ MODES = {
 }
 
 CASE_RE = re.compile(r"^(\S+) (case\d+(?:[ \w-]*)?): max_abs_err=(\S+) (PASS|FAIL)(?:: (.*))?$")
-GEN_RE = re.compile(r"^generate:.*?tokens=([\d,]*).*?expected=(\S*).*?\b(MATCH|MISMATCH)\b")
+GEN_RE = re.compile(r"^generate:")
 ERR_RE = re.compile(r"^et_cuda_run: (.*)$")
 
 
@@ -97,11 +97,12 @@ def parse_log(text, rc):
             res["cases"].append({"method": m.group(1), "case": m.group(2), "err": errv, "ok": m.group(4) == "PASS",
                                  "problem": m.group(5)})
             continue
-        g = GEN_RE.match(line)
-        if g:
+        if GEN_RE.match(line):
             kv = dict(re.findall(r"(\w[\w/]*)=([^\s]+)", line))
-            res["generate"] = {"tokens": g.group(1), "expected": g.group(2), "match": g.group(3) == "MATCH",
-                               "line": line[:400], "fields": kv}
+            verdict = re.search(r"\b(MATCH|MISMATCH)\b", line)
+            res["generate"] = {"tokens": kv.get("tokens", ""), "expected": kv.get("expected", ""),
+                               "match": (verdict.group(1) == "MATCH") if verdict else (rc == 0),
+                               "verdict": verdict.group(1) if verdict else None, "line": line[:400], "fields": kv}
             continue
         if line.startswith("PyTorchObserver "):
             try:
@@ -152,9 +153,10 @@ def gen_metrics(res):
     except Exception:
         pass
     f = (res.get("generate") or {}).get("fields", {})
-    for k in ("ttft_ms", "tok_s", "waits_per_token", "waits/token"):
+    for k, name in (("ttft_ms", "ttft_ms"), ("tok_s", "tok_s"), ("tok/s", "tok_s"),
+                    ("waits_per_token", "waits_per_token"), ("waits/token", "waits_per_token")):
         if k in f:
-            out[k.replace("/", "_per_")] = f[k]
+            out.setdefault(name, f[k])
     st = res.get("stats") or {}
     if "host_waits" in st and res.get("generate"):
         ntok = len([t for t in res["generate"]["tokens"].split(",") if t])
