@@ -161,7 +161,8 @@ def resnet18(name, dtype):
     make = frozen(lambda: M.resnet18(6), 6)
     g = gen(60)
     cases = [(torch.randn(2, 3, 64, 64, generator=g),), (torch.randn(2, 3, 64, 64, generator=g),)]
-    return simple(name, dtype, make, cases, 6, notes={"config": "torchvision resnet18(num_classes=10)"})
+    return simple(name, dtype, make, cases, 6, notes={"config": f"torchvision ResNet-18 topology (BasicBlock, [2,2,2,2], num_classes=10) at width "
+                                       f"{M.RESNET_WIDTH} (1/4): the full width is 43 MB in float32"})
 
 
 def conformer():
