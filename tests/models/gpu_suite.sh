@@ -128,7 +128,7 @@ has et15 && install_site et15 "$SITE15" && HAVE15=1
 pids=()
 if has sdpa && [ $HAVE12 = 1 ]; then
   say "sdpa_check (background)"
-  (PYTHONPATH=$SITE12${PYTHONPATH:+:$PYTHONPATH} timeout -k 5 $((EXPORT_BUDGET + 60)) $PY "$HERE/sdpa_check.py" --out "$WORK/sdpa" --budget 150 \
+  (PYTHONPATH=$SITE12${PYTHONPATH:+:$PYTHONPATH} timeout -k 5 $((EXPORT_BUDGET + 60)) $PY "$HERE/sdpa_check.py" --out "$WORK/sdpa" --budget-a 180 --budget 110 \
     "${SDPA_FLAGS[@]}" >"$WORK/sdpa/sdpa_check.log" 2>&1; echo "rc=$?" >>"$WORK/sdpa/sdpa_check.log") &
   pids+=($!)
 fi
