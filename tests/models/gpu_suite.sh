@@ -126,11 +126,18 @@ has et15 && install_site et15 "$SITE15" && HAVE15=1
 
 # ------------------------------------------------------------------ 3. sdpa_check + exports (parallel)
 pids=()
-if has sdpa && [ $HAVE12 = 1 ]; then
-  say "sdpa_check (background)"
-  (PYTHONPATH=$SITE12${PYTHONPATH:+:$PYTHONPATH} timeout -k 5 $((EXPORT_BUDGET + 60)) $PY "$HERE/sdpa_check.py" --out "$WORK/sdpa" --budget-a 180 --budget 110 \
-    "${SDPA_FLAGS[@]}" >"$WORK/sdpa/sdpa_check.log" 2>&1; echo "rc=$?" >>"$WORK/sdpa/sdpa_check.log") &
-  pids+=($!)
+SDPA_PID=
+if has sdpa && [ -f "$MODELS/.sdpa/sdpa_check.md" ] && [ "${SUITE_SDPA_FORCE:-0}" != 1 ]; then
+  cp "$MODELS"/.sdpa/* "$WORK/sdpa/" 2>/dev/null
+  note "sdpa_check: the result of an earlier call ($MODELS/.sdpa; SUITE_SDPA_FORCE=1 runs it again)"
+elif has sdpa && [ $HAVE12 = 1 ]; then
+  say "sdpa_check (background, until the deadline at the latest; the checks do not wait for it)"
+  (PYTHONPATH=$SITE12${PYTHONPATH:+:$PYTHONPATH} timeout -k 5 $(( $(left) - 10 )) $PY "$HERE/sdpa_check.py" --out "$WORK/sdpa" --budget-a 180 --budget 110 \
+    "${SDPA_FLAGS[@]}" >"$WORK/sdpa/sdpa_check.log" 2>&1
+  rc=$?
+  echo "rc=$rc" >>"$WORK/sdpa/sdpa_check.log"
+  if [ $rc = 0 ]; then mkdir -p "$MODELS/.sdpa" && cp "$WORK"/sdpa/sdpa_check.* "$WORK"/sdpa/sdpa_repro.py "$MODELS/.sdpa/" 2>/dev/null; fi) &
+  SDPA_PID=$!
 fi
 ONLY_ARGS=()
 [ -n "${SUITE_ONLY:-}" ] && ONLY_ARGS=(--only "$SUITE_ONLY")
@@ -166,8 +173,6 @@ fi
 for p in "${pids[@]}"; do wait "$p"; done
 grep -h '^export ' "$WORK"/logs/export_*.log 2>/dev/null | cut -c1-400 | while read -r line; do note "$line"; done
 cp -r "$MODELS/.logs" "$WORK/logs/export_children" 2>/dev/null
-grep -q '^| ' "$WORK/sdpa/sdpa_check.md" 2>/dev/null && note "sdpa_check: $(grep -E '^Part A:' "$WORK/sdpa/sdpa_check.md")" ||
-  { has sdpa && note "sdpa_check: no table ($(tail -3 "$WORK/sdpa/sdpa_check.log" 2>/dev/null | tr '\n' ' '))"; }
 
 # ------------------------------------------------------------------ 4. symbols
 $PY "$HERE/suite_run.py" symbols --lib "$LIB" --models "$MODELS" --out "$WORK" >"$WORK/logs/symbols.log" 2>&1 ||
@@ -181,6 +186,10 @@ if has run; then
 fi
 
 # ------------------------------------------------------------------ 6. results
+# sdpa_check's timeout ends it 10 s before the deadline at the latest (part A's table is written first)
+[ -n "$SDPA_PID" ] && wait "$SDPA_PID"
+grep -q '^| ' "$WORK/sdpa/sdpa_check.md" 2>/dev/null && note "sdpa_check: $(grep -E '^Part A:' "$WORK/sdpa/sdpa_check.md")" ||
+  { has sdpa && note "sdpa_check: no table ($(tail -3 "$WORK/sdpa/sdpa_check.log" 2>/dev/null | tr '\n' ' '))"; }
 $PY "$HERE/suite_run.py" pack --models "$MODELS" --out "$WORK" --limit-mb 15 >"$WORK/logs/pack.log" 2>&1 ||
   note "packing models failed: $(tail -2 "$WORK/logs/pack.log" | tr '\n' ' ')"
 note "done in $(($(date +%s) - START))s"
