@@ -84,11 +84,14 @@ def as_tuple(o):
     return tuple(o)
 
 
-def run_cases(module, cases, dtype, device):
-    """Runs the cases in order on one module (state carries); outputs on the CPU."""
+def run_cases(module, cases, dtype, device, round_to=None):
+    """Runs the cases in order on one module (state carries); outputs on the CPU. round_to:
+    float inputs are first rounded to that dtype (the program's), then cast to dtype."""
     outs = []
     with torch.no_grad():
         for a in cases:
+            if round_to is not None:
+                a = cast_args(a, round_to)
             o = as_tuple(module(*cast_args(a, dtype, device)))
             outs.append(tuple(t.detach().cpu() for t in o))
     if device == "cuda":
@@ -406,7 +409,7 @@ def export_program(p: Program, outdir, backend_config_fn, dry_run=False, exporte
         for m in p.factories:
             qmod = p.quantize(p.factories[m]().to(dt).to(qdev).eval())
             twin = dequantized_twin(qmod, p.factories[m], dt)
-            ref_cpu[m] = run_cases(twin, p.cases[m], torch.float32, "cpu")
+            ref_cpu[m] = run_cases(twin, p.cases[m], torch.float32, "cpu", round_to=dt)
             ref_gpu[m] = run_cases(qmod, p.cases[m], dt, qdev)
             base = run_cases(p.factories[m]().to(dt).to(qdev).eval(), p.cases[m], dt, qdev)
             for a, b in zip(ref_gpu[m], base):
@@ -417,7 +420,8 @@ def export_program(p: Program, outdir, backend_config_fn, dry_run=False, exporte
         gpu_ref_on = gpu and qdev == "cuda"
     else:
         for m in p.factories:
-            ref_cpu[m] = run_cases(p.factories[m]().to(dt).float().eval(), p.cases[m], torch.float32, "cpu")
+            ref_cpu[m] = run_cases(p.factories[m]().to(dt).float().eval(), p.cases[m], torch.float32, "cpu",
+                                   round_to=dt)
             if gpu:
                 ref_gpu[m] = run_cases(p.factories[m]().to(dt).cuda().eval(), p.cases[m], dt, "cuda")
         reference = "eager-cpu-fp32"
