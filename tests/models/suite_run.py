@@ -1,0 +1,478 @@
+"""The model suite's check phase and report (used by gpu_suite.sh; testable without a GPU).
+
+  suite_run.py run     --runner BIN --models DIR --out DIR [--backends "ours up=/lib.so"] [--timeout S] [--deadline T]
+  suite_run.py symbols --lib libexecutorch_cuda.so --models DIR --out DIR
+  suite_run.py report  --models DIR --out DIR [--sdpa DIR] [--notes FILE]
+  suite_run.py pack    --models DIR --out DIR [--limit-mb 15]
+  suite_run.py parse   LOG       # print what a runner log parses to (debugging)
+
+Modes are data: MODES below (name -> runner arguments and when they apply), plus
+SUITE_EXTRA_MODES="name:args;name2:args" ({methods} is replaced by the program's
+comma-separated method names; {first} by its first method). SUITE_MODES=a,b keeps
+only those modes. Backends: SUITE_BACKENDS or --backends, space-separated entries
+"ours" (the runner's own library) or "name=/path/lib.so" (passed as --backend-lib PATH).
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# name: (runner args, applies(manifest) -> None or a reason it does not apply)
+MODES = {
+    "host": ([], lambda m: None),
+    "shared_stream": (["--option", "use_shared_cuda_stream=true"], lambda m: None),
+    "device_out": (["--option", "skip_copy_output_to_cpu_for_method={methods}"], lambda m: None),
+    "device_io": (["--device-io", "--bench", "3", "--warmup", "1"],
+                  lambda m: ("inputs are memory-planned" if m.get("alloc_graph_input") is not False or
+                             any(any(v) for v in (m.get("inputs_planned") or {}).values())
+                             else "stateful: the device-io re-run of case 0 would see the advanced cache"
+                             if m.get("stateful") else None)),
+    "generate": (["--generate", "16", "--stats"], lambda m: None if m.get("generate") else "no generate section"),
+}
+
+CASE_RE = re.compile(r"^(\S+) (case\d+(?:[ \w-]*)?): max_abs_err=(\S+) (PASS|FAIL)(?:: (.*))?$")
+GEN_RE = re.compile(r"^generate:")
+ERR_RE = re.compile(r"^et_cuda_run: (.*)$")
+
+
+def modes_table():
+    modes = dict(MODES)
+    extra = os.environ.get("SUITE_EXTRA_MODES", "")
+    for ent in [e for e in extra.split(";") if e.strip()]:
+        name, _, args = ent.partition(":")
+        modes[name.strip()] = (shlex.split(args), lambda m: None)
+    keep = [k for k in os.environ.get("SUITE_MODES", "").split(",") if k]
+    if keep:
+        modes = {k: v for k, v in modes.items() if k in keep}
+    return modes
+
+
+def backends_table(spec):
+    out = []
+    for ent in spec.split():
+        if "=" in ent:
+            name, path = ent.split("=", 1)
+            out.append((name, ["--backend-lib", path]))
+        else:
+            out.append((ent, []))
+    return out or [("ours", [])]
+
+
+def programs(models_dir):
+    """[(name, manifest path, manifest)] sorted by name."""
+    out = []
+    for mp in sorted(glob.glob(os.path.join(models_dir, "*", "manifest.json"))):
+        try:
+            with open(mp) as f:
+                out.append((os.path.basename(os.path.dirname(mp)), mp, json.load(f)))
+        except Exception as e:
+            out.append((os.path.basename(os.path.dirname(mp)), mp, {"_error": repr(e)}))
+    return out
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def parse_log(text, rc):
+    """Runner output -> {status, max_err, cases, generate, error, observer, stats}."""
+    res = {"cases": [], "generate": None, "error": None, "observer": None, "stats": None, "rc": rc}
+    for line in text.splitlines():
+        line = line.rstrip()
+        m = CASE_RE.match(line)
+        if m:
+            err = m.group(3)
+            try:
+                errv = float(err)
+            except ValueError:
+                errv = float("nan")
+            res["cases"].append({"method": m.group(1), "case": m.group(2), "err": errv, "ok": m.group(4) == "PASS",
+                                 "problem": m.group(5)})
+            continue
+        if GEN_RE.match(line):
+            kv = dict(re.findall(r"(\w[\w/]*)=([^\s]+)", line))
+            verdict = re.search(r"\b(MATCH|MISMATCH)\b", line)
+            res["generate"] = {"tokens": kv.get("tokens", ""), "expected": kv.get("expected", ""),
+                               "match": (verdict.group(1) == "MATCH") if verdict else (rc == 0),
+                               "verdict": verdict.group(1) if verdict else None, "line": line[:400], "fields": kv}
+            continue
+        if line.startswith("PyTorchObserver "):
+            try:
+                res["observer"] = json.loads(line[len("PyTorchObserver "):])
+            except ValueError:
+                res["observer"] = {"_unparsed": line[:300]}
+            continue
+        if line.startswith("stats: "):
+            res["stats"] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)}
+            continue
+        e = ERR_RE.match(line)
+        if e and res["error"] is None:
+            res["error"] = e.group(1)[:300]
+    if rc in (124, 137) or rc == "timeout":
+        status = "TIMEOUT"
+    elif isinstance(rc, int) and (rc < 0 or rc > 128):
+        sig = -rc if rc < 0 else rc - 128
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
+        status = f"CRASH({name})"
+    elif res["error"] and ("unknown flag" in res["error"] or "unknown option" in res["error"]):
+        status = "UNSUPPORTED"
+    elif res["cases"] or res["generate"]:
+        ok = all(c["ok"] for c in res["cases"]) and (res["generate"] is None or res["generate"]["match"])
+        status = "PASS" if ok and rc == 0 else "FAIL"
+    else:
+        status = "ERROR"
+    res["status"] = status
+    errs = [c["err"] for c in res["cases"] if c["err"] == c["err"]]
+    res["max_err"] = max(errs) if errs else None
+    return res
+
+
+def gen_metrics(res):
+    """TTFT (ms), decode tok/s, host waits per token from the observer/stats/generate fields."""
+    out = {}
+    ob = res.get("observer") or {}
+    try:
+        if "first_token_ms" in ob and "inference_start_ms" in ob:
+            out["ttft_ms"] = ob["first_token_ms"] - ob["inference_start_ms"]
+        n = ob.get("generated_tokens")
+        if n and "inference_end_ms" in ob and "prompt_eval_end_ms" in ob:
+            dt = (ob["inference_end_ms"] - ob["prompt_eval_end_ms"]) / 1000.0
+            if dt > 0:
+                out["tok_s"] = (n - 1) / dt if n > 1 else None
+    except Exception:
+        pass
+    f = (res.get("generate") or {}).get("fields", {})
+    for k, name in (("ttft_ms", "ttft_ms"), ("tok_s", "tok_s"), ("tok/s", "tok_s"),
+                    ("waits_per_token", "waits_per_token"), ("waits/token", "waits_per_token")):
+        if k in f:
+            out.setdefault(name, f[k])
+    st = res.get("stats") or {}
+    if "host_waits" in st and res.get("generate"):
+        ntok = len([t for t in res["generate"]["tokens"].split(",") if t])
+        if ntok:
+            out.setdefault("waits_per_token", round(st["host_waits"] / ntok, 2))
+    return out
+
+
+# ----------------------------------------------------------------------------- run
+
+
+def cmd_run(a):
+    modes = modes_table()
+    backends = backends_table(a.backends if a.backends is not None else os.environ.get("SUITE_BACKENDS", "ours"))
+    logdir = os.path.join(a.out, "runs")
+    os.makedirs(logdir, exist_ok=True)
+    results = []
+    progs = programs(a.models)
+    only = [p for p in (a.only or "").split(",") if p]
+    for name, mp, man in progs:
+        if only and name not in only:
+            continue
+        methods = ",".join(man.get("methods", {}).keys())
+        first = next(iter(man.get("methods", {}) or {"forward": 0}))
+        for bname, bargs in backends:
+            for mode, (margs, applies) in modes.items():
+                row = {"program": name, "backend": bname, "mode": mode, "exporter": man.get("exporter", "?"),
+                       "known_failure": man.get("known_failure")}
+                why = applies(man) if "_error" not in man else "manifest unreadable"
+                if why:
+                    row.update(status="n/a", why=why)
+                    results.append(row)
+                    continue
+                if a.deadline and time.time() > a.deadline - 3:
+                    row.update(status="SKIPPED(time)")
+                    results.append(row)
+                    continue
+                args = [x.replace("{methods}", methods).replace("{first}", first) for x in margs]
+                cmd = [a.runner, "--manifest", mp] + args + bargs
+                log = os.path.join(logdir, f"{name}.{bname}.{mode}.log")
+                limit = a.timeout
+                if a.deadline:
+                    limit = max(3, min(limit, a.deadline - time.time()))
+                t0 = time.time()
+                try:
+                    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=limit,
+                                       cwd=os.path.dirname(mp))
+                    rc, text = p.returncode, p.stdout.decode("utf-8", "replace")
+                except subprocess.TimeoutExpired as e:
+                    rc, text = "timeout", (e.stdout or b"").decode("utf-8", "replace")
+                except OSError as e:
+                    rc, text = 127, f"et_cuda_run: {a.runner}: cannot run: {e}"
+                with open(log, "w") as f:
+                    f.write("$ " + " ".join(shlex.quote(c) for c in cmd) + "\n" + text + f"\n[rc={rc}]\n")
+                res = parse_log(text, rc)
+                if res["status"] == "FAIL" and man.get("known_failure"):
+                    res["status"] = "FAIL(known)"
+                elif res["status"] == "FAIL" and res["generate"] and man.get("generate_needs_shared_state") \
+                        and all(c["ok"] for c in res["cases"]):
+                    # prefill and decode are separate delegates with separate cache copies
+                    res["status"] = "FAIL(shared state)"
+                row.update({k: res[k] for k in ("status", "max_err", "error", "rc")})
+                row["cases"] = f"{sum(c['ok'] for c in res['cases'])}/{len(res['cases'])}"
+                row["first_problem"] = next((f"{c['method']} {c['case']}: {c['problem']}" for c in res["cases"]
+                                             if not c["ok"] and c["problem"]), None)
+                if res["generate"]:
+                    row["generate"] = res["generate"]
+                    row["gen_metrics"] = gen_metrics(res)
+                    row["expected_tokens"] = (man.get("generate") or {}).get("tokens")
+                if res["generate"] and not res["generate"]["match"]:
+                    row["first_problem"] = (f"generate MISMATCH tokens={res['generate']['tokens']} "
+                                            f"expected={res['generate']['expected']}")
+                tail = [ln for ln in text.splitlines() if ln.strip()]
+                row["tail"] = tail[-1][:200] if tail else ""
+                row["seconds"] = round(time.time() - t0, 1)
+                row["log"] = os.path.relpath(log, a.out)
+                results.append(row)
+                print(f"[run] {name} / {bname} / {mode}: {row['status']} "
+                      f"max_err={row.get('max_err')} cases={row['cases']} ({row['seconds']}s)"
+                      + (f" {row['error']}" if row.get("error") else ""), flush=True)
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1, default=str)
+    return 0
+
+
+# ----------------------------------------------------------------------------- symbols
+
+
+def cmd_symbols(a):
+    from suite_lib import elf_dynamic_symbols
+
+    out = []
+    try:
+        with open(a.lib, "rb") as f:
+            defined = set(elf_dynamic_symbols(f.read())[1])
+        out.append(f"library: {a.lib} ({len(defined)} defined dynamic symbols, "
+                   f"{sum(s.startswith('aoti_torch') for s in defined)} aoti_torch_*)")
+    except Exception as e:
+        defined = None
+        out.append(f"library: {a.lib}: cannot read ({e!r}); listing every aoti_torch_* import")
+    need = {}
+    for imp in sorted(glob.glob(os.path.join(a.models, "*", "imports.txt"))):
+        prog = os.path.basename(os.path.dirname(imp))
+        for line in open(imp):
+            s = line.strip()
+            if s.startswith("aoti_torch") or s.startswith("AOTI"):
+                need.setdefault(s, set()).add(prog)
+    missing = {s: p for s, p in need.items() if defined is None or s not in defined}
+    out.append(f"aoti_torch_* symbols imported by the exported .so files: {len(need)}; missing from the library: "
+               f"{len(missing)}")
+    for s in sorted(missing):
+        out.append(f"  MISSING {s}  <- {', '.join(sorted(missing[s]))}")
+    text = "\n".join(out) + "\n"
+    with open(os.path.join(a.out, "symbols.txt"), "w") as f:
+        f.write(text)
+    with open(os.path.join(a.out, "symbols.json"), "w") as f:
+        json.dump({"missing": {s: sorted(p) for s, p in missing.items()},
+                   "imported": {s: sorted(p) for s, p in need.items()}}, f, indent=1)
+    print(text)
+    return 0
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def fmt_err(e):
+    return "-" if e is None else f"{e:.3g}"
+
+
+def cmd_report(a):
+    L = ["# Model suite results", ""]
+    if a.notes and os.path.exists(a.notes):
+        L += ["```", open(a.notes).read().rstrip(), "```", ""]
+    # exports
+    L += ["## Exports", "", "| program | exporter | status |", "| --- | --- | --- |"]
+    reports = {}
+    for rp in sorted(glob.glob(os.path.join(a.models, ".export_report.*.json"))):
+        try:
+            reports.update({k: (os.path.basename(rp).split(".")[2], v) for k, v in json.load(open(rp)).items()})
+        except Exception:
+            pass
+    for name, mp, man in programs(a.models):
+        if name not in reports:
+            reports[name] = ("?", "present")
+    for n in sorted(reports):
+        ex, st = reports[n]
+        L.append(f"| {n} | {ex} | {str(st)[:300].replace('|', '/')} |")
+    L.append("")
+    # results
+    rp = os.path.join(a.out, "results.json")
+    results = json.load(open(rp)) if os.path.exists(rp) else []
+    tol = {name: man.get("tolerance") for name, _, man in programs(a.models)}
+    counts = {}
+    modes = []
+    for r in results:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+        if r["mode"] not in modes:
+            modes.append(r["mode"])
+    L += ["## Checks (et_cuda_run --manifest)", "",
+          "Cell: result and max abs error over the cases (tolerance: atol + rtol|ref| from the manifest); "
+          "n/a: the mode does not apply (see below).", "",
+          "| program | backend | tolerance | " + " | ".join(modes) + " |",
+          "| --- | --- | --- | " + " | ".join("---" for _ in modes) + " |"]
+    grid = {}
+    for r in results:
+        grid.setdefault((r["program"], r["backend"]), {})[r["mode"]] = r
+    for (prog, be), row in grid.items():
+        t = tol.get(prog) or {}
+        tt = f"{t.get('atol', 0):.3g} + {t.get('rtol', 0):.3g}" if t else "-"
+        cells = []
+        for m in modes:
+            r = row.get(m)
+            if r is None:
+                cells.append("")
+            elif r["status"] in ("n/a", "SKIPPED(time)"):
+                cells.append(r["status"])
+            else:
+                has_cases = r.get("cases") not in (None, "0/0")
+                cells.append(r["status"] + (f" {fmt_err(r.get('max_err'))} ({r['cases']})" if has_cases else ""))
+        L.append(f"| {prog} | {be} | {tt} | " + " | ".join(cells) + " |")
+    L += ["", "Totals: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), ""]
+    notes = [r for r in results if r["status"] not in ("PASS",)]
+    if notes:
+        L += ["### Notes on the cells that are not PASS", ""]
+        seen = set()
+        for r in notes:
+            note = r.get("why") or r.get("error") or r.get("first_problem") or ""
+            if not note and r["status"] in ("CRASH", "TIMEOUT", "ERROR") or r["status"].startswith("CRASH"):
+                note = "last line: " + (r.get("tail") or "(no output)")
+            if r["status"] == "FAIL(known)":
+                note = (r.get("known_failure") or "") + ("; " + note if note else "")
+            key = (r["program"], r["backend"], r["status"], note)
+            if r["status"] == "n/a":
+                key = ("n/a", r["mode"], note)
+            if key in seen:
+                continue
+            seen.add(key)
+            if r["status"] == "n/a":
+                progs = sorted({x["program"] for x in notes if x["status"] == "n/a" and x["mode"] == r["mode"]
+                                and (x.get("why") or "") == note})
+                who = f"{r['mode']} on {', '.join(progs)}"
+            else:
+                who = f"{r['program']} / {r['backend']} / {r['mode']}"
+            L.append(f"- {who}: {r['status']}: {str(note)[:300]}" + (f" [log: {r['log']}]" if r.get("log") else ""))
+        L.append("")
+    gens = [r for r in results if r.get("generate")]
+    if gens:
+        L += ["## Generation (--generate 16)", ""]
+        for r in gens:
+            g, mtr = r["generate"], r.get("gen_metrics", {})
+            L.append(f"- {r['program']} / {r['backend']}: {'MATCH' if g['match'] else 'MISMATCH'} tokens={g['tokens']} "
+                     f"expected={g['expected']} TTFT={mtr.get('ttft_ms', '?')} ms tok/s={mtr.get('tok_s', '?')} "
+                     f"waits/token={mtr.get('waits_per_token', '?')}")
+        L.append("")
+    sp = os.path.join(a.out, "symbols.txt")
+    if os.path.exists(sp):
+        L += ["## Symbols the exported .so files import but the library does not define", "", "```",
+              open(sp).read().rstrip(), "```", ""]
+    if a.sdpa:
+        sm = os.path.join(a.sdpa, "sdpa_check.md")
+        L += ["## sdpa_check", ""]
+        L += [open(sm).read()] if os.path.exists(sm) else ["(no sdpa_check.md: see logs)"]
+    pk = os.path.join(a.out, "pack.txt")
+    if os.path.exists(pk):
+        L += ["## models.tar.xz", "", open(pk).read()]
+    text = "\n".join(L) + "\n"
+    with open(os.path.join(a.out, "summary.md"), "w") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+# ----------------------------------------------------------------------------- pack
+
+
+def _tar_xz(item):
+    """One program folder as a compressed tar (an xz stream of its own)."""
+    import io
+    import lzma
+
+    arcname, path = item
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        t.add(path, arcname=arcname)
+    return arcname, lzma.compress(buf.getvalue(), preset=6)
+
+
+def cmd_pack(a):
+    """models.tar.xz: the exported programs, smallest first, within --limit-mb. Each program is
+    its own tar in its own xz stream (compressed in parallel), concatenated: extract with
+    `tar -xJif models.tar.xz` (-i: read past each member archive's end)."""
+    import concurrent.futures
+
+    items = [(name, os.path.dirname(mp)) for name, mp, man in programs(a.models)]
+    items += [(os.path.basename(rp), rp) for rp in glob.glob(os.path.join(a.models, ".export_report.*.json"))]
+    with concurrent.futures.ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 2)) as ex:
+        blobs = list(ex.map(_tar_xz, items))
+    blobs.sort(key=lambda x: (not x[0].startswith("."), len(x[1])))
+    limit = a.limit_mb * 2**20
+    total, keep, left = 0, [], []
+    for name, data in blobs:
+        if total + len(data) <= limit:
+            keep.append(name)
+            total += len(data)
+        else:
+            left.append(f"{name} ({len(data) / 2**20:.1f} MiB compressed)")
+    dst = os.path.join(a.out, "models.tar.xz")
+    with open(dst, "wb") as f:
+        for name, data in blobs:
+            if name in keep:
+                f.write(data)
+    n = sum(not k.startswith(".") for k in keep)
+    msg = (f"models.tar.xz: {n} program(s), {os.path.getsize(dst) / 2**20:.1f} MiB (extract: tar -xJif models.tar.xz)"
+           + (f"; left out (over {a.limit_mb} MiB): {', '.join(left)}" if left else "; nothing left out") + "\n")
+    with open(os.path.join(a.out, "pack.txt"), "w") as f:
+        f.write(msg)
+    print(msg)
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--runner", required=True)
+    r.add_argument("--models", required=True)
+    r.add_argument("--out", required=True)
+    r.add_argument("--backends", default=None)
+    r.add_argument("--only", default=os.environ.get("SUITE_ONLY", ""))
+    r.add_argument("--timeout", type=float, default=float(os.environ.get("SUITE_RUN_TIMEOUT", "60")))
+    r.add_argument("--deadline", type=float, default=0)
+    s = sub.add_parser("symbols")
+    s.add_argument("--lib", required=True)
+    s.add_argument("--models", required=True)
+    s.add_argument("--out", required=True)
+    p = sub.add_parser("report")
+    p.add_argument("--models", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--sdpa", default=None)
+    p.add_argument("--notes", default=None)
+    k = sub.add_parser("pack")
+    k.add_argument("--models", required=True)
+    k.add_argument("--out", required=True)
+    k.add_argument("--limit-mb", type=float, default=15.0)
+    q = sub.add_parser("parse")
+    q.add_argument("log")
+    a = ap.parse_args()
+    if a.cmd == "parse":
+        text = open(a.log, errors="replace").read()
+        rc = re.search(r"\[rc=(-?\d+|timeout)\]", text)
+        rcv = rc.group(1) if rc else 0
+        rcv = int(rcv) if rcv != "timeout" else "timeout"
+        print(json.dumps(parse_log(text, rcv), indent=1, default=str))
+        return 0
+    return {"run": cmd_run, "symbols": cmd_symbols, "report": cmd_report, "pack": cmd_pack}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
