@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# One call on the GPU machine that checks everything in parallel, inside the
+# device tool's 10-minute limit (run from the repository root of the copy):
+#
+#   bash scripts/gpu_session.sh
+#
+# Carried (git-ignored): .dev/gpu.tar.xz (scripts/gpu_bundle.sh's bundle, packed),
+# .dev/upstream/upstream_cuda_backends.tar.xz (bench/upstream/pack.sh), .whl/models/sites
+# (tests/models/wheels.sh); optionally .dev/models.tar.xz (programs exported by an earlier call).
+#   A. tests/models/gpu_suite.sh: exports what is missing, then the suite (every program x
+#      backend x mode), with upstream's v1.2.0 backend as a second backend;
+#   B. the bundle's checks (.dev/gpu/run.sh: C/C++ tests, runner, Rust GPU tests);
+#   C. kernels/check_int4.py (correctness; the timing phase with SESSION_INT4_BENCH=1);
+#   D. bench/upstream/smoke.sh over the fixtures.
+# $OUT gets summary.txt (printed last), all.tar.xz (every log and result) and models.tar.xz.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-/tmp/session_out}
+R=/tmp/session
+rm -rf "$R"
+mkdir -p "$R"/{suite,bundle,int4,upstream} "$OUT"
+START=$(date +%s)
+say() { printf '[%3ds] %s\n' $(($(date +%s) - START)) "$*"; }
+
+say "unpacking"
+mkdir -p /tmp/gpu_bundle /tmp/u
+tar -xJf .dev/gpu.tar.xz -C /tmp/gpu_bundle
+B=/tmp/gpu_bundle/gpu
+[ -f .dev/upstream/upstream_cuda_backends.tar.xz ] && tar -xJf .dev/upstream/upstream_cuda_backends.tar.xz -C /tmp/u
+U=/tmp/u/upstream
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader > "$R/gpu.txt" 2>&1
+say "$(cat "$R/gpu.txt")"
+
+# A. the model suite (its own deadlines: exports until SUITE_EXPORT_BUDGET, checks until SUITE_BUDGET).
+up12=$(ls -d "$U"/v1.2.0-0b0e2c5cdd 2>/dev/null | head -1)
+backends="ours"
+[ -n "$up12" ] && backends="ours upstream-v1.2.0=$up12/libupstream_cuda_backend.so"
+models_tar=""
+[ -f .dev/models.tar.xz ] && models_tar=$ROOT/.dev/models.tar.xz
+(
+  OUT=$R/suite MODELS_TAR=$models_tar SUITE_BACKENDS="$backends" SUITE_LIB=$B/libexecutorch_cuda.so.0 \
+    SUITE_BUDGET=${SESSION_SUITE_BUDGET:-450} SUITE_EXPORT_BUDGET=${SESSION_EXPORT_BUDGET:-260} \
+    SUITE_EXTRA_MODES=${SESSION_EXTRA_MODES:-"graphs:--option enable_cuda_graph_for_method={methods};share:--option weight_sharing_across_methods=true --option share_mutable_buffers_across_methods=true"} \
+    timeout -k 10 540 bash tests/models/gpu_suite.sh "$B" > "$R/suite/suite.log" 2>&1
+  echo "exit $?" >> "$R/suite/suite.log"
+) &
+pa=$!
+
+# B. the bundle's checks.
+(
+  cd "$B" && OUT=$R/bundle timeout -k 10 420 bash run.sh > "$R/bundle/run.log" 2>&1
+  echo "exit $?" >> "$R/bundle/run.log"
+) &
+pb=$!
+
+# C. the int4 kernels (timing only when asked: the GPU is shared with the other checks here).
+(
+  bench=--no-bench
+  [ "${SESSION_INT4_BENCH:-0}" = 1 ] && bench=
+  timeout -k 10 360 python3 kernels/check_int4.py "$B/rs/libexecutorch_cuda.so" --out "$R/int4" $bench \
+    > "$R/int4/check.log" 2>&1
+  echo "exit $?" >> "$R/int4/check.log"
+) &
+pc=$!
+
+# D. upstream's backend over the fixtures.
+(
+  if [ -d "$U" ]; then
+    OUT=$R/upstream TIMEOUT=90 timeout -k 10 300 bash bench/upstream/smoke.sh "$U" "$B/et_cuda_run" "$B/fixtures" \
+      > "$R/upstream/smoke.log" 2>&1
+    echo "exit $?" >> "$R/upstream/smoke.log"
+  fi
+) &
+pd=$!
+
+for p in $pb $pc $pd; do wait "$p"; done
+say "bundle, int4 and upstream checks done"
+wait "$pa"
+say "suite done"
+
+# Pack: the suite's programs separately (to carry back), everything else in one archive.
+[ -f "$R/suite/models.tar.xz" ] && mv "$R/suite/models.tar.xz" "$OUT/models.tar.xz"
+{
+  echo "GPU: $(cat "$R/gpu.txt")"
+  echo
+  echo "===== B. bundle checks (tail)"
+  grep -E "check\(s\) failed|^FAILED|test result|max_abs_err|SKIPPED|shim_alloc|caller stream|graphs:|shared bytes|fake model" "$R/bundle/run.log" | tail -60
+  echo
+  echo "===== C. int4"
+  tail -45 "$R/int4/check.log"
+  echo
+  echo "===== D. upstream smoke"
+  cat "$R/upstream/upstream_smoke_summary.txt" 2>/dev/null || tail -20 "$R/upstream/smoke.log" 2>/dev/null
+  echo
+  echo "===== A. suite"
+  cat "$R/suite/summary.md" 2>/dev/null || tail -40 "$R/suite/suite.log"
+} > "$OUT/summary.txt" 2>&1
+tar -cJf "$OUT/all.tar.xz" -C /tmp session 2>/dev/null
+say "packed: $(ls -la "$OUT" | tail -n +2 | awk '{print $5, $9}' | tr '\n' ' ')"
+cat "$OUT/summary.txt"
