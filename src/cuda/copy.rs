@@ -152,6 +152,58 @@ fn scatter_from_host(x: &Tensor, data: &[u8]) -> Result<()> {
     write_span(x, start, &span)
 }
 
+/// A view laid out as equally spaced rows of contiguous elements: `rows`
+/// rows of `width` bytes, each `pitch` bytes after the previous one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pitched {
+    rows: usize,
+    width: usize,
+    pitch: usize,
+}
+
+/// The pitched layout of `x`, when it has one (dims of size 1 ignored; the
+/// last dim contiguous; the outer dims spaced like one long row index).
+fn pitched(x: &Tensor) -> Option<Pitched> {
+    let elem = x.element_size();
+    let dims: Vec<(usize, usize)> = x
+        .sizes
+        .iter()
+        .zip(&x.strides)
+        .filter(|(&s, _)| s != 1)
+        .map(|(&s, &st)| (usize::try_from(s).ok(), usize::try_from(st).ok()))
+        .map(|(s, st)| s.zip(st))
+        .collect::<Option<_>>()?;
+    let Some((&(last, last_stride), outer)) = dims.split_last() else {
+        return Some(Pitched {
+            rows: 1,
+            width: elem,
+            pitch: elem,
+        });
+    };
+    if last_stride != 1 {
+        return None;
+    }
+    let width = last * elem;
+    let Some(&(_, row_stride)) = outer.last() else {
+        return Some(Pitched {
+            rows: 1,
+            width,
+            pitch: width,
+        });
+    };
+    for w in outer.windows(2) {
+        if w[0].1 != w[1].1 * w[1].0 {
+            return None;
+        }
+    }
+    let pitch = row_stride * elem;
+    (pitch >= width).then(|| Pitched {
+        rows: outer.iter().map(|d| d.0).product(),
+        width,
+        pitch,
+    })
+}
+
 /// Copy `src` into `dst` (same dtype and sizes, any devices and strides).
 /// Contiguous device-to-device copies are one stream-ordered copy with no
 /// wait; copies that end in host memory wait once; other layouts go through
@@ -202,6 +254,30 @@ pub(crate) fn copy_tensor(dst: &Tensor, src: &Tensor) -> Result<()> {
             }
         }
         return Ok(());
+    }
+    // Device to device between row-pitched layouts (a padded output made contiguous, say):
+    // one 2-D copy on the stream, no host round trip.
+    if let (Device::Cuda(i), Device::Cuda(j), Some(d), Some(s)) =
+        (dst.device(), src.device(), pitched(dst), pitched(src))
+    {
+        if i == j && d.rows == s.rows && d.width == s.width {
+            let dev = device(i)?;
+            let _g = ContextGuard::device(&dev)?;
+            let st = stream::current(i).raw;
+            // SAFETY: both views were validated to lie inside their storages, which cover
+            // `rows` rows at these pitches.
+            return unsafe {
+                memory::copy_dtod_2d_async(
+                    dst.data_ptr() as u64,
+                    d.pitch,
+                    src.data_ptr() as u64,
+                    s.pitch,
+                    s.width,
+                    s.rows,
+                    st,
+                )
+            };
+        }
     }
     let data = gather_to_host(src)?;
     scatter_from_host(dst, &data)
@@ -382,6 +458,7 @@ fn check_device_pointer(p: *const c_void, ordinal: i32, what: &str) -> Result<()
 mod tests {
     use super::*;
     use crate::dtype::codes::FLOAT32;
+    use std::sync::Arc;
 
     fn host_tensor(vals: &[f32], sizes: Vec<i64>, strides: Vec<i64>) -> Tensor {
         let t = Tensor::empty_strided(sizes, strides, FLOAT32, Device::Cpu).unwrap();
@@ -420,6 +497,59 @@ mod tests {
             floats(&gather_to_host(&p).unwrap()),
             [1., 2., 3., 4., 5., 6.]
         );
+    }
+
+    #[test]
+    fn pitched_layouts() {
+        let t = |sizes: Vec<i64>, strides: Vec<i64>| {
+            let n = required_bytes_for(&sizes, &strides);
+            let storage = Arc::new(crate::tensor::Storage {
+                memory: crate::tensor::Memory::Empty,
+                nbytes: n,
+                device: Device::Cpu,
+            });
+            Tensor::view(storage, FLOAT32, sizes, strides, 0).unwrap()
+        };
+        // Rows of 10 floats, 16 apart: the padded output of a dynamic batch.
+        assert_eq!(
+            pitched(&t(vec![7, 10], vec![16, 1])),
+            Some(Pitched {
+                rows: 7,
+                width: 40,
+                pitch: 64
+            })
+        );
+        assert_eq!(
+            pitched(&t(vec![2, 3, 10], vec![48, 16, 1])),
+            Some(Pitched {
+                rows: 6,
+                width: 40,
+                pitch: 64
+            })
+        );
+        assert_eq!(
+            pitched(&t(vec![4, 10], vec![10, 1])),
+            Some(Pitched {
+                rows: 4,
+                width: 40,
+                pitch: 40
+            })
+        );
+        assert_eq!(
+            pitched(&t(vec![1, 10], vec![99, 1])),
+            Some(Pitched {
+                rows: 1,
+                width: 40,
+                pitch: 40
+            })
+        );
+        // Not pitched: a transposed view, or outer dims not spaced as one row index.
+        assert_eq!(pitched(&t(vec![10, 7], vec![1, 10])), None);
+        assert_eq!(pitched(&t(vec![2, 3, 10], vec![64, 16, 1])), None);
+    }
+
+    fn required_bytes_for(sizes: &[i64], strides: &[i64]) -> usize {
+        crate::tensor::required_bytes(sizes, strides, 0, 4).unwrap()
     }
 
     #[test]

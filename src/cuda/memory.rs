@@ -287,6 +287,36 @@ pub(crate) unsafe fn copy_dtoh_drained(
     })
 }
 
+/// Asynchronous device-to-device copy of `rows` rows of `width` bytes between
+/// two pitched layouts (row starts `dst_pitch` / `src_pitch` bytes apart).
+///
+/// # Safety
+/// Both ranges must be device memory covering `rows` rows at their pitch.
+pub(crate) unsafe fn copy_dtod_2d_async(
+    dst: sys::CUdeviceptr,
+    dst_pitch: usize,
+    src: sys::CUdeviceptr,
+    src_pitch: usize,
+    width: usize,
+    rows: usize,
+    stream: sys::CUstream,
+) -> Result<()> {
+    // SAFETY: all-zero is a valid bit pattern for this plain C struct.
+    let mut p: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
+    p.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+    p.srcDevice = src;
+    p.srcPitch = src_pitch;
+    p.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+    p.dstDevice = dst;
+    p.dstPitch = dst_pitch;
+    p.WidthInBytes = width;
+    p.Height = rows;
+    counted_copy(Dir::DtoD, width * rows, "cuMemcpy2DAsync", || {
+        // SAFETY: forwarded contract; `p` describes both ranges.
+        unsafe { sys::cuMemcpy2DAsync_v2(&p, stream) }
+    })
+}
+
 /// Synchronous (pageable) host-to-device copy, as upstream does.
 ///
 /// # Safety

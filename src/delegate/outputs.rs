@@ -53,7 +53,8 @@ fn copied_info(want: &OutputArg, t: &Tensor, n: usize) -> OutputInfo {
     }
 }
 
-/// Deliver the model's outputs.
+/// Deliver the model's outputs: left on the device (contiguous, owned by the
+/// method until its next execute) or copied into the caller's buffers.
 ///
 /// # Safety
 /// Each `outputs[j].data` used for copying must be valid for writes of
@@ -71,6 +72,9 @@ pub(crate) unsafe fn deliver(
     if placement == Placement::Device {
         for (j, t) in outs.into_iter().enumerate() {
             check_output(j, &outputs[j], &t)?;
+            // Callers read device outputs as contiguous tensors (ExecuTorch's do): a strided
+            // output (e.g. rows padded for alignment) is made contiguous on the stream first.
+            let t = copy::contiguous(t)?;
             infos.push(OutputInfo {
                 sizes: t.sizes.clone(),
                 strides: t.strides.clone(),
