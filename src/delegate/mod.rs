@@ -12,18 +12,19 @@
 //!   `memcpy` ([`outputs`]);
 //! - methods named in `enable_cuda_graph_for_method` replay CUDA graphs
 //!   keyed by their input shapes ([`graphs`]);
-//! - with `weight_sharing_across_methods`, identical constants are held
-//!   once ([`sharing`]);
+//! - weights come as one packed blob or one storage per constant
+//!   ([`per_fqn`], ExecuTorch 1.5); with `weight_sharing_across_methods`,
+//!   identical constants are held once ([`sharing`]);
 //! - with a caller stream set on the thread, the execute starts after the
 //!   caller's queued work and the caller's stream waits for its end.
 
 pub(crate) mod graphs;
 pub(crate) mod io;
 pub(crate) mod outputs;
+pub(crate) mod per_fqn;
 pub(crate) mod sharing;
 pub(crate) mod staging;
 
-use crate::aoti::container::ConstantInfo;
 use crate::aoti::payload::FqnEntry;
 use crate::aoti::{self, AtenTensorHandle, Container};
 use crate::cuda::event::Event;
@@ -98,40 +99,6 @@ pub(crate) enum Weights<'a> {
     Blob(&'a [u8]),
     /// One storage per constant, named by original FQN (ExecuTorch 1.5's `ETCUDAFQN3`).
     PerFqn(Vec<(FqnEntry, &'a [u8])>),
-}
-
-/// The packed blob the container loads, assembled from per-FQN storages in
-/// the container's constant order (each constant's storage bytes back to
-/// back, folded constants skipped: what `UpdateConstantsFromBlob` reads).
-fn assemble(infos: &[ConstantInfo], storages: &[(FqnEntry, &[u8])]) -> Result<Vec<u8>> {
-    let mut blob = Vec::new();
-    for c in infos.iter().filter(|c| !c.from_folded) {
-        let found = storages
-            .iter()
-            .find(|(e, _)| !c.original_fqn.is_empty() && e.fqn == c.original_fqn)
-            .or_else(|| storages.iter().find(|(e, _)| e.fqn == c.name));
-        let Some((e, bytes)) = found else {
-            return Err(Error::InvalidProgram(format!(
-                "the program has no weights for constant {} (FQN {:?})",
-                c.name, c.original_fqn
-            )));
-        };
-        if bytes.len() != c.data_size || e.storage_nbytes != bytes.len() as u64 {
-            return Err(Error::InvalidProgram(format!(
-                "constant {} ({}) has {} bytes in the program ({} declared) but the model expects {}",
-                c.name,
-                e.fqn,
-                bytes.len(),
-                e.storage_nbytes,
-                c.data_size
-            )));
-        }
-        blob.try_reserve(bytes.len()).map_err(|_| {
-            Error::OutOfMemory(format!("host buffer for {} weight bytes", bytes.len()))
-        })?;
-        blob.extend_from_slice(bytes);
-    }
-    Ok(blob)
 }
 
 /// What `init` needs.
@@ -225,35 +192,35 @@ impl CudaHandle {
         let _stats = stats::Scope::enter(&counters);
         let _scope = StreamScope::enter(device.ordinal, stream.raw(), Some(stream.clone()));
         let probe = Container::create(lib.clone(), device.ordinal)?;
-        let assembled;
-        let weights: &[u8] = match &p.weights {
-            Weights::Blob(w) => w,
-            Weights::PerFqn(storages) => {
-                assembled = assemble(&probe.constants()?, storages)?;
-                &assembled
-            }
-        };
-        match probe.constants_blob_size()? {
-            Some(n) if n != weights.len() as u64 => {
-                return Err(Error::InvalidProgram(format!(
-                    "the weights blob has {} bytes but the model expects {n}",
-                    weights.len()
-                )))
-            }
-            None if !weights.is_empty() => log::warn!(
-                "the .so cannot report its weights size; loading {} bytes unchecked",
-                weights.len()
-            ),
-            _ => {}
-        }
-        let (container, shared) = match cfg.share_weights {
-            Some(policy) if cfg.mode != ExecMode::Upstream12 => {
-                drop(probe);
-                sharing::load(&lib, &device, &stream, weights, policy)?
-            }
-            _ => {
-                probe.load_weights(weights)?;
-                (Arc::new(probe), SharedConstants::default())
+        let share = cfg
+            .share_weights
+            .filter(|_| cfg.mode != ExecMode::Upstream12);
+        let (container, shared) = match &p.weights {
+            Weights::PerFqn(storages) => per_fqn::load(probe, &device, &stream, storages, share)?,
+            Weights::Blob(weights) => {
+                match probe.constants_blob_size()? {
+                    Some(n) if n != weights.len() as u64 => {
+                        return Err(Error::InvalidProgram(format!(
+                            "the weights blob has {} bytes but the model expects {n}",
+                            weights.len()
+                        )))
+                    }
+                    None if !weights.is_empty() => log::warn!(
+                        "the .so cannot report its weights size; loading {} bytes unchecked",
+                        weights.len()
+                    ),
+                    _ => {}
+                }
+                match share {
+                    Some(policy) => {
+                        drop(probe);
+                        sharing::load(&lib, &device, &stream, weights, policy)?
+                    }
+                    None => {
+                        probe.load_weights(weights)?;
+                        (Arc::new(probe), SharedConstants::default())
+                    }
+                }
             }
         };
         if !container.has_single_threaded() {
@@ -711,44 +678,6 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("weights bytes do not match"), "{e}");
-    }
-
-    #[test]
-    fn per_fqn_storages_are_packed_in_container_order() {
-        use crate::aoti::payload::tests::entry;
-        let info = |name: &str, fqn: &str, n: usize, folded: bool| ConstantInfo {
-            name: name.into(),
-            original_fqn: fqn.into(),
-            from_folded: folded,
-            kind: 1,
-            dtype: 6,
-            data_size: n,
-        };
-        let infos = vec![
-            info("fc2_w", "fc2.weight", 8, false),
-            info("folded", "", 4, true),
-            info("fc1_w", "fc1.weight", 4, false),
-            info("_tensor_constant0", "", 4, false),
-        ];
-        let (a, b, c) = ([1u8; 4], [2u8; 8], [3u8; 4]);
-        let storages = vec![
-            (entry("fc1.weight", 4), &a[..]),
-            (entry("fc2.weight", 8), &b[..]),
-            (entry("_tensor_constant0", 4), &c[..]),
-        ];
-        let blob = assemble(&infos, &storages).unwrap();
-        assert_eq!(blob, [vec![2u8; 8], vec![1u8; 4], vec![3u8; 4]].concat());
-        // A missing or mis-sized storage is a clear error.
-        let e = assemble(&infos, &storages[..2]).unwrap_err().to_string();
-        assert!(
-            e.contains("no weights for constant _tensor_constant0"),
-            "{e}"
-        );
-        let short = [2u8; 7];
-        let e = assemble(&infos, &[(entry("fc2.weight", 7), &short[..])])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("expects 8"), "{e}");
     }
 
     #[test]

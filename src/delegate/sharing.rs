@@ -21,6 +21,9 @@
 //! of the method's weights; afterwards only the unshared constants are held.
 //! The methods whose buffers are used are kept alive (their containers are
 //! reference counted) until every method using them is destroyed.
+//! Methods whose weights come per FQN ([`super::per_fqn`]) need no second
+//! container: their constants are user-managed from the start, and the
+//! registry is consulted before anything is copied to the device.
 
 use crate::aoti::container::{constant_type, ConstantInfo, ConstantMapEntry};
 use crate::aoti::{self, AtenTensorHandle, Container, Library};
@@ -40,9 +43,8 @@ pub(crate) struct SharePolicy {
 }
 
 /// One constant in the registry.
-struct Entry {
+pub(super) struct Entry {
     group: u64,
-    device: i32,
     fqn: String,
     dtype: i32,
     sizes: Vec<i64>,
@@ -56,7 +58,7 @@ struct Entry {
 
 static REGISTRY: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
-fn registry() -> std::sync::MutexGuard<'static, Vec<Entry>> {
+pub(super) fn registry() -> std::sync::MutexGuard<'static, Vec<Entry>> {
     REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -65,9 +67,9 @@ fn registry() -> std::sync::MutexGuard<'static, Vec<Entry>> {
 #[derive(Default)]
 pub(crate) struct SharedConstants {
     /// User-managed handles given to the container (deleted here).
-    handles: Vec<AtenTensorHandle>,
+    pub(super) handles: Vec<AtenTensorHandle>,
     /// The methods whose buffers this one uses.
-    owners: Vec<Arc<Container>>,
+    pub(super) owners: Vec<Arc<Container>>,
 }
 
 // SAFETY: the handles are boxes only this value owns; containers are Send + Sync.
@@ -88,6 +90,25 @@ struct Constant<'a> {
     info: &'a ConstantInfo,
     tensor: Tensor,
     digest: [u8; 32],
+}
+
+/// What identifies a constant's value for sharing: its view and the SHA-256 of its bytes.
+pub(super) struct View<'a> {
+    pub(super) sizes: &'a [i64],
+    pub(super) strides: &'a [i64],
+    pub(super) offset: i64,
+    pub(super) digest: [u8; 32],
+}
+
+impl Constant<'_> {
+    fn view(&self) -> View<'_> {
+        View {
+            sizes: &self.tensor.sizes,
+            strides: &self.tensor.strides,
+            offset: self.tensor.storage_offset,
+            digest: self.digest,
+        }
+    }
 }
 
 /// Pair every non-folded constant with the tensor the container made for it
@@ -129,60 +150,62 @@ fn describe<'a>(
     Ok(out)
 }
 
-/// The registry entry `c` can use instead of its own copy, if any.
-fn find(
+/// The registry entry a constant can use instead of its own copy, if any:
+/// same device, dtype and view, and the same bytes (or, for a registered
+/// buffer, the same program and FQN).
+pub(super) fn find(
     reg: &[Entry],
-    c: &Constant<'_>,
-    device: i32,
+    info: &ConstantInfo,
+    view: &View<'_>,
+    place: Device,
     policy: SharePolicy,
 ) -> Option<(Tensor, Arc<Container>)> {
-    let buffer = c.info.kind == constant_type::BUFFER;
+    let buffer = info.kind == constant_type::BUFFER;
     if buffer && (!policy.mutable_buffers || policy.group == 0) {
         return None;
     }
     reg.iter()
         .filter(|e| {
-            e.device == device
-                && e.dtype == c.info.dtype
-                && e.sizes == c.tensor.sizes
-                && e.strides == c.tensor.strides
-                && e.offset == c.tensor.storage_offset
+            e.tensor.device() == place
+                && e.dtype == info.dtype
+                && e.sizes == view.sizes
+                && e.strides == view.strides
+                && e.offset == view.offset
                 && e.buffer == buffer
                 && if buffer {
                     e.group == policy.group
-                        && !c.info.original_fqn.is_empty()
-                        && e.fqn == c.info.original_fqn
+                        && !info.original_fqn.is_empty()
+                        && e.fqn == info.original_fqn
                 } else {
-                    e.digest == c.digest
+                    e.digest == view.digest
                 }
         })
         .find_map(|e| e.owner.upgrade().map(|o| (e.tensor.clone(), o)))
 }
 
-fn register(
-    constants: &[Constant<'_>],
-    device: i32,
+/// Make `constants` (the ones not marked `skip`) available to later methods.
+pub(super) fn register(
+    constants: &[(&ConstantInfo, Tensor, [u8; 32])],
     policy: SharePolicy,
     owner: &Arc<Container>,
     skip: &[bool],
 ) {
     let mut reg = registry();
     reg.retain(|e| e.owner.strong_count() > 0);
-    for (c, &shared) in constants.iter().zip(skip) {
+    for ((info, tensor, digest), &shared) in constants.iter().zip(skip) {
         if shared {
             continue;
         }
         reg.push(Entry {
             group: policy.group,
-            device,
-            fqn: c.info.original_fqn.clone(),
-            dtype: c.info.dtype,
-            sizes: c.tensor.sizes.clone(),
-            strides: c.tensor.strides.clone(),
-            offset: c.tensor.storage_offset,
-            digest: c.digest,
-            buffer: c.info.kind == constant_type::BUFFER,
-            tensor: c.tensor.clone(),
+            fqn: info.original_fqn.clone(),
+            dtype: info.dtype,
+            sizes: tensor.sizes.clone(),
+            strides: tensor.strides.clone(),
+            offset: tensor.storage_offset,
+            digest: *digest,
+            buffer: info.kind == constant_type::BUFFER,
+            tensor: tensor.clone(),
             owner: Arc::downgrade(owner),
         });
     }
@@ -235,12 +258,24 @@ pub(crate) fn load(
         let reg = registry();
         constants
             .iter()
-            .map(|c| find(&reg, c, device.ordinal, policy))
+            .map(|c| {
+                find(
+                    &reg,
+                    c.info,
+                    &c.view(),
+                    Device::Cuda(device.ordinal),
+                    policy,
+                )
+            })
             .collect()
     };
     let shared_flags: Vec<bool> = found.iter().map(Option::is_some).collect();
     if !shared_flags.iter().any(|&s| s) {
-        register(&constants, device.ordinal, policy, &first, &shared_flags);
+        let entries: Vec<_> = constants
+            .iter()
+            .map(|c| (c.info, c.tensor.clone(), c.digest))
+            .collect();
+        register(&entries, policy, &first, &shared_flags);
         return Ok((first, SharedConstants::default()));
     }
     // Second container: every constant user-managed, shared ones from the other method.
@@ -282,16 +317,12 @@ pub(crate) fn load(
     drop(first);
     crate::stats::record(crate::stats::Event::SharedConstants(shared_bytes));
     // Register this method's own constants (now the copies) for later methods.
-    let registered: Vec<Constant<'_>> = constants
+    let registered: Vec<_> = constants
         .iter()
         .zip(own)
-        .map(|(c, t)| Constant {
-            info: c.info,
-            tensor: t,
-            digest: c.digest,
-        })
+        .map(|(c, t)| (c.info, t, c.digest))
         .collect();
-    register(&registered, device.ordinal, policy, &second, &shared_flags);
+    register(&registered, policy, &second, &shared_flags);
     log::info!(
         "weight sharing: {} of {} constants ({shared_bytes} bytes) served from other methods",
         shared_flags.iter().filter(|&&s| s).count(),
