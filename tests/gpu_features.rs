@@ -434,7 +434,7 @@ fn caller_stream_orders_the_execute() {
     let want = run_host(&h, case); // warm-up and reference
                                    // SAFETY: the device's primary context (the library's), a fresh stream, a module of our own
                                    // PTX, and a 1x1 launch of its one-u64-argument kernel.
-    let (stream, event) = unsafe {
+    let (stream, event, ctx) = unsafe {
         let dev = result::device::get(0).unwrap();
         let ctx = result::primary_ctx::retain(dev).unwrap();
         result::ctx::set_current(ctx).unwrap();
@@ -459,7 +459,7 @@ fn caller_stream_orders_the_execute() {
         );
         assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
         let e = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).unwrap();
-        (s, e)
+        (s, e, ctx)
     };
     let dev: Vec<DevBuf> = case
         .inputs
@@ -522,17 +522,39 @@ fn caller_stream_orders_the_execute() {
     );
     assert!(waited.as_millis() >= 50);
     assert_eq!(got, want[0], "outputs under a caller stream");
-    // A stream of no device (a made-up handle) is refused by the execute, not a crash.
+    // A stream of another context (a second context on the same device, not the primary one
+    // the method runs in) is refused by the execute with a clear error, not a crash.
+    // SAFETY: plain driver calls on objects made here, destroyed below; the primary context is
+    // made current again before the execute.
+    let (other_ctx, other_stream) = unsafe {
+        let dev = result::device::get(0).unwrap();
+        let mut c = std::ptr::null_mut();
+        assert_eq!(
+            sys::cuCtxCreate_v4(&mut c, std::ptr::null_mut(), 0, dev),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        let s = result::stream::create(result::stream::StreamKind::NonBlocking).unwrap();
+        result::ctx::set_current(ctx).unwrap();
+        (c, s)
+    };
     assert_eq!(
-        // SAFETY: an invalid stream handle is the case under test; the driver validates it.
-        unsafe { (api().set_caller_stream)(0x10 as *mut c_void) },
+        // SAFETY: a live stream, cleared below.
+        unsafe { (api().set_caller_stream)(other_stream.cast()) },
         ET_CUDA_STATUS_OK
     );
     let r = h.execute(&ins, &mut outs, DEVICE);
     // SAFETY: no arguments.
     unsafe { (api().clear_caller_stream)() };
-    assert!(r.is_err(), "an invalid caller stream must be an error");
-    println!("invalid caller stream: {}", r.unwrap_err());
+    let e = r.expect_err("a caller stream of another context must be an error");
+    println!("caller stream of another context: {e}");
+    assert!(e.contains("another CUDA context"), "{e}");
+    // SAFETY: destroyed once, in their own context.
+    unsafe {
+        result::ctx::set_current(other_ctx).unwrap();
+        result::stream::destroy(other_stream).unwrap();
+        assert_eq!(sys::cuCtxDestroy_v2(other_ctx), sys::CUresult::CUDA_SUCCESS);
+        result::ctx::set_current(ctx).unwrap();
+    }
     // SAFETY: destroyed once.
     unsafe {
         result::event::destroy(event).unwrap();
