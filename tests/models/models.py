@@ -226,8 +226,10 @@ def rope_tables(max_seq, hd, theta=10000.0):
 
 
 def rotate_half(x):
-    a, b = x.chunk(2, dim=-1)
-    return torch.cat((-b, a), dim=-1)
+    # Slices, not x.chunk: chunk lowers to aten::split_copy, which AOTInductor's CUDA
+    # path has no fallback kernel for without libtorch (the export fails).
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
 class QwenAttention(nn.Module):

@@ -103,6 +103,15 @@ def encdec(name="et15_encdec"):
     )
 
 
+SDPA_TRITON_BUG = (
+    "ExecuTorch 1.2's Triton SDPA kernel (the export default) does not mask key columns past Lk "
+    "when there is no mask and is_causal=False, and ignores the mask's head stride: wrong output "
+    "whenever Lk is not a multiple of the autotuned BLOCK_N (seen on the GPU: identical wrong "
+    "numbers from upstream's C++ backend; sdpa_check.py isolates it). Workaround: "
+    "CompileSpec('triton_kernel_mode', b'OFF') (the *_notriton program)"
+)
+
+
 def whisper(name, triton):
     w = M.whisper_model(1)
     enc_m, dec_m = M.WhisperEncoder(w).eval(), M.WhisperDecoder(w).eval()
@@ -119,6 +128,7 @@ def whisper(name, triton):
         cases={"encoder": [(feats,)], "decoder": [(ids, enc_states), (ids2, enc_states)]},
         compile_specs=specs,
         seed=1,
+        known_failure=SDPA_TRITON_BUG if triton else None,
         notes={
             "config": M.WHISPER_CFG,
             "attn": "HF sdpa path: encoder self-attn no mask; decoder self-attn bool mask [1,1,8,8] "
@@ -144,6 +154,7 @@ def attn_blocks(name, triton):
         cases=cases,
         compile_specs=specs,
         seed=3,
+        known_failure=SDPA_TRITON_BUG if triton else None,
         notes={"methods": {m: {"kind": k, "Lq": lq, "Lk": lk, "heads": 4, "head_dim": 32}
                            for m, (k, lq, lk) in M.ATTN_METHODS.items()}},
     )
