@@ -64,7 +64,13 @@ fn set_last_error(msg: &str) {
 }
 
 fn clear_last_error() {
-    LAST_ERROR.with(|e| *e.borrow_mut() = CString::default());
+    // Most calls succeed after a success: leave an empty message alone (no allocation).
+    LAST_ERROR.with(|e| {
+        let mut e = e.borrow_mut();
+        if !e.as_bytes().is_empty() {
+            *e = CString::default();
+        }
+    });
 }
 
 /// This thread's last error message ("" after a successful call).
