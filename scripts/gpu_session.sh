@@ -12,6 +12,7 @@
 #   B. the bundle's checks (.dev/gpu/run.sh: C/C++ tests, runner, Rust GPU tests);
 #   C. kernels/check_int4.py (correctness; the timing phase with SESSION_INT4_BENCH=1);
 #   D. bench/upstream/smoke.sh over the fixtures.
+# SESSION_PARTS (default "suite bundle int4 upstream") picks the parts to run.
 # $OUT gets summary.txt (printed last), all.tar.xz (every log and result) and models.tar.xz.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +23,8 @@ rm -rf "$R"
 mkdir -p "$R"/{suite,bundle,int4,upstream} "$OUT"
 START=$(date +%s)
 say() { printf '[%3ds] %s\n' $(($(date +%s) - START)) "$*"; }
+PARTS=" ${SESSION_PARTS:-suite bundle int4 upstream} "
+part() { [[ $PARTS == *" $1 "* ]]; }
 
 say "unpacking"
 mkdir -p /tmp/gpu_bundle /tmp/u
@@ -32,13 +35,25 @@ U=/tmp/u/upstream
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader > "$R/gpu.txt" 2>&1
 say "$(cat "$R/gpu.txt")"
 
+# The shim allocation pair, this build against the baseline build, alternating, before the
+# parallel parts load the machine (the bundle's own run of it shares the GPU with the suite).
+if [ -f "$B/rs/libexecutorch_cuda_baseline.so" ]; then
+  for round in 1 2 3; do
+    for lib in "$B/rs/libexecutorch_cuda.so" "$B/rs/libexecutorch_cuda_baseline.so"; do
+      "$B/shim_alloc" "$lib" 300000
+    done
+  done > "$R/shim_alloc_quiet.txt" 2>&1
+  say "shim_alloc (quiet, 3 rounds):"
+  sed 's/^/    /' "$R/shim_alloc_quiet.txt"
+fi
+
 # A. the model suite (its own deadlines: exports until SUITE_EXPORT_BUDGET, checks until SUITE_BUDGET).
 up12=$(ls -d "$U"/v1.2.0-0b0e2c5cdd 2>/dev/null | head -1)
 backends="ours"
 [ -n "$up12" ] && backends="ours upstream-v1.2.0=$up12/libupstream_cuda_backend.so"
 models_tar=""
 [ -f .dev/models.tar.xz ] && models_tar=$ROOT/.dev/models.tar.xz
-(
+part suite && (
   OUT=$R/suite MODELS_TAR=$models_tar SUITE_BACKENDS="$backends" SUITE_LIB=$B/libexecutorch_cuda.so.0 \
     SUITE_BUDGET=${SESSION_SUITE_BUDGET:-450} SUITE_EXPORT_BUDGET=${SESSION_EXPORT_BUDGET:-260} \
     SUITE_EXTRA_MODES=${SESSION_EXTRA_MODES:-"graphs:--option enable_cuda_graph_for_method={methods};share:--option weight_sharing_across_methods=true --option share_mutable_buffers_across_methods=true"} \
@@ -46,16 +61,18 @@ models_tar=""
   echo "exit $?" >> "$R/suite/suite.log"
 ) &
 pa=$!
+part suite || pa=
 
 # B. the bundle's checks.
-(
+part bundle && (
   cd "$B" && OUT=$R/bundle timeout -k 10 420 bash run.sh > "$R/bundle/run.log" 2>&1
   echo "exit $?" >> "$R/bundle/run.log"
 ) &
 pb=$!
+part bundle || pb=
 
 # C. the int4 kernels (timing only when asked: the GPU is shared with the other checks here).
-(
+part int4 && (
   bench=--no-bench
   [ "${SESSION_INT4_BENCH:-0}" = 1 ] && bench=
   timeout -k 10 360 python3 kernels/check_int4.py "$B/rs/libexecutorch_cuda.so" --out "$R/int4" $bench \
@@ -63,9 +80,10 @@ pb=$!
   echo "exit $?" >> "$R/int4/check.log"
 ) &
 pc=$!
+part int4 || pc=
 
 # D. upstream's backend over the fixtures.
-(
+part upstream && (
   if [ -d "$U" ]; then
     OUT=$R/upstream TIMEOUT=90 timeout -k 10 300 bash bench/upstream/smoke.sh "$U" "$B/et_cuda_run" "$B/fixtures" \
       > "$R/upstream/smoke.log" 2>&1
@@ -73,16 +91,20 @@ pc=$!
   fi
 ) &
 pd=$!
+part upstream || pd=
 
 for p in $pb $pc $pd; do wait "$p"; done
 say "bundle, int4 and upstream checks done"
-wait "$pa"
+[ -n "$pa" ] && wait "$pa"
 say "suite done"
 
 # Pack: the suite's programs separately (to carry back), everything else in one archive.
 [ -f "$R/suite/models.tar.xz" ] && mv "$R/suite/models.tar.xz" "$OUT/models.tar.xz"
 {
   echo "GPU: $(cat "$R/gpu.txt")"
+  echo
+  echo "===== shim_alloc (quiet)"
+  cat "$R/shim_alloc_quiet.txt" 2>/dev/null
   echo
   echo "===== B. bundle checks (tail)"
   grep -E "check\(s\) failed|^FAILED|test result|max_abs_err|SKIPPED|shim_alloc|caller stream|graphs:|shared bytes|fake model" "$R/bundle/run.log" | tail -60
