@@ -80,6 +80,10 @@ Backend
                            --option skip_copy_output_to_cpu_for_method=forward
   --stats                print the backend's counters at the end (this project's backend only)
                            et_cuda_run --manifest m.json --stats
+  --mem                  print the device memory in use (any backend; cuMemGetInfo from the driver):
+                         "mem: ... context_mib= loaded_mib= peak_mib= end_mib=", beyond the CUDA
+                         context, after the methods were loaded and the most seen between steps
+                           et_cuda_run --manifest m.json --mem --backend-lib /opt/et/libcuda_backend.so
 
 Benchmark (on the first case's inputs, or zeros without a manifest)
   --bench N              time N executes: "<method> bench: ... p50=...us", plus
@@ -150,6 +154,7 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--pipeline") a.pipeline = next();
     else if (arg == "--option") a.options.push_back(next());
     else if (arg == "--stats") a.stats = true;
+    else if (arg == "--mem") a.mem = true;
     else if (arg == "--generate") a.generate = parse_count(arg, next());
     else if (arg == "--prompt-ids") a.prompt_ids = parse_ids(arg, next()), a.have_prompt_ids = true;
     else if (arg == "--expect-tokens") a.expect_tokens = parse_ids(arg, next()), a.have_expect_tokens = true;

@@ -156,6 +156,7 @@ int run(int argc, char** argv) {
   if (const std::string d = user_option(a, "device_index"); !d.empty()) {
     device_index = static_cast<int32_t>(std::strtol(d.c_str(), nullptr, 10));
   }
+  if (a.mem) mem_enable(device_index);
   if (!a.pipeline.empty()) {
     // Before any method is loaded: the stream is chosen at init.
     set_backend_option("use_shared_cuda_stream=true");
@@ -179,6 +180,7 @@ int run(int argc, char** argv) {
   } else {
     run_zero_inputs(module, a, user_skip, device_index);
   }
+  mem_report();
   if (a.stats) print_stats();
   return all_pass ? kExitOk : kExitFailure;
 }
@@ -191,6 +193,7 @@ int main(int argc, char** argv) {
   try {
     return et_cuda_run::run(argc, argv);
   } catch (const et_cuda_run::Failure& f) {
+    if (f.code != et_cuda_run::kExitUsage) et_cuda_run::mem_report_if_started();
     std::fflush(stdout);
     std::fprintf(stderr, "et_cuda_run: %s: %s\n", sanitize(f.where).c_str(), sanitize(f.what).c_str());
     return f.code;
