@@ -431,7 +431,9 @@ if on upstream && [ "${#UP_LIBS[@]}" -gt 0 ]; then
   [ "${#progs[@]}" -gt 0 ] || note "no ExecuTorch 1.5.1 program (et15dev_* exports, suite et15_mlp_f32): no upstream graph rows"
   for p in "${progs[@]}"; do
     name=$(basename "$(dirname "$p")")
-    io=(--device-io)
+    # Device IO, the cases' inputs in device memory too: upstream refuses host memory for
+    # inputs these programs type as CUDA.
+    io=(--device-io --cases-on-device)
     [ "$name" = et15_mlp_f32 ] && io=() # host IO: the program copies in and out itself
     iol=device-io
     [ "${#io[@]}" -eq 0 ] && iol=host-io

@@ -18,6 +18,7 @@ struct Args {
   bool stats = false;
   bool mem = false;  // --mem: device memory in use after load and the peak seen
   bool device_io = false;
+  bool cases_on_device = false;  // --cases-on-device: the manifest's cases run on device inputs
   bool verbose = false;
   bool help = false;
   bool version = false;

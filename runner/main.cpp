@@ -66,20 +66,35 @@ bool run_manifest(Module& module, const Args& a, Manifest& manifest, const std::
       check_case((*cases)[c], meta, a.manifest, method + " case" + std::to_string(c));
     }
     if (a.device_io && timed) require_unplanned_inputs(meta, a.model, method, "--device-io");
+    if (a.cases_on_device) require_unplanned_inputs(meta, a.model, method, "--cases-on-device");
   }
   bool all_pass = true;
   for (auto& [method, cases] : selected) {
     load_method(module, a.model, method);
+    if (a.cases_on_device) set_skip_copy(user_skip, {method});
     for (size_t c = 0; c < cases->size(); ++c) {
-      all_pass = run_case(module, a.model, method, "case" + std::to_string(c), (*cases)[c]) && all_pass;
+      if (a.cases_on_device) {
+        // Inputs in device memory from the first execute on: for programs whose method inputs
+        // must be device memory (ExecuTorch >= 1.4 exports with skip_h2d_for_method_inputs,
+        // which upstream's backend refuses to receive as host memory).
+        InputSet device_inputs;
+        case_inputs((*cases)[c], true, device_index, device_inputs);
+        all_pass = run_case(module, a.model, method, "case" + std::to_string(c) + " device-io", (*cases)[c],
+                            &device_inputs.values) &&
+                   all_pass;
+      } else {
+        all_pass = run_case(module, a.model, method, "case" + std::to_string(c), (*cases)[c]) && all_pass;
+      }
     }
+    if (a.cases_on_device) set_skip_copy(user_skip, {});
     if (!timed || cases->empty()) continue;
     InputSet inputs;
     case_inputs((*cases)[0], a.device_io, device_index, inputs);
-    if (a.device_io) {
+    if (a.device_io && !a.cases_on_device) {
       set_skip_copy(user_skip, {method});
       all_pass = run_case(module, a.model, method, "case0 device-io", (*cases)[0], &inputs.values) && all_pass;
     }
+    if (a.device_io && a.cases_on_device) set_skip_copy(user_skip, {method});
     if (a.bench > 0) bench(module, a.model, method, inputs.values, a.warmup, a.bench, a.device_io);
     if (a.bench > 0 && a.device_io) bench(module, a.model, method, inputs.values, a.warmup, a.bench, true, true);
     if (a.enqueue > 0) enqueue(module, a.model, method, inputs.values, a.warmup, a.enqueue);
