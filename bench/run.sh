@@ -38,8 +38,8 @@
 #                            default <repo>/.whl/models/sites, else the bundle's whl/ wheels (ET 1.2 only)
 #   BENCH_INT4_JSON=<f>      an int4_results.json from kernels/check_int4.py instead of its bench phase
 #   BENCH_LIB=<f>            our libexecutorch_cuda.so for check_int4.py (default: the bundle's)
-#   BENCH_BUDGET=<s>         whole run before the table (default 450); BENCH_PHASE1=<s> exports (default 150)
-#   BENCH_EXPORT_JOBS=<n>    parallel export processes (default 4)
+#   BENCH_BUDGET=<s>         whole run before the table (default 450); BENCH_PHASE1=<s> exports (default 170)
+#   BENCH_EXPORT_JOBS=<n>    parallel export lanes (default 5)
 #   BENCH_LIST=a,b           models to time (default deep_bf16,heavy_bf16,mlp_f32,conv_f32,attn_bf16)
 #   BENCH_GRAPH_LIST=a,b     models with the CUDA-graph rows (default mlp_f32,conv_f32,attn_bf16,deep_bf16)
 #   BENCH_ET15=0             no ExecuTorch 1.5.1 exports of the bench models
@@ -80,8 +80,8 @@ fi
 SITE=${BENCH_SITE:-/tmp/site}
 SITE15=${BENCH_SITE15:-/tmp/site-et15}
 BUDGET=${BENCH_BUDGET:-450}
-PHASE1=${BENCH_PHASE1:-150}
-JOBS=${BENCH_EXPORT_JOBS:-4}
+PHASE1=${BENCH_PHASE1:-170}
+JOBS=${BENCH_EXPORT_JOBS:-5}
 GEN_N=${BENCH_GEN_N:-48}
 SECTIONS=",${BENCH_SECTIONS:-ours,upstream,tokens,torch,int4,aoti},"
 FIXTURES=$BUNDLE/fixtures
@@ -250,24 +250,41 @@ if [ "${#missing15[@]}" -gt 0 ]; then
 fi
 export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-4}
 pids=()
+P1_END=$(($(date +%s) + PHASE1)) # no export runs past it
 export_lane() { # export_lane SITE LOG FLAGS... -- NAMES...
   local site=$1 log=$2
   shift 2
   chmod +x "$site/executorch/data/bin/flatc" 2>/dev/null
   FLATC_EXECUTABLE=$site/executorch/data/bin/flatc PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} \
-    timeout -k 5 "$(cap "$PHASE1")" python3 "$BENCH/export.py" "$MODELS" "$@" "${EXPORT_FLAGS[@]}" >"$log" 2>&1
+    timeout -k 5 "$(cap $((P1_END - $(date +%s))))" python3 "$BENCH/export.py" "$MODELS" "$@" "${EXPORT_FLAGS[@]}" >"$log" 2>&1
 }
 if [ "$torch_ok" = 1 ] && [ $((${#missing12[@]} + ${#missing15[@]})) -gt 0 ]; then
-  # Lanes: the heaviest programs first, each lane a list; ET 1.2 and 1.5.1 exports in separate processes.
+  # Lanes: longest first, each to the lane with the least work so far (seconds each took on the
+  # H200 machine with 3-4 exports at a time); ET 1.2 and 1.5.1 exports in separate processes.
+  cost() {
+    case "$1" in
+      *encdec) echo 112 ;; *heavy_bf16) echo 105 ;; *deep_bf16) echo 88 ;; *conv_f32) echo 14 ;; *) echo 24 ;;
+    esac
+  }
   all=()
-  for m in "${missing12[@]}"; do all+=("12:$m"); done
-  for m in "${missing15[@]}"; do all+=("15:$m"); done
-  say "exporting ${all[*]} ($JOBS lane(s), at most ${PHASE1}s)"
+  for m in "${missing12[@]}"; do all+=("$(cost "$m") 12:$m"); done
+  for m in "${missing15[@]}"; do all+=("$(cost "$m") 15:$m"); done
+  mapfile -t all < <(printf '%s\n' "${all[@]}" | sort -rn | cut -d' ' -f2)
+  declare -a load lanes
+  for ((lane = 0; lane < JOBS; lane++)); do load[$lane]=0 lanes[$lane]=""; done
+  for item in "${all[@]}"; do
+    best=0
+    for ((lane = 1; lane < JOBS; lane++)); do [ "${load[$lane]}" -lt "${load[$best]}" ] && best=$lane; done
+    load[$best]=$((load[best] + $(cost "$item")))
+    lanes[$best]="${lanes[$best]} $item"
+  done
+  say "exporting ${all[*]} ($JOBS lane(s), at most ${PHASE1}s; estimated $(printf '%s\n' "${load[@]}" | sort -rn | head -1)s)"
   for ((lane = 0; lane < JOBS; lane++)); do
     n12=() n15=()
-    for ((i = lane; i < ${#all[@]}; i += JOBS)); do
-      case "${all[$i]}" in 12:*) n12+=("${all[$i]#12:}") ;; 15:*) n15+=("${all[$i]#15:}") ;; esac
+    for item in ${lanes[$lane]}; do
+      case "$item" in 12:*) n12+=("${item#12:}") ;; 15:*) n15+=("${item#15:}") ;; esac
     done
+    [ $((${#n12[@]} + ${#n15[@]})) -gt 0 ] || continue
     (
       [ "${#n12[@]}" -gt 0 ] && export_lane "$SITE" "$LOGS/export.lane$lane.log" "${n12[@]}"
       [ "${#n15[@]}" -gt 0 ] && export_lane "$SITE15" "$LOGS/export15.lane$lane.log" --et15 "${n15[@]}"
@@ -279,7 +296,8 @@ else
 fi
 if on aoti && [ "$torch_ok" = 1 ]; then
   say "compiling PyTorch AOTI packages (at most ${PHASE1}s)"
-  timeout -k 5 "$(cap $((PHASE1 + 10)))" python3 "$BENCH/torch_bench.py" aoti --compile-only \
+  # Niced: the exports, which the GPU sections need, go first.
+  timeout -k 5 "$(cap $((PHASE1 + 10)))" nice -n 10 python3 "$BENCH/torch_bench.py" aoti --compile-only \
     --models "$(csv "${BENCH_MODELS_LIST[@]}")" --pkg-dir "$AOTI" --fixtures "$FIXTURES" --models-dir "$MODELS" \
     --compile-timeout "$PHASE1" --deadline "$DEADLINE" --out "$TORCH_ROWS" --log "$LOGS/aoti_children.log" "${TORCH_FLAGS[@]}" \
     >"$LOGS/aoti_compile.log" 2>&1 &
