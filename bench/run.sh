@@ -26,6 +26,7 @@
 #   BENCH_BUNDLE=<dir>       scripts/gpu_bundle.sh's bundle (et_cuda_run, libraries, fixtures,
 #                            whl/); default: the folder above this script when it has
 #                            et_cuda_run, else <repo>/.dev/gpu
+#   BENCH_BUNDLE_TAR=<f>     the same as an archive (tar -cJf gpu.tar.xz -C .dev gpu), unpacked first
 #   BENCH_WORK=<dir>         scratch (default /tmp/et_cuda_bench): models/, aoti/, suite/, logs
 #   BENCH_MODELS=<dir>       the bench's exported programs, reused when present (default $BENCH_WORK/models)
 #   BENCH_MODELS_TAR=<f...>  bench_models.tar.xz of an earlier run (space-separated list allowed)
@@ -54,6 +55,13 @@
 set -uo pipefail
 
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+if [ -n "${BENCH_BUNDLE_TAR:-}" ]; then
+  # The bundle as one archive (tar -cJf gpu.tar.xz -C .dev gpu: 31 MB -> ~4 MB to carry).
+  bdir=${BENCH_WORK:-/tmp/et_cuda_bench}/bundle
+  rm -rf "$bdir" && mkdir -p "$bdir" && tar -xJf "$BENCH_BUNDLE_TAR" -C "$bdir" ||
+    echo "ERROR: cannot unpack BENCH_BUNDLE_TAR=$BENCH_BUNDLE_TAR" >&2
+  BENCH_BUNDLE=$(dirname "$(find "$bdir" -maxdepth 3 -name et_cuda_run -type f | head -1)")
+fi
 if [ -n "${BENCH_BUNDLE:-}" ]; then
   BUNDLE=$(cd "$BENCH_BUNDLE" 2>/dev/null && pwd || echo "$BENCH_BUNDLE")
 elif [ -x "$BENCH/../et_cuda_run" ]; then
@@ -141,6 +149,15 @@ say "bundle $BUNDLE, repo ${REPO:-?}, models $MODELS, suite $SUITE, results $OUT
 note "gpu: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv,noheader 2>&1 | head -1)"
 note "python: $(python3 -c 'import sys, importlib.metadata as m; print(sys.version.split()[0], "torch", m.version("torch"))' 2>&1 | tail -1)"
 [ -x "$RUNNER" ] || note "ERROR: $RUNNER is missing: was the bundle made by scripts/gpu_bundle.sh? (BENCH_BUNDLE)"
+# A runner older than these flags: the rows that need them say so instead of every run failing.
+MEM_FLAG=(--mem)
+RUNNER_HELP=$("$RUNNER" --help 2>/dev/null)
+if [[ "$RUNNER_HELP" != *--mem* ]]; then
+  MEM_FLAG=()
+  note "ERROR: $RUNNER has no --mem (an older build): no device memory figures"
+fi
+[[ "$RUNNER_HELP" == *--cases-on-device* ]] ||
+  note "ERROR: $RUNNER has no --cases-on-device (an older build): upstream cannot run the et15dev_* device-IO programs"
 
 # ------------------------------------------------------------------ 0. what was carried
 unpack() { # unpack ARCHIVE DEST WHAT: tar -xJif (concatenated xz streams allowed)
@@ -343,7 +360,7 @@ et() {
     return
   fi
   [ "$limit" -gt "$(sleft)" ] && limit=$(sleft)
-  local extra=(--mem) env=()
+  local extra=("${MEM_FLAG[@]}") env=()
   [ "$BACKEND" = ours ] && extra+=(--stats)
   [ "$BACKEND" != ours ] && [ -n "$UP_LD" ] && env=(env "LD_LIBRARY_PATH=$UP_LD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
   echo "\$ et_cuda_run $* ${extra[*]}" >"$log"
@@ -451,7 +468,8 @@ if on upstream && [ "${#UP_LIBS[@]}" -gt 0 ]; then
     name=$(basename "$(dirname "$p")")
     # Device IO, the cases' inputs in device memory too: upstream refuses host memory for
     # inputs these programs type as CUDA.
-    io=(--device-io --cases-on-device)
+    io=(--device-io)
+    [[ "$RUNNER_HELP" == *--cases-on-device* ]] && io+=(--cases-on-device)
     [ "$name" = et15_mlp_f32 ] && io=() # host IO: the program copies in and out itself
     iol=device-io
     [ "${#io[@]}" -eq 0 ] && iol=host-io

@@ -110,6 +110,18 @@ if [ -s "$R" ]; then
   fi
 fi
 
+# The bundle carried as one archive (BENCH_BUNDLE_TAR): unpacked, its fixtures used.
+mkdir -p "$T/b/gpu" && cp "$HERE/testdata/fake_runner.py" "$T/b/gpu/et_cuda_run" &&
+  python3 "$HERE/testdata/make_fakes.py" --fixtures "$T/b/gpu/fixtures" >/dev/null && tar -cJf "$T/gpu.tar.xz" -C "$T/b" gpu
+if env -u PYTHONPATH BENCH_TEST_CPU=1 BENCH_BUNDLE_TAR="$T/gpu.tar.xz" BENCH_SECTIONS=ours BENCH_LIST=mlp_f32 \
+  OUT="$T/out2" BENCH_WORK="$T/work2" bash "$HERE/run.sh" >"$T/run2.log" 2>&1 &&
+  grep -q "bundle $T/work2/bundle/gpu," "$T/run2.log" &&
+  grep -qF "| mlp_f32 | et default host-io |" "$T/out2/RESULTS.md"; then
+  ok "BENCH_BUNDLE_TAR: unpacked and used"
+else
+  bad "BENCH_BUNDLE_TAR: $(head -1 "$T/run2.log")"
+fi
+
 # ------------------------------------------------------------------ 4. et_cuda_run --mem
 RUNNER=${ET_CUDA_RUN:-$ROOT/build/et_cuda_run}
 FX=${ET_CUDA_FIXTURES:-$ROOT/../shared/fixtures}/mlp_f32/manifest.json

@@ -23,7 +23,15 @@ def upstream_needs_device_inputs(build, program):
     return build.startswith(("main-", "v1.4")) and "devio" in program
 
 
+HELP = """usage: et_cuda_run (fake, for bench/run.sh's CPU test)
+  --mem  --stats  --device-io  --cases-on-device  --bench N  --generate N  --backend-lib PATH  --option K=V
+"""
+
+
 def main(argv):
+    if "--help" in argv:
+        print(HELP, end="")
+        return 0
     args = {"options": [], "bench": 0, "warmup": 0, "enqueue": 0, "generate": 0}
     flags = set()
     i = 0
