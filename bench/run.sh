@@ -85,7 +85,7 @@ elif [ -d /tmp/et_models ] && [ "${BENCH_TEST_CPU:-0}" != 1 ]; then
 else
   SUITE=$WORK/suite
 fi
-SITE=${BENCH_SITE:-/tmp/site}
+SITE=${BENCH_SITE:-/tmp/site-et12} # the model suite's folder names: shared on a warm machine
 SITE15=${BENCH_SITE15:-/tmp/site-et15}
 BUDGET=${BENCH_BUDGET:-450}
 PHASE1=${BENCH_PHASE1:-170}
