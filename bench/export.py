@@ -2,12 +2,23 @@
 reference IO, in the fixture format of ../shared/fixtures/README.md.
 
   python3 bench/export.py OUTDIR [names...]      (default: all of models.ALL_MODELS)
+  python3 bench/export.py OUTDIR --et15 et15dev_mlp_f32 ...   (ExecuTorch 1.5.1, device IO)
 
 Needs a CUDA GPU, torch 2.11 and the executorch 1.2 wheel (bench/run.sh
 installs the carried wheels into /tmp/site). Every program is lowered with graph
 inputs left out of memory planning
 (ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False))),
 so a runner may pass device pointers as inputs.
+
+--et15 (with ExecuTorch 1.5.1 on the path instead of 1.2): the names are
+et15dev_<model>, the same modules (same weights and inputs) lowered the way
+today's ExecuTorch writes programs whose method inputs and outputs stay on the
+device: ExecutorchBackendConfig(propagate_device_config=PropagateDeviceConfig(
+skip_h2d_for_method_inputs=True, skip_d2h_for_method_outputs=True),
+enable_non_cpu_memory_planning=True, memory_planning_pass=MemoryPlanningPass(
+alloc_graph_input=False, alloc_graph_output=False)). Upstream's backend at main
+and v1.4.x only runs programs whose tensors are typed CUDA like these (it refuses
+ExecuTorch 1.2's), so these are the programs its device-IO and CUDA-graph rows run.
 
 OUTDIR/<name>/ gets model.pte, the .ptd file(s), one .bin per input and output
 (contiguous, little-endian; bfloat16 as raw 16-bit patterns) and manifest.json:
@@ -97,9 +108,27 @@ def inputs_planned(et_program):
     return planned
 
 
-def lower(methods, delegate=True):
-    from executorch.exir import EdgeCompileConfig, ExecutorchBackendConfig, to_edge_transform_and_lower
+ET15_PREFIX = "et15dev_"
+
+
+def backend_config(et15):
+    from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
+
+    if not et15:
+        return ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False))
+    from executorch.exir.passes.propagate_device_config import PropagateDeviceConfig
+
+    return ExecutorchBackendConfig(
+        propagate_device_config=PropagateDeviceConfig(skip_h2d_for_method_inputs=True,
+                                                      skip_d2h_for_method_outputs=True),
+        enable_non_cpu_memory_planning=True,
+        memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False, alloc_graph_output=False),
+    )
+
+
+def lower(methods, delegate=True, et15=False):
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
 
     exported, partitioners = {}, {}
     for method, (module, args) in methods.items():
@@ -115,19 +144,20 @@ def lower(methods, delegate=True):
         edge = to_edge_transform_and_lower(exported["forward"], partitioner=partitioners["forward"], compile_config=cfg)
     else:
         edge = to_edge_transform_and_lower(exported, partitioner=partitioners, compile_config=cfg)
-    backend_cfg = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False))
-    return edge.to_executorch(backend_cfg)
+    return edge.to_executorch(backend_config(et15))
 
 
 def export_one(name, outdir, delegate=True):
     t0 = time.time()
-    methods = models.build(name)
+    et15 = name.startswith(ET15_PREFIX)
+    base = name[len(ET15_PREFIX):] if et15 else name
+    methods = models.build(base)
     final = os.path.join(outdir, name)
     tmp = os.path.join(outdir, f".{name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
 
-    et = lower(methods, delegate)
+    et = lower(methods, delegate, et15)
     t_lower = time.time() - t0
     with open(os.path.join(tmp, "model.pte"), "wb") as f:
         f.write(et.buffer)
@@ -144,15 +174,16 @@ def export_one(name, outdir, delegate=True):
         "model": "model.pte",
         "data": sorted(f for f in os.listdir(tmp) if f.endswith(".ptd")),
         "methods": {},
-        "seed": models.seed_of(name),
-        "builder": f"bench/models.py build({name!r})",
+        "seed": models.seed_of(base),
+        "builder": f"bench/models.py build({base!r})",
+        "exporter": f"executorch {_et_version()}" + (" (device IO: PropagateDeviceConfig)" if et15 else ""),
         "alloc_graph_input": False,
         "delegated": delegate,
         "inputs_planned": planned,
     }
     how_all = set()
     for method, (module, args) in methods.items():
-        outs, how = reference_outputs(name, module, args)
+        outs, how = reference_outputs(base, module, args)
         how_all.add(how)
         ins = []
         for i, t in enumerate(args):
@@ -174,6 +205,15 @@ def export_one(name, outdir, delegate=True):
     return f"ok {time.time() - t0:.1f}s (lowering {t_lower:.1f}s, {size / 2**20:.1f} MiB, reference {manifest['reference']})"
 
 
+def _et_version():
+    try:
+        import importlib.metadata
+
+        return importlib.metadata.version("executorch")
+    except Exception:  # noqa: BLE001 - informational
+        return "?"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("outdir")
@@ -181,11 +221,18 @@ def main():
     ap.add_argument("--force", action="store_true", help="re-export names that are already there")
     ap.add_argument("--no-delegate", action="store_true",
                     help="test only: lower without CudaPartitioner (no GPU needed; not a CUDA program)")
-    a = ap.parse_args()
+    ap.add_argument("--et15", action="store_true",
+                    help=f"names are {ET15_PREFIX}<model>: ExecuTorch 1.5.1 device-IO exports (needs executorch 1.5.1)")
+    a = ap.parse_intermixed_args()
     names = a.names or list(models.ALL_MODELS)
-    unknown = [n for n in names if n not in models.ALL_MODELS]
+    if a.et15:
+        names = a.names or [ET15_PREFIX + m for m in models.ALL_MODELS if m != "encdec"]
+        unknown = [n for n in names if not n.startswith(ET15_PREFIX) or n[len(ET15_PREFIX):] not in models.ALL_MODELS]
+    else:
+        unknown = [n for n in names if n not in models.ALL_MODELS]
     if unknown:
-        ap.error(f"unknown model(s) {unknown}; known: {list(models.ALL_MODELS)}")
+        ap.error(f"unknown model(s) {unknown}; known: {list(models.ALL_MODELS)}"
+                 + (f", each as {ET15_PREFIX}<model> with --et15" if a.et15 else ""))
     os.makedirs(a.outdir, exist_ok=True)
     report = {}
     for name in names:

@@ -1,46 +1,111 @@
 #!/usr/bin/env bash
-# The benchmark, on the GPU machine, from the bundle made by scripts/gpu_bundle.sh:
+# The benchmark, on the GPU machine, in one command (bench/README.md):
 #
-#   bash .dev/gpu/bench/run.sh
+#   BENCH_BUNDLE=.dev/gpu bash bench/run.sh          (or bash .dev/gpu/bench/run.sh)
 #
-# 1. installs the carried wheels (executorch 1.2 & co.) into $BENCH_SITE;
-# 2. in parallel: exports the programs that $BENCH_MODELS lacks (bench/export.py,
-#    $BENCH_EXPORT_JOBS lanes) and compiles PyTorch's AOTI packages (torch_bench.py);
-# 3. one at a time on the GPU: et_cuda_run per model and variant, the encoder ->
-#    decoder pipeline, --enqueue, PyTorch eager / CUDA graph / AOTI;
-# 4. bench/table.py: $OUT/RESULTS.md, printed last.
-# Every step runs even when an earlier one failed; steps that would pass the time
-# budget are skipped and say so. Logs: $OUT/logs/.
+# 0. unpacks what was carried: the bench's own programs (BENCH_MODELS_TAR), the model
+#    suite's programs (BENCH_SUITE_TAR), upstream's backend libraries (BENCH_UPSTREAM_TAR);
+# 1. exports the bench programs that are still missing (bench/export.py, ExecuTorch 1.2, and
+#    with --et15 the ExecuTorch 1.5.1 device-IO exports that upstream main can run) and compiles
+#    PyTorch's AOTI packages, in parallel, at most BENCH_PHASE1 seconds;
+# 2. then one at a time on the GPU, each section independent of the others' success:
+#      ours      et_cuda_run per model and variant (+ CUDA graphs), pipeline, enqueue
+#      upstream  the same programs through upstream's C++ backend (--backend-lib), every build
+#      tokens    the suite's decoders: --generate N, ours with/without graphs and sharing, upstream
+#      torch     PyTorch eager and CUDA-graph replay
+#      int4      kernels/check_int4.py's bench phase (or BENCH_INT4_JSON)
+#      aoti      PyTorch's AOTInductor runtime (with whatever time is left)
+#    every et_cuda_run call also prints --mem (device memory) and, with our backend, --stats;
+# 3. bench/table.py: $OUT/RESULTS.md (targets with PASS/MISS first), printed last.
+# A section never starts a run that would pass its share of the time budget; what was skipped,
+# refused or failed is listed in the notes. $OUT gets at most four files: RESULTS.md,
+# bench_logs.tar.xz (every log, the run index, the JSON rows), bench_models.tar.xz (the exported
+# programs, <= 15 MiB, smallest first: carry it back as BENCH_MODELS_TAR) and int4_results.json.
 #
-#   OUT=<dir>             results (the device tool sets it; default /tmp/et_cuda_bench/out)
-#   BENCH_MODELS=<dir>    exported programs, reused when present (default /tmp/et_cuda_bench/models)
-#   BENCH_BUDGET=<s>      whole run (default 345); BENCH_PHASE1=<s> exports/compiles (default 200)
-#   BENCH_EXPORT_JOBS=<n> parallel export processes (default 3; 1 = quieter GPU for autotuning)
-#   BENCH_SITE=<dir>      where the wheels go (default /tmp/site)
-#   BENCH_LIST=a,b        models to time (default deep_bf16,heavy_bf16,mlp_f32,conv_f32,attn_bf16)
-#   BENCH_TEST_CPU=1      dry run of the script on a machine without a GPU (programs not delegated,
-#                         PyTorch on the CPU); the numbers mean nothing
+#   OUT=<dir>                results (the device tool sets it; default /tmp/et_cuda_bench/out)
+#   BENCH_BUNDLE=<dir>       scripts/gpu_bundle.sh's bundle (et_cuda_run, libraries, fixtures,
+#                            whl/); default: the folder above this script when it has
+#                            et_cuda_run, else <repo>/.dev/gpu
+#   BENCH_BUNDLE_TAR=<f>     the same as an archive (tar -cJf gpu.tar.xz -C .dev gpu), unpacked first
+#   BENCH_WORK=<dir>         scratch (default /tmp/et_cuda_bench): models/, aoti/, suite/, logs
+#   BENCH_MODELS=<dir>       the bench's exported programs, reused when present (default $BENCH_WORK/models)
+#   BENCH_MODELS_TAR=<f...>  bench_models.tar.xz of an earlier run (space-separated list allowed)
+#   BENCH_SUITE_DIR=<dir>    the model suite's programs (default /tmp/et_models when it exists
+#                            (gpu_suite.sh's MODELS_DIR on a warm machine), else $BENCH_WORK/suite)
+#   BENCH_SUITE_TAR=<f>      the suite's models.tar.xz, unpacked into BENCH_SUITE_DIR first
+#   BENCH_UPSTREAM_DIR=<d>   unpacked upstream builds (bench/upstream/pack.sh: */libupstream_cuda_backend.so)
+#   BENCH_UPSTREAM_TAR=<f>   upstream_cuda_backends.tar.xz, unpacked into $BENCH_WORK/u first
+#   BENCH_SITES=<dir>        tests/models/wheels.sh's sites (et12.tar.xz, et15.tar.xz) for the exports;
+#                            default <repo>/.whl/models/sites, else the bundle's whl/ wheels (ET 1.2 only)
+#   BENCH_INT4_JSON=<f>      an int4_results.json from kernels/check_int4.py instead of its bench phase
+#   BENCH_LIB=<f>            our libexecutorch_cuda.so for check_int4.py (default: the bundle's)
+#   BENCH_BUDGET=<s>         whole run before the table (default 450); BENCH_PHASE1=<s> exports (default 170)
+#   BENCH_EXPORT_JOBS=<n>    parallel export lanes (default 5)
+#   BENCH_LIST=a,b           models to time (default deep_bf16,heavy_bf16,mlp_f32,conv_f32,attn_bf16)
+#   BENCH_GRAPH_LIST=a,b     models with the CUDA-graph rows (default mlp_f32,conv_f32,attn_bf16,deep_bf16)
+#   BENCH_ET15=0             no ExecuTorch 1.5.1 exports of the bench models
+#   BENCH_DECODERS=a,b       suite decoders for the token loop (default qwen3_bf16,gemma3_bf16,
+#                            qwen3_int4tp_bf16,qwen3_pd_bf16,et15_qwen3_bf16)
+#   BENCH_GEN_N=<n>          tokens per token loop (default 48)
+#   BENCH_SECTIONS=...       default ours,upstream,tokens,torch,int4,aoti (drop a word to skip it)
+#   BENCH_RUNNER=<f>         et_cuda_run to use (default: the bundle's)
+#   BENCH_TEST_CPU=1         test of this script on a machine without a GPU: bench/testdata/fake_runner.py
+#                            stands in for et_cuda_run, a fake upstream folder and suite folder are made,
+#                            exports run without delegation when torch is importable; numbers mean nothing
 set -uo pipefail
 
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-BUNDLE=$(cd "$BENCH/.." && pwd)
+if [ -n "${BENCH_BUNDLE_TAR:-}" ]; then
+  # The bundle as one archive (tar -cJf gpu.tar.xz -C .dev gpu: 31 MB -> ~4 MB to carry).
+  bdir=${BENCH_WORK:-/tmp/et_cuda_bench}/bundle
+  rm -rf "$bdir" && mkdir -p "$bdir" && tar -xJf "$BENCH_BUNDLE_TAR" -C "$bdir" ||
+    echo "ERROR: cannot unpack BENCH_BUNDLE_TAR=$BENCH_BUNDLE_TAR" >&2
+  BENCH_BUNDLE=$(dirname "$(find "$bdir" -maxdepth 3 -name et_cuda_run -type f | head -1)")
+fi
+if [ -n "${BENCH_BUNDLE:-}" ]; then
+  BUNDLE=$(cd "$BENCH_BUNDLE" 2>/dev/null && pwd || echo "$BENCH_BUNDLE")
+elif [ -x "$BENCH/../et_cuda_run" ]; then
+  BUNDLE=$(cd "$BENCH/.." && pwd)
+else
+  BUNDLE=$(cd "$BENCH/.." && pwd)/.dev/gpu
+fi
+# The repository (for kernels/check_int4.py and .whl/): above bench/, or the working directory.
+REPO=
+for d in "$BENCH/.." "$PWD" "$BUNDLE/../.."; do
+  if [ -f "$d/kernels/check_int4.py" ]; then REPO=$(cd "$d" && pwd); break; fi
+done
 OUT=${OUT:-/tmp/et_cuda_bench/out}
-MODELS=${BENCH_MODELS:-/tmp/et_cuda_bench/models}
-AOTI=${BENCH_AOTI:-/tmp/et_cuda_bench/aoti}
-SITE=${BENCH_SITE:-/tmp/site}
-BUDGET=${BENCH_BUDGET:-345}
-PHASE1=${BENCH_PHASE1:-200}
-JOBS=${BENCH_EXPORT_JOBS:-3}
+WORK=${BENCH_WORK:-/tmp/et_cuda_bench}
+MODELS=${BENCH_MODELS:-$WORK/models}
+AOTI=${BENCH_AOTI:-$WORK/aoti}
+if [ -n "${BENCH_SUITE_DIR:-}" ]; then
+  SUITE=$BENCH_SUITE_DIR
+elif [ -d /tmp/et_models ] && [ "${BENCH_TEST_CPU:-0}" != 1 ]; then
+  SUITE=/tmp/et_models
+else
+  SUITE=$WORK/suite
+fi
+SITE=${BENCH_SITE:-/tmp/site-et12} # the model suite's folder names: shared on a warm machine
+SITE15=${BENCH_SITE15:-/tmp/site-et15}
+BUDGET=${BENCH_BUDGET:-450}
+PHASE1=${BENCH_PHASE1:-170}
+JOBS=${BENCH_EXPORT_JOBS:-5}
+GEN_N=${BENCH_GEN_N:-48}
+SECTIONS=",${BENCH_SECTIONS:-ours,upstream,tokens,torch,int4,aoti},"
 FIXTURES=$BUNDLE/fixtures
-RUNNER=$BUNDLE/et_cuda_run
-LOGS=$OUT/logs
-INDEX=$OUT/runs.tsv        # model <TAB> variant <TAB> rc <TAB> log
-TORCH_ROWS=$OUT/torch.jsonl
-NOTES=$OUT/notes.txt
+RUNNER=${BENCH_RUNNER:-$BUNDLE/et_cuda_run}
+RUN=$WORK/run # this run's logs; packed into $OUT/bench_logs.tar.xz
+LOGS=$RUN/logs
+INDEX=$RUN/runs.tsv  # model, variant, rc, log, section, backend, manifest, wall seconds
+TORCH_ROWS=$RUN/torch.jsonl
+NOTES=$RUN/notes.txt
+INT4_JSON=$RUN/int4_results.json
 START=$(date +%s)
 DEADLINE=$((START + BUDGET))
+CPU=${BENCH_TEST_CPU:-0}
 
-mkdir -p "$OUT" "$LOGS" "$MODELS" "$AOTI"
+rm -rf "$RUN"
+mkdir -p "$OUT" "$LOGS" "$MODELS" "$AOTI" "$SUITE"
 : >"$INDEX"
 : >"$TORCH_ROWS"
 : >"$NOTES"
@@ -56,168 +121,499 @@ cap() {
   [ "$1" -lt 1 ] && set -- 1
   echo "$1"
 }
+on() { [[ "$SECTIONS" == *",$1,"* ]]; }
+csv() { local IFS=,; echo "$*"; }
 
 OUR_MODELS=(deep_bf16 heavy_bf16 encdec)
 FIXTURE_MODELS=(mlp_f32 conv_f32 attn_bf16)
 IFS=, read -r -a BENCH_MODELS_LIST <<<"${BENCH_LIST:-deep_bf16,heavy_bf16,mlp_f32,conv_f32,attn_bf16}"
+IFS=, read -r -a GRAPH_LIST <<<"${BENCH_GRAPH_LIST:-mlp_f32,conv_f32,attn_bf16,deep_bf16}"
+IFS=, read -r -a DECODERS <<<"${BENCH_DECODERS:-qwen3_bf16,gemma3_bf16,qwen3_int4tp_bf16,qwen3_pd_bf16,et15_qwen3_bf16}"
+# ExecuTorch 1.5.1 exports (device IO: what upstream main and v1.4.1 can run) of these.
+ET15_MODELS=()
+if [ "${BENCH_ET15:-1}" = 1 ]; then
+  for m in "${GRAPH_LIST[@]}"; do ET15_MODELS+=("et15dev_$m"); done
+fi
 EXPORT_FLAGS=()
 TORCH_FLAGS=()
-N=1000 W=50 N_HEAVY=100 W_HEAVY=10 N_PIPE=1000
-if [ "${BENCH_TEST_CPU:-0}" = 1 ]; then
+N=1000 W=50 N_HEAVY=100 W_HEAVY=10 N_PIPE=1000 N_UP=1000
+if [ "$CPU" = 1 ]; then
   EXPORT_FLAGS=(--no-delegate)
   TORCH_FLAGS=(--device cpu --n 20)
-  N=20 W=2 N_HEAVY=5 W_HEAVY=1 N_PIPE=50
+  N=20 W=2 N_HEAVY=5 W_HEAVY=1 N_PIPE=50 N_UP=20
+  RUNNER=${BENCH_RUNNER:-$BENCH/testdata/fake_runner.py}
+  [ -d "$FIXTURES" ] || FIXTURES=$WORK/fixtures
 fi
 
-say "bundle $BUNDLE, models $MODELS, results $OUT, budget ${BUDGET}s"
+say "bundle $BUNDLE, repo ${REPO:-?}, models $MODELS, suite $SUITE, results $OUT, budget ${BUDGET}s"
 note "gpu: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv,noheader 2>&1 | head -1)"
 note "python: $(python3 -c 'import sys, importlib.metadata as m; print(sys.version.split()[0], "torch", m.version("torch"))' 2>&1 | tail -1)"
-[ -x "$RUNNER" ] || note "ERROR: $RUNNER is missing: was the bundle made by scripts/gpu_bundle.sh?"
-
-# ------------------------------------------------------------------ 1. wheels
-if [ -f "$SITE/executorch/exir/__init__.py" ]; then
-  say "executorch already installed in $SITE"
-else
-  say "installing $(ls "$BUNDLE"/whl/*.whl 2>/dev/null | wc -l) wheel(s) into $SITE"
-  if python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" "$BUNDLE"/whl/*.whl \
-    >"$LOGS/pip.log" 2>&1; then
-    say "wheels installed"
-  else
-    note "ERROR: pip install of the wheels failed (exports will fail): $(tail -3 "$LOGS/pip.log" | tr '\n' ' ')"
-  fi
+[ -x "$RUNNER" ] || note "ERROR: $RUNNER is missing: was the bundle made by scripts/gpu_bundle.sh? (BENCH_BUNDLE)"
+# A runner older than these flags: the rows that need them say so instead of every run failing.
+MEM_FLAG=(--mem)
+RUNNER_HELP=$("$RUNNER" --help 2>/dev/null)
+if [[ "$RUNNER_HELP" != *--mem* ]]; then
+  MEM_FLAG=()
+  note "ERROR: $RUNNER has no --mem (an older build): no device memory figures"
 fi
-chmod +x "$SITE/executorch/data/bin/flatc" 2>/dev/null
-export FLATC_EXECUTABLE=$SITE/executorch/data/bin/flatc
-# Several compiling processes share 16 cores.
-export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-4}
+[[ "$RUNNER_HELP" == *--cases-on-device* ]] ||
+  note "ERROR: $RUNNER has no --cases-on-device (an older build): upstream cannot run the et15dev_* device-IO programs"
 
-# ------------------------------------------------------------------ 2. exports + AOTI compiles (parallel)
-missing=()
+# ------------------------------------------------------------------ 0. what was carried
+unpack() { # unpack ARCHIVE DEST WHAT: tar -xJif (concatenated xz streams allowed)
+  local log=$LOGS/unpack.$3.log
+  if [ ! -f "$1" ]; then
+    note "ERROR: $3: $1 does not exist"
+  elif tar -xJif "$1" -C "$2" >"$log" 2>&1; then
+    say "unpacked $1 into $2"
+  else
+    note "ERROR: $3: cannot unpack $1: $(tail -2 "$log" | tr '\n' ' ')"
+  fi
+}
+for t in ${BENCH_MODELS_TAR:-}; do unpack "$t" "$MODELS" bench_models; done
+[ -n "${BENCH_SUITE_TAR:-}" ] && unpack "$BENCH_SUITE_TAR" "$SUITE" suite
+UPSTREAM=${BENCH_UPSTREAM_DIR:-}
+if [ -n "${BENCH_UPSTREAM_TAR:-}" ]; then
+  mkdir -p "$WORK/u"
+  unpack "$BENCH_UPSTREAM_TAR" "$WORK/u" upstream
+  [ -n "$UPSTREAM" ] || UPSTREAM=$WORK/u
+fi
+if [ "$CPU" = 1 ]; then
+  # Stand-ins: upstream builds (the fake runner reads the folder name) and suite decoders.
+  UPSTREAM=${UPSTREAM:-$WORK/fake_upstream}
+  python3 "$BENCH/testdata/make_fakes.py" --upstream "$WORK/fake_upstream" --suite "$SUITE" \
+    --decoders "$(csv "${DECODERS[@]}")" --fixtures "$FIXTURES" >"$LOGS/fakes.log" 2>&1 ||
+    note "ERROR: make_fakes.py failed: $(tail -2 "$LOGS/fakes.log" | tr '\n' ' ')"
+fi
+# Upstream builds that our runner can load: linked against the pip 1.5.1 runtime (a build with
+# its own libexecutorch.so beside it cannot share the runner's process).
+UP_LIBS=() UP_NAMES=()
+if [ -n "$UPSTREAM" ]; then
+  while IFS= read -r lib; do
+    d=$(dirname "$lib")
+    if [ -f "$d/libexecutorch.so" ]; then
+      note "upstream $(basename "$d"): built against its own runtime, not the runner's ExecuTorch 1.5.1: not run"
+      continue
+    fi
+    UP_LIBS+=("$lib")
+    UP_NAMES+=("$(basename "$d")")
+  done < <(find "$UPSTREAM" -mindepth 2 -maxdepth 3 -name libupstream_cuda_backend.so 2>/dev/null |
+    awk -F/ '{ d = $(NF-1); print (d ~ /^main/ ? "~" : d) "\t" $0 }' | sort -r | cut -f2-) # main, then newest tag first
+  [ "${#UP_LIBS[@]}" -gt 0 ] || note "no upstream build under $UPSTREAM"
+  for i in "${!UP_LIBS[@]}"; do
+    info=$(dirname "${UP_LIBS[$i]}")/BUILD_INFO.txt
+    [ -f "$info" ] && note "upstream ${UP_NAMES[$i]}: $(grep -E '^(ref|commit):' "$info" | tr '\n' ' ')"
+  done
+else
+  note "no upstream builds given (BENCH_UPSTREAM_TAR or BENCH_UPSTREAM_DIR): upstream rows skipped"
+fi
+# libcudart.so.13 for upstream's libraries: their RUNPATH names /usr/local/cuda/lib64; else
+# look where CUDA and the pip wheels put it (bench/upstream/smoke.sh does the same).
+UP_LD=
+if [ "${#UP_LIBS[@]}" -gt 0 ] && ldd "${UP_LIBS[0]}" 2>/dev/null | grep -q 'libcudart.*not found'; then
+  for d in /usr/local/cuda/lib64 /usr/local/cuda-13*/lib64 /usr/local/cuda*/targets/x86_64-linux/lib \
+    $(python3 -c 'import sys; print(" ".join(p + "/nvidia/cu13/lib " + p + "/nvidia/cuda_runtime/lib" for p in sys.path if p))' 2>/dev/null); do
+    if [ -e "$d/libcudart.so.13" ]; then UP_LD=$d; note "upstream: libcudart.so.13 from $d"; break; fi
+  done
+fi
+# up_label DIRNAME -> "main cff6f4dd32" / "v1.4.1" / "v1.2.0"
+up_label() {
+  case "$1" in
+    main-*) echo "main ${1#main-}" ;;
+    *) echo "${1%%-*}" ;;
+  esac
+}
+# Whether a build has CUDA graphs (v1.3.0 and later know the option).
+up_graphs() { grep -q enable_cuda_graph_for_method "$1" 2>/dev/null; }
+
+# ------------------------------------------------------------------ 1. Python sites, exports, AOTI compiles
+SITES=${BENCH_SITES:-}
+[ -z "$SITES" ] && [ -n "$REPO" ] && [ -d "$REPO/.whl/models/sites" ] && SITES=$REPO/.whl/models/sites
+install_site() { # install_site TARBALL DEST
+  [ -f "$2/executorch/exir/__init__.py" ] && return 0
+  mkdir -p "$2" && tar -xJf "$1" -C "$2" >"$LOGS/site.$(basename "$2").log" 2>&1
+}
+torch_ok=1
+python3 -c 'import torch' >/dev/null 2>&1 || torch_ok=0
+[ "$torch_ok" = 1 ] || note "python3 cannot import torch: exports, torch rows and the int4 bench are skipped"
+missing12=() missing15=()
 for m in heavy_bf16 deep_bf16 encdec "${FIXTURE_MODELS[@]}"; do # heaviest first
   [[ " ${BENCH_MODELS_LIST[*]} encdec " == *" $m "* ]] || continue
-  [ -f "$MODELS/$m/manifest.json" ] || missing+=("$m")
+  [ -f "$MODELS/$m/manifest.json" ] || missing12+=("$m")
 done
+if on upstream; then
+  for m in "${ET15_MODELS[@]}"; do [ -f "$MODELS/$m/manifest.json" ] || missing15+=("$m"); done
+fi
+[ "$torch_ok" = 1 ] || missing15=()
+if [ "$torch_ok" = 1 ] && [ "${#missing12[@]}" -gt 0 ]; then
+  if [ -n "$SITES" ] && [ -f "$SITES/et12.tar.xz" ]; then
+    install_site "$SITES/et12.tar.xz" "$SITE" || note "ERROR: cannot unpack $SITES/et12.tar.xz"
+  elif [ ! -f "$SITE/executorch/exir/__init__.py" ] && ! compgen -G "$BUNDLE/whl/executorch-*.whl" >/dev/null; then
+    note "ERROR: no ExecuTorch 1.2 for the exports: no BENCH_SITES (et12.tar.xz) and no wheels in $BUNDLE/whl"
+  elif [ ! -f "$SITE/executorch/exir/__init__.py" ]; then
+    say "installing $(ls "$BUNDLE"/whl/*.whl 2>/dev/null | wc -l) wheel(s) into $SITE"
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" "$BUNDLE"/whl/*.whl \
+      >"$LOGS/pip.log" 2>&1 || note "ERROR: pip install of the wheels failed (exports will fail): $(tail -3 "$LOGS/pip.log" | tr '\n' ' ')"
+  fi
+fi
+if [ "${#missing15[@]}" -gt 0 ]; then
+  if [ -n "$SITES" ] && [ -f "$SITES/et15.tar.xz" ]; then
+    install_site "$SITES/et15.tar.xz" "$SITE15" || note "ERROR: cannot unpack $SITES/et15.tar.xz"
+  fi
+  if [ ! -f "$SITE15/executorch/exir/__init__.py" ]; then
+    note "no ExecuTorch 1.5.1 site (BENCH_SITES=<dir with et15.tar.xz>): ${missing15[*]} not exported"
+    missing15=()
+  fi
+fi
+export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-4}
 pids=()
-if [ "${#missing[@]}" -gt 0 ]; then
-  say "exporting ${missing[*]} ($JOBS lane(s), at most ${PHASE1}s)"
+P1_END=$(($(date +%s) + PHASE1)) # no export runs past it
+export_lane() { # export_lane SITE LOG FLAGS... -- NAMES...
+  local site=$1 log=$2
+  shift 2
+  chmod +x "$site/executorch/data/bin/flatc" 2>/dev/null
+  FLATC_EXECUTABLE=$site/executorch/data/bin/flatc PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} \
+    timeout -k 5 "$(cap $((P1_END - $(date +%s))))" python3 "$BENCH/export.py" "$MODELS" "$@" "${EXPORT_FLAGS[@]}" >"$log" 2>&1
+}
+if [ "$torch_ok" = 1 ] && [ $((${#missing12[@]} + ${#missing15[@]})) -gt 0 ]; then
+  # Lanes: longest first, each to the lane with the least work so far (seconds each took on the
+  # H200 machine with 3-4 exports at a time); ET 1.2 and 1.5.1 exports in separate processes.
+  cost() {
+    case "$1" in
+      *encdec) echo 112 ;; *heavy_bf16) echo 105 ;; *deep_bf16) echo 88 ;; *conv_f32) echo 14 ;; *) echo 24 ;;
+    esac
+  }
+  all=()
+  for m in "${missing12[@]}"; do all+=("$(cost "$m") 12:$m"); done
+  for m in "${missing15[@]}"; do all+=("$(cost "$m") 15:$m"); done
+  mapfile -t all < <(printf '%s\n' "${all[@]}" | sort -rn | cut -d' ' -f2)
+  declare -a load lanes
+  for ((lane = 0; lane < JOBS; lane++)); do load[$lane]=0 lanes[$lane]=""; done
+  for item in "${all[@]}"; do
+    best=0
+    for ((lane = 1; lane < JOBS; lane++)); do [ "${load[$lane]}" -lt "${load[$best]}" ] && best=$lane; done
+    load[$best]=$((load[best] + $(cost "$item")))
+    lanes[$best]="${lanes[$best]} $item"
+  done
+  say "exporting ${all[*]} ($JOBS lane(s), at most ${PHASE1}s; estimated $(printf '%s\n' "${load[@]}" | sort -rn | head -1)s)"
   for ((lane = 0; lane < JOBS; lane++)); do
-    names=()
-    for ((i = lane; i < ${#missing[@]}; i += JOBS)); do names+=("${missing[$i]}"); done
-    [ "${#names[@]}" -gt 0 ] || continue
-    PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} timeout -k 5 "$(cap "$PHASE1")" \
-      python3 "$BENCH/export.py" "$MODELS" "${names[@]}" "${EXPORT_FLAGS[@]}" \
-      >"$LOGS/export.lane$lane.log" 2>&1 &
+    n12=() n15=()
+    for item in ${lanes[$lane]}; do
+      case "$item" in 12:*) n12+=("${item#12:}") ;; 15:*) n15+=("${item#15:}") ;; esac
+    done
+    [ $((${#n12[@]} + ${#n15[@]})) -gt 0 ] || continue
+    (
+      [ "${#n12[@]}" -gt 0 ] && export_lane "$SITE" "$LOGS/export.lane$lane.log" "${n12[@]}"
+      [ "${#n15[@]}" -gt 0 ] && export_lane "$SITE15" "$LOGS/export15.lane$lane.log" --et15 "${n15[@]}"
+    ) &
     pids+=($!)
   done
 else
-  say "all programs already exported in $MODELS"
+  say "no program to export (in $MODELS: $(ls "$MODELS" 2>/dev/null | tr '\n' ' '))"
 fi
-say "compiling PyTorch AOTI packages (at most ${PHASE1}s)"
-timeout -k 5 "$(cap $((PHASE1 + 10)))" python3 "$BENCH/torch_bench.py" aoti --compile-only \
-  --models "$(IFS=,; echo "${BENCH_MODELS_LIST[*]}")" --pkg-dir "$AOTI" --fixtures "$FIXTURES" --models-dir "$MODELS" \
-  --compile-timeout "$PHASE1" --deadline "$DEADLINE" --out "$TORCH_ROWS" --log "$LOGS/aoti_children.log" "${TORCH_FLAGS[@]}" \
-  >"$LOGS/aoti_compile.log" 2>&1 &
-pids+=($!)
+if on aoti && [ "$torch_ok" = 1 ]; then
+  say "compiling PyTorch AOTI packages (at most ${PHASE1}s)"
+  # Niced: the exports, which the GPU sections need, go first.
+  timeout -k 5 "$(cap $((PHASE1 + 10)))" nice -n 10 python3 "$BENCH/torch_bench.py" aoti --compile-only \
+    --models "$(csv "${BENCH_MODELS_LIST[@]}")" --pkg-dir "$AOTI" --fixtures "$FIXTURES" --models-dir "$MODELS" \
+    --compile-timeout "$PHASE1" --deadline "$DEADLINE" --out "$TORCH_ROWS" --log "$LOGS/aoti_children.log" "${TORCH_FLAGS[@]}" \
+    >"$LOGS/aoti_compile.log" 2>&1 &
+  pids+=($!)
+fi
 for p in "${pids[@]}"; do wait "$p"; done
-grep -h '^export ' "$LOGS"/export.lane*.log 2>/dev/null | while read -r line; do note "$line"; done
+grep -h '^export ' "$LOGS"/export*.lane*.log 2>/dev/null | while read -r line; do note "$line"; done
 grep -h '^aoti-compile ' "$LOGS/aoti_compile.log" 2>/dev/null | while read -r line; do note "$line"; done
-for m in "${missing[@]}"; do
-  [ -f "$MODELS/$m/manifest.json" ] || note "not exported: $m (see $LOGS/export.lane*.log)"
+for m in "${missing12[@]}" "${missing15[@]}"; do
+  [ -f "$MODELS/$m/manifest.json" ] || note "not exported: $m (see logs/export*.lane*.log)"
 done
+if [ "$CPU" = 1 ] && [ "$torch_ok" = 0 ]; then
+  # No torch here: placeholder manifests so that the runs below (fake runner) have programs.
+  python3 "$BENCH/testdata/make_fakes.py" --models "$MODELS" --names \
+    "$(csv "${BENCH_MODELS_LIST[@]}" encdec "${ET15_MODELS[@]}")" >>"$LOGS/fakes.log" 2>&1
+fi
+say "phase 1 done"
 
-# ------------------------------------------------------------------ 3. GPU runs, one at a time
+# ------------------------------------------------------------------ 2. GPU runs, one at a time
+# Each section may run until its end: the deadline less what the later sections are promised.
+declare -A RESERVE=([ours]=165 [upstream]=115 [tokens]=65 [torch]=35 [int4]=0 [aoti]=0)
+SECTION=setup SECTION_END=$DEADLINE
+begin() {
+  SECTION=$1
+  SECTION_END=$((DEADLINE - ${RESERVE[$1]:-0}))
+  say "== section $1 (until +$((SECTION_END - START))s)"
+}
+sleft() { echo $((SECTION_END - $(date +%s))); }
+BACKEND=ours # the backend of the next et() calls: "ours" or "upstream:<build folder>"
 # et ROW_MODEL VARIANT CAP ARGS...: one et_cuda_run, logged and indexed.
 et() {
   local model=$1 variant=$2 limit=$3
   shift 3
-  local log
+  local log manifest="" a prev=""
+  for a in "$@"; do
+    [ "$prev" = --manifest ] && manifest=$a
+    prev=$a
+  done
   log=$LOGS/et.$model.$(printf '%s' "$variant" | tr -c 'A-Za-z0-9.-' '_').log
-  if [ "$(left)" -lt 8 ]; then
-    printf '%s\t%s\t%s\t%s\n' "$model" "$variant" "skipped" "" >>"$INDEX"
+  if [ "$(sleft)" -lt 6 ]; then
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$model" "$variant" "skipped" "" "$SECTION" "$BACKEND" "$manifest" 0 >>"$INDEX"
     say "skip  $model / $variant (time)"
     return
   fi
-  echo "\$ et_cuda_run $*" >"$log"
-  timeout -k 5 "$(cap "$limit")" "$RUNNER" "$@" >>"$log" 2>&1
+  [ "$limit" -gt "$(sleft)" ] && limit=$(sleft)
+  local extra=("${MEM_FLAG[@]}") env=()
+  [ "$BACKEND" = ours ] && extra+=(--stats)
+  [ "$BACKEND" != ours ] && [ -n "$UP_LD" ] && env=(env "LD_LIBRARY_PATH=$UP_LD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+  echo "\$ et_cuda_run $* ${extra[*]}" >"$log"
+  local t0 t1
+  t0=$(date +%s.%N)
+  timeout -k 5 "$(cap "$limit")" "${env[@]}" "$RUNNER" "$@" "${extra[@]}" >>"$log" 2>&1
   local rc=$?
-  printf '%s\t%s\t%s\t%s\n' "$model" "$variant" "$rc" "$log" >>"$INDEX"
+  t1=$(date +%s.%N)
+  local wall
+  wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$model" "$variant" "$rc" "$log" "$SECTION" "$BACKEND" "$manifest" "$wall" >>"$INDEX"
   local summary
-  summary=$(grep -E ' bench: |enqueue: |^pipeline (speedup|check)' "$log" | head -2 | tr '\n' ' ')
+  summary=$(grep -E ' bench: |enqueue: |^pipeline (speedup|check)|^generate: ' "$log" | head -2 | tr '\n' ' ')
   [ -n "$summary" ] || summary=$(tail -1 "$log")
-  say "rc=$rc $model / $variant: ${summary:0:150}"
+  say "rc=$rc ${wall}s $model / $variant: ${summary:0:150}"
+}
+# bench_args MODEL -> N and W for the model
+bench_n() { if [ "$1" = heavy_bf16 ]; then echo "--bench $N_HEAVY --warmup $W_HEAVY"; else echo "--bench $N --warmup $W"; fi; }
+# Program paths: host = what the host-IO rows run, dev = the program without planned inputs.
+host_of() { if [[ " ${FIXTURE_MODELS[*]} " == *" $1 "* ]]; then echo "$FIXTURES/$1/manifest.json"; else echo "$MODELS/$1/manifest.json"; fi; }
+dev_of() {
+  if [ -f "$MODELS/$1/manifest.json" ]; then echo "$MODELS/$1/manifest.json"; else host_of "$1"; fi
 }
 
-for m in "${BENCH_MODELS_LIST[@]}"; do
-  if [ "$m" = heavy_bf16 ]; then n=$N_HEAVY w=$W_HEAVY; else n=$N w=$W; fi
-  bench=(--bench "$n" --warmup "$w")
-  ours=$MODELS/$m/manifest.json
-  if [[ " ${FIXTURE_MODELS[*]} " == *" $m "* ]]; then
-    host=$FIXTURES/$m/manifest.json # the shared fixture (graph inputs memory-planned)
-    dev=$ours                       # the same module re-exported with alloc_graph_input=False
-    [ -f "$dev" ] || dev=$host      # then the runner reports the planned inputs
+# ---------------------------------------------------------------- ours
+if on ours; then
+  begin ours
+  BACKEND=ours
+  for m in "${BENCH_MODELS_LIST[@]}"; do
+    read -r -a bench <<<"$(bench_n "$m")"
+    host=$(host_of "$m") dev=$(dev_of "$m")
+    if [ ! -f "$host" ]; then
+      note "no program for $m: its et_cuda_run rows are skipped"
+      continue
+    fi
+    et "$m" "et default device-io" 60 --manifest "$dev" "${bench[@]}" --device-io
+    if [[ " ${GRAPH_LIST[*]} " == *" $m "* ]]; then
+      et "$m" "et default device-io + graphs" 60 --manifest "$dev" "${bench[@]}" --device-io \
+        --option enable_cuda_graph_for_method=forward
+    fi
+    et "$m" "et default host-io" 60 --manifest "$host" "${bench[@]}"
+    if [ "$dev" != "$host" ]; then
+      et "$m" "et default host-io (re-export)" 60 --manifest "$dev" "${bench[@]}"
+    fi
+    et "$m" "et sync-always host-io" 60 --manifest "$host" "${bench[@]}" --option execution_mode=sync-always
+    et "$m" "et upstream-1.2 host-io (emulation)" 90 --manifest "$host" "${bench[@]}" --option execution_mode=upstream-1.2
+  done
+  # The runner refuses device IO on a program whose inputs are memory-planned.
+  et mlp_f32 "check: device-io refused on planned inputs" 30 \
+    --manifest "$FIXTURES/mlp_f32/manifest.json" --bench 10 --device-io
+  if [ -f "$MODELS/encdec/manifest.json" ]; then
+    et encdec "pipeline encoder,decoder" 60 --manifest "$MODELS/encdec/manifest.json" \
+      --pipeline encoder,decoder --bench "$N_PIPE" --warmup "$W"
   else
-    host=$ours dev=$ours
+    note "no encdec program: pipeline skipped"
   fi
-  if [ ! -f "$host" ]; then
-    note "no program for $m: its et_cuda_run rows are skipped"
-    continue
-  fi
-  et "$m" "et default device-io" 60 --manifest "$dev" "${bench[@]}" --device-io
-  et "$m" "et default host-io" 60 --manifest "$host" "${bench[@]}"
-  if [ "$dev" != "$host" ]; then
-    et "$m" "et default host-io (re-export)" 60 --manifest "$dev" "${bench[@]}"
-  fi
-  et "$m" "et sync-always host-io" 60 --manifest "$host" "${bench[@]}" --option execution_mode=sync-always
-  et "$m" "et upstream-1.2 host-io" 90 --manifest "$host" "${bench[@]}" --option execution_mode=upstream-1.2
-done
-# The runner refuses device IO on a program whose inputs are memory-planned.
-et mlp_f32 "check: device-io refused on planned inputs" 30 \
-  --manifest "$FIXTURES/mlp_f32/manifest.json" --bench 10 --device-io
-
-if [ -f "$MODELS/encdec/manifest.json" ]; then
-  et encdec "pipeline encoder,decoder" 60 --manifest "$MODELS/encdec/manifest.json" \
-    --pipeline encoder,decoder --bench "$N_PIPE" --warmup "$W"
-else
-  note "no encdec program: pipeline skipped"
+  for m in heavy_bf16 deep_bf16; do
+    [[ " ${BENCH_MODELS_LIST[*]} " == *" $m "* ]] || continue
+    if [ -f "$MODELS/$m/manifest.json" ]; then
+      et "$m" "enqueue 50" 60 --manifest "$MODELS/$m/manifest.json" --enqueue 50 --warmup "$W_HEAVY"
+    else
+      note "no $m program: enqueue skipped"
+    fi
+  done
 fi
-for m in heavy_bf16 deep_bf16; do
-  [[ " ${BENCH_MODELS_LIST[*]} " == *" $m "* ]] || continue
-  if [ -f "$MODELS/$m/manifest.json" ]; then
-    et "$m" "enqueue 50" 60 --manifest "$MODELS/$m/manifest.json" --enqueue 50 --warmup "$W_HEAVY"
+
+# ---------------------------------------------------------------- upstream
+# ExecuTorch 1.2 programs through every build; ExecuTorch 1.5.1 device-IO exports (ours:
+# et15dev_*, the suite's et15_mlp_f32 / et15_mlp_devio_f32) through ours and every build that
+# has CUDA graphs (v1.2.0 does not read 1.5.1 programs' blob keys).
+if on upstream && [ "${#UP_LIBS[@]}" -gt 0 ]; then
+  begin upstream
+  for i in "${!UP_LIBS[@]}"; do
+    lib=${UP_LIBS[$i]} label="upstream $(up_label "${UP_NAMES[$i]}") (C++)"
+    BACKEND="upstream:${UP_NAMES[$i]}"
+    refused=
+    for m in "${BENCH_MODELS_LIST[@]}"; do
+      host=$(host_of "$m") dev=$(dev_of "$m")
+      [ -f "$host" ] || continue
+      if [ -n "$refused" ]; then
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$m" "$label host-io" "not run" "" "$SECTION" "$BACKEND" "$host" 0 >>"$INDEX"
+        continue
+      fi
+      if [ "$m" = heavy_bf16 ]; then bench=(--bench 20 --warmup 3); else bench=(--bench "$N_UP" --warmup "$W"); fi
+      et "$m" "$label host-io" 60 --backend-lib "$lib" --manifest "$host" "${bench[@]}"
+      et "$m" "$label device-io" 60 --backend-lib "$lib" --manifest "$dev" "${bench[@]}" --device-io
+      # A build that refuses ExecuTorch 1.2 programs (main, v1.4.x: tensors must be typed CUDA in
+      # the program) refuses them all: one program records the message, the rest are not run.
+      if grep -q 'expected device_type=CUDA' "$LOGS/et.$m.$(printf '%s' "$label host-io" | tr -c 'A-Za-z0-9.-' '_').log" 2>/dev/null &&
+        grep -q 'expected device_type=CUDA' "$LOGS/et.$m.$(printf '%s' "$label device-io" | tr -c 'A-Za-z0-9.-' '_').log" 2>/dev/null; then
+        refused=$m
+        note "$label refuses ExecuTorch 1.2 programs (host and device IO, on $m): the other 1.2 programs are not run through it"
+      fi
+    done
+  done
+  progs=()
+  for m in "${ET15_MODELS[@]}"; do [ -f "$MODELS/$m/manifest.json" ] && progs+=("$MODELS/$m/manifest.json"); done
+  # The suite's ExecuTorch 1.5.1 MLP: host IO (h2d/d2h copies inside the program), and its device-IO
+  # twin when the bench's own et15dev_mlp_f32 is missing.
+  [ -f "$SUITE/et15_mlp_f32/manifest.json" ] && progs+=("$SUITE/et15_mlp_f32/manifest.json")
+  [ ! -f "$MODELS/et15dev_mlp_f32/manifest.json" ] && [ -f "$SUITE/et15_mlp_devio_f32/manifest.json" ] &&
+    progs+=("$SUITE/et15_mlp_devio_f32/manifest.json")
+  [ "${#progs[@]}" -gt 0 ] || note "no ExecuTorch 1.5.1 program (et15dev_* exports, suite et15_mlp_f32): no upstream graph rows"
+  for p in "${progs[@]}"; do
+    name=$(basename "$(dirname "$p")")
+    # Device IO, the cases' inputs in device memory too: upstream refuses host memory for
+    # inputs these programs type as CUDA.
+    io=(--device-io)
+    [[ "$RUNNER_HELP" == *--cases-on-device* ]] && io+=(--cases-on-device)
+    [ "$name" = et15_mlp_f32 ] && io=() # host IO: the program copies in and out itself
+    iol=device-io
+    [ "${#io[@]}" -eq 0 ] && iol=host-io
+    BACKEND=ours
+    et "$name" "et default $iol" 60 --manifest "$p" --bench "$N_UP" --warmup "$W" "${io[@]}"
+    et "$name" "et default $iol + graphs" 60 --manifest "$p" --bench "$N_UP" --warmup "$W" "${io[@]}" \
+      --option enable_cuda_graph_for_method=forward
+    for i in "${!UP_LIBS[@]}"; do
+      lib=${UP_LIBS[$i]} label="upstream $(up_label "${UP_NAMES[$i]}") (C++)"
+      up_graphs "$lib" || continue
+      BACKEND="upstream:${UP_NAMES[$i]}"
+      et "$name" "$label $iol" 60 --backend-lib "$lib" --manifest "$p" --bench "$N_UP" --warmup "$W" "${io[@]}"
+      et "$name" "$label $iol + graphs" 60 --backend-lib "$lib" --manifest "$p" --bench "$N_UP" --warmup "$W" "${io[@]}" \
+        --option enable_cuda_graph_for_method=forward
+    done
+  done
+  BACKEND=ours
+elif on upstream; then
+  note "upstream section skipped: no upstream build"
+fi
+
+# ---------------------------------------------------------------- tokens (and the sharing memory rows)
+if on tokens; then
+  begin tokens
+  for d in "${DECODERS[@]}"; do
+    man=$SUITE/$d/manifest.json
+    if [ ! -f "$man" ]; then
+      note "token loop: no $d in $SUITE (BENCH_SUITE_TAR / BENCH_SUITE_DIR)"
+      continue
+    fi
+    gen=(--manifest "$man" --generate "$GEN_N")
+    BACKEND=ours
+    if [ "$d" = qwen3_pd_bf16 ]; then
+      gen+=(--prefill-method prefill --decode-method decode)
+      ws=(--option weight_sharing_across_methods=true)
+      wm=("${ws[@]}" --option share_mutable_buffers_across_methods=true)
+      et "$d" "gen et" 60 "${gen[@]}"
+      et "$d" "gen et + weight sharing" 60 "${gen[@]}" "${ws[@]}"
+      et "$d" "gen et + weight+cache sharing" 60 "${gen[@]}" "${wm[@]}"
+      et "$d" "gen et + weight+cache sharing + graphs" 60 "${gen[@]}" "${wm[@]}" \
+        --option enable_cuda_graph_for_method=decode
+      # One method alone: the device memory of one copy of the weights and one method's code.
+      et "$d" "mem et prefill only" 60 --manifest "$man" --method prefill
+      decode_m=decode
+    else
+      et "$d" "gen et" 60 "${gen[@]}"
+      et "$d" "gen et + graphs" 60 "${gen[@]}" --option enable_cuda_graph_for_method=forward
+      decode_m=forward
+    fi
+    for i in "${!UP_LIBS[@]}"; do
+      lib=${UP_LIBS[$i]} label="upstream $(up_label "${UP_NAMES[$i]}") (C++)"
+      BACKEND="upstream:${UP_NAMES[$i]}"
+      if [[ "$d" == et15_* ]] && ! up_graphs "$lib"; then continue; fi # v1.2.0: 1.2 blob keys only
+      if [[ "$d" != et15_* ]] && up_graphs "$lib" && [ "$d" != "${DECODERS[0]}" ]; then
+        continue # main / v1.4.1 refuse ExecuTorch 1.2 programs: the first decoder records it
+      fi
+      extra=()
+      [ "$d" = qwen3_pd_bf16 ] && up_graphs "$lib" && extra=("${ws[@]}")
+      et "$d" "gen $label" 60 "${gen[@]}" --backend-lib "$lib" "${extra[@]}"
+      if up_graphs "$lib" && [[ "$d" == et15_* ]]; then
+        et "$d" "gen $label + graphs" 60 "${gen[@]}" --backend-lib "$lib" "${extra[@]}" \
+          --option "enable_cuda_graph_for_method=$decode_m"
+      fi
+    done
+    BACKEND=ours
+  done
+fi
+
+# ---------------------------------------------------------------- torch eager + CUDA graph
+if on torch && [ "$torch_ok" = 1 ]; then
+  begin torch
+  if [ "$(sleft)" -gt 20 ]; then
+    say "torch eager + CUDA graph"
+    timeout -k 5 "$(cap "$(sleft)")" python3 "$BENCH/torch_bench.py" eager \
+      --models "$(csv "${BENCH_MODELS_LIST[@]}")" --fixtures "$FIXTURES" --models-dir "$MODELS" \
+      --out "$TORCH_ROWS" "${TORCH_FLAGS[@]}" >"$LOGS/torch_eager.log" 2>&1 || note "torch_bench eager: exit status $? (see logs/torch_eager.log)"
+    say "torch eager done"
   else
-    note "no $m program: enqueue skipped"
+    note "torch eager + CUDA graph skipped: $(sleft)s left"
   fi
-done
-
-if [ "$(left)" -gt 30 ]; then
-  say "torch eager + CUDA graph"
-  timeout -k 5 "$(cap 120)" python3 "$BENCH/torch_bench.py" eager \
-    --models "$(IFS=,; echo "${BENCH_MODELS_LIST[*]}")" --fixtures "$FIXTURES" --models-dir "$MODELS" \
-    --out "$TORCH_ROWS" "${TORCH_FLAGS[@]}" >"$LOGS/torch_eager.log" 2>&1 || note "torch_bench eager: exit status $? (see $LOGS/torch_eager.log)"
-  say "torch eager done"
-else
-  note "torch eager + CUDA graph skipped: $(left)s left"
-fi
-if [ "$(left)" -gt 30 ]; then
-  say "torch AOTI (load + run in subprocesses; cuda-gdb on the first crash)"
-  timeout -k 5 "$(cap 200)" python3 "$BENCH/torch_bench.py" aoti --gdb \
-    --models "$(IFS=,; echo "${BENCH_MODELS_LIST[*]}")" --pkg-dir "$AOTI" --fixtures "$FIXTURES" --models-dir "$MODELS" \
-    --deadline $((DEADLINE - 12)) --run-timeout 90 --gdb-timeout 120 --out "$TORCH_ROWS" \
-    --log "$LOGS/aoti_children.log" "${TORCH_FLAGS[@]}" \
-    >"$LOGS/torch_aoti.log" 2>&1 ||
-    note "torch_bench aoti: exit status $? (see $LOGS/torch_aoti.log)"
-  grep -E '^(aoti-run|cuda-gdb) ' "$LOGS/torch_aoti.log" | head -8 | while read -r line; do say "$line"; done
-else
-  note "torch AOTI skipped: $(left)s left"
 fi
 
-# ------------------------------------------------------------------ 4. the table
+# ---------------------------------------------------------------- int4 kernel
+if on int4; then
+  begin int4
+  if [ -n "${BENCH_INT4_JSON:-}" ]; then
+    if cp "$BENCH_INT4_JSON" "$INT4_JSON" 2>/dev/null; then note "int4: rows from $BENCH_INT4_JSON (not measured in this run)"; else note "ERROR: int4: cannot read $BENCH_INT4_JSON"; fi
+  elif [ "$torch_ok" = 0 ] || [ -z "$REPO" ]; then
+    note "int4 bench skipped: ${REPO:+no torch}${REPO:-kernels/check_int4.py not found}"
+  else
+    LIB=${BENCH_LIB:-}
+    for c in "$BUNDLE/rs/libexecutorch_cuda.so" "$BUNDLE/libexecutorch_cuda.so.0"; do
+      [ -z "$LIB" ] && [ -f "$c" ] && LIB=$c
+    done
+    if [ -z "$LIB" ]; then
+      note "int4 bench skipped: no libexecutorch_cuda.so in the bundle (BENCH_LIB)"
+    elif [ "$(sleft)" -lt 30 ]; then
+      note "int4 bench skipped: $(sleft)s left"
+    else
+      say "int4 bench: kernels/check_int4.py --phase bench --quick"
+      mkdir -p "$RUN/int4"
+      timeout -k 5 "$(cap $(($(sleft) < 150 ? $(sleft) : 150)))" python3 "$REPO/kernels/check_int4.py" "$LIB" \
+        --phase bench --quick --out "$RUN/int4" >"$LOGS/int4_bench.log" 2>&1
+      rc=$?
+      if [ -f "$RUN/int4/int4_part_bench.json" ]; then
+        mv "$RUN/int4/int4_part_bench.json" "$INT4_JSON"
+        say "int4 bench: rc=$rc"
+      else
+        note "int4 bench: no results (rc=$rc): $(tail -2 "$LOGS/int4_bench.log" | tr '\n' ' ')"
+      fi
+    fi
+  fi
+fi
+
+# ---------------------------------------------------------------- torch AOTI
+if on aoti && [ "$torch_ok" = 1 ]; then
+  begin aoti
+  if [ "$(sleft)" -gt 30 ]; then
+    say "torch AOTI (load + run in subprocesses; cuda-gdb on the first crash)"
+    timeout -k 5 "$(cap "$(sleft)")" python3 "$BENCH/torch_bench.py" aoti --gdb \
+      --models "$(csv "${BENCH_MODELS_LIST[@]}")" --pkg-dir "$AOTI" --fixtures "$FIXTURES" --models-dir "$MODELS" \
+      --deadline $((DEADLINE - 5)) --run-timeout 60 --gdb-timeout 90 --out "$TORCH_ROWS" \
+      --log "$LOGS/aoti_children.log" "${TORCH_FLAGS[@]}" \
+      >"$LOGS/torch_aoti.log" 2>&1 ||
+      note "torch_bench aoti: exit status $? (see logs/torch_aoti.log)"
+    grep -E '^(aoti-run|cuda-gdb) ' "$LOGS/torch_aoti.log" | head -8 | while read -r line; do say "$line"; done
+  else
+    note "torch AOTI skipped: $(sleft)s left"
+  fi
+fi
+
+# ------------------------------------------------------------------ 3. the table, the files
 note "elapsed: $(($(date +%s) - START))s"
-python3 "$BENCH/table.py" --index "$INDEX" --torch "$TORCH_ROWS" --notes "$NOTES" --out "$OUT/RESULTS.md" \
-  >"$LOGS/table.log" 2>&1 || {
+python3 "$BENCH/table.py" --index "$INDEX" --torch "$TORCH_ROWS" --notes "$NOTES" --int4 "$INT4_JSON" \
+  --gen-n "$GEN_N" --out "$OUT/RESULTS.md" >"$LOGS/table.log" 2>&1 || {
   echo "table.py failed:"
   tail -20 "$LOGS/table.log"
 }
+[ -f "$INT4_JSON" ] && cp "$INT4_JSON" "$OUT/int4_results.json"
+python3 "$BENCH/pack.py" --models "$MODELS" --out "$OUT/bench_models.tar.xz" --limit-mb 15 >"$LOGS/pack.log" 2>&1 ||
+  echo "pack.py failed: $(tail -3 "$LOGS/pack.log")"
+cat "$LOGS/pack.log"
+cp "$OUT/RESULTS.md" "$RUN/" 2>/dev/null
+tar -C "$RUN" -cf - . | xz -T0 -6 >"$OUT/bench_logs.tar.xz" 2>/dev/null || echo "could not pack the logs"
 echo
-echo "==================== $OUT/RESULTS.md"
+echo "==================== $OUT/RESULTS.md ($(($(date +%s) - START))s)"
 cat "$OUT/RESULTS.md" 2>/dev/null || echo "(no RESULTS.md)"

@@ -80,6 +80,10 @@ Backend
                            --option skip_copy_output_to_cpu_for_method=forward
   --stats                print the backend's counters at the end (this project's backend only)
                            et_cuda_run --manifest m.json --stats
+  --mem                  print the device memory in use (any backend; cuMemGetInfo from the driver):
+                         "mem: ... context_mib= loaded_mib= peak_mib= end_mib=", beyond the CUDA
+                         context, after the methods were loaded and the most seen between steps
+                           et_cuda_run --manifest m.json --mem --backend-lib /opt/et/libcuda_backend.so
 
 Benchmark (on the first case's inputs, or zeros without a manifest)
   --bench N              time N executes: "<method> bench: ... p50=...us", plus
@@ -90,6 +94,11 @@ Benchmark (on the first case's inputs, or zeros without a manifest)
                          outputs left on the device; adds "bench-wait" lines (each call then
                          waits for the GPU); needs a program exported with alloc_graph_input=False
                            et_cuda_run --manifest m.json --bench 200 --device-io
+  --cases-on-device      run every manifest case with its inputs copied to device memory first
+                         ("<method> case<i> device-io: ..." lines), for programs whose inputs must
+                         be device memory (ExecuTorch >= 1.4 exports with skip_h2d_for_method_inputs
+                         through upstream's backend); needs alloc_graph_input=False like --device-io
+                           et_cuda_run --manifest m.json --cases-on-device --device-io --bench 200
   --enqueue N            N executes back to back without a wait, then one wait (implies --device-io)
                            et_cuda_run --manifest m.json --enqueue 50 --warmup 5
   --pipeline A,B         feed method A's device outputs to method B on one shared stream,
@@ -147,9 +156,11 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--warmup") a.warmup = parse_count(arg, next());
     else if (arg == "--enqueue") a.enqueue = parse_count(arg, next());
     else if (arg == "--device-io") a.device_io = true;
+    else if (arg == "--cases-on-device") a.cases_on_device = true;
     else if (arg == "--pipeline") a.pipeline = next();
     else if (arg == "--option") a.options.push_back(next());
     else if (arg == "--stats") a.stats = true;
+    else if (arg == "--mem") a.mem = true;
     else if (arg == "--generate") a.generate = parse_count(arg, next());
     else if (arg == "--prompt-ids") a.prompt_ids = parse_ids(arg, next()), a.have_prompt_ids = true;
     else if (arg == "--expect-tokens") a.expect_tokens = parse_ids(arg, next()), a.have_expect_tokens = true;
@@ -175,6 +186,9 @@ Args parse_args(int argc, char** argv) {
   if (have_decode && a.decode_method.empty()) usage_error("--decode-method", "empty method name");
   if (!a.pipeline.empty() && (a.manifest.empty() || a.bench <= 0)) {
     usage_error("--pipeline", "needs --manifest (A's input is its first case's) and --bench N");
+  }
+  if (a.cases_on_device && (a.manifest.empty() || generating || !a.pipeline.empty())) {
+    usage_error("--cases-on-device", "needs --manifest and does not combine with --generate or --pipeline");
   }
   if (a.enqueue > 0) a.device_io = true;
   return a;

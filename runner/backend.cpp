@@ -218,11 +218,14 @@ void print_stats() {
   if (g_extras.stats(nullptr, &s) != ET_CUDA_STATUS_OK) fail("--stats", last_error());
   std::printf(
       "stats: executes=%llu host_waits=%llu driver_allocs=%llu pool_allocs=%llu pool_frees=%llu live_allocs=%llu "
-      "live_bytes=%llu bytes_htod=%llu bytes_dtoh=%llu bytes_dtod=%llu execute_host_ns=%llu run_host_ns=%llu\n",
+      "live_bytes=%llu bytes_htod=%llu bytes_dtoh=%llu bytes_dtod=%llu execute_host_ns=%llu run_host_ns=%llu "
+      "graph_captures=%llu graph_replays=%llu graph_fallbacks=%llu shared_constant_bytes=%llu\n",
       (unsigned long long)s.executes, (unsigned long long)s.host_waits, (unsigned long long)s.driver_allocs,
       (unsigned long long)s.pool_allocs, (unsigned long long)s.pool_frees, (unsigned long long)s.live_allocs,
       (unsigned long long)s.live_bytes, (unsigned long long)s.bytes_htod, (unsigned long long)s.bytes_dtoh,
-      (unsigned long long)s.bytes_dtod, (unsigned long long)s.execute_host_ns, (unsigned long long)s.run_host_ns);
+      (unsigned long long)s.bytes_dtod, (unsigned long long)s.execute_host_ns, (unsigned long long)s.run_host_ns,
+      (unsigned long long)s.graph_captures, (unsigned long long)s.graph_replays,
+      (unsigned long long)s.graph_fallbacks, (unsigned long long)s.shared_constant_bytes);
 }
 
 // ---------------------------------------------------------------- device memory
@@ -372,6 +375,123 @@ void require_cuda() {
   const DriverInfo info = probe_driver();
   if (info.device_count <= 0) no_cuda(info.problem);
   checked = true;
+}
+
+// ---------------------------------------------------------------- --mem
+
+namespace {
+
+struct MemState {
+  bool enabled = false;
+  int32_t device = 0;
+  bool started = false;
+  std::string problem;  // why there are no figures ("" when fine)
+  int (*get_info)(size_t*, size_t*) = nullptr;
+  size_t total = 0, baseline = 0, after_load = 0, peak = 0, last = 0;
+  int samples = 0;
+  bool have_load = false;
+};
+
+MemState g_mem;
+
+// The driver's entry points, the device's primary context made current, the baseline.
+void mem_start() {
+  g_mem.started = true;
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    g_mem.problem = "libcuda.so.1 cannot be opened";
+    return;
+  }
+  auto device_get = reinterpret_cast<int (*)(int*, int)>(dlsym(lib, "cuDeviceGet"));
+  auto ctx_get = reinterpret_cast<int (*)(void**)>(dlsym(lib, "cuCtxGetCurrent"));
+  auto retain = reinterpret_cast<int (*)(void**, int)>(dlsym(lib, "cuDevicePrimaryCtxRetain"));
+  auto set_current = reinterpret_cast<int (*)(void*)>(dlsym(lib, "cuCtxSetCurrent"));
+  g_mem.get_info = reinterpret_cast<int (*)(size_t*, size_t*)>(dlsym(lib, "cuMemGetInfo_v2"));
+  if (device_get == nullptr || ctx_get == nullptr || retain == nullptr || set_current == nullptr ||
+      g_mem.get_info == nullptr) {
+    g_mem.problem = "libcuda.so.1 lacks cuDeviceGet/cuCtxGetCurrent/cuDevicePrimaryCtxRetain/cuCtxSetCurrent/cuMemGetInfo_v2";
+    g_mem.get_info = nullptr;
+    return;
+  }
+  void* current = nullptr;
+  if (ctx_get(&current) != 0 || current == nullptr) {
+    // The primary context is the one both backends use (the runtime API's and this project's).
+    int dev = 0;
+    void* ctx = nullptr;
+    int rc = device_get(&dev, g_mem.device);
+    if (rc == 0) rc = retain(&ctx, dev);
+    if (rc == 0) rc = set_current(ctx);
+    if (rc != 0) {
+      g_mem.problem = "cannot make device " + std::to_string(g_mem.device) + "'s primary context current: CUresult " +
+                      std::to_string(rc);
+      g_mem.get_info = nullptr;
+      return;
+    }
+  }
+  size_t free_bytes = 0;
+  if (const int rc = g_mem.get_info(&free_bytes, &g_mem.total); rc != 0) {
+    g_mem.problem = "cuMemGetInfo failed: CUresult " + std::to_string(rc);
+    g_mem.get_info = nullptr;
+    return;
+  }
+  g_mem.baseline = g_mem.total - free_bytes;
+  g_mem.peak = g_mem.last = g_mem.baseline;
+}
+
+double mib(size_t bytes) {
+  return static_cast<double>(bytes) / (1024.0 * 1024.0);
+}
+
+double mib_over(size_t used, size_t base) {
+  return used >= base ? mib(used - base) : -mib(base - used);
+}
+
+}  // namespace
+
+void mem_enable(int32_t device) {
+  g_mem.enabled = true;
+  g_mem.device = device;
+}
+
+void mem_sample(bool after_load) {
+  if (!g_mem.enabled) return;
+  if (!g_mem.started) {
+    require_cuda();
+    mem_start();
+    return;  // the baseline
+  }
+  if (g_mem.get_info == nullptr) return;
+  size_t free_bytes = 0, total = 0;
+  if (g_mem.get_info(&free_bytes, &total) != 0) return;
+  const size_t used = total - free_bytes;
+  g_mem.last = used;
+  if (used > g_mem.peak) g_mem.peak = used;
+  if (after_load) {
+    g_mem.after_load = used;
+    g_mem.have_load = true;
+  }
+  ++g_mem.samples;
+}
+
+void mem_report() {
+  if (!g_mem.enabled) return;
+  if (!g_mem.started) {
+    std::printf("mem: n/a (nothing was loaded onto the device)\n");
+    return;
+  }
+  if (g_mem.get_info == nullptr) {
+    std::printf("mem: n/a (%s)\n", sanitize(g_mem.problem).c_str());
+    return;
+  }
+  mem_sample();
+  std::printf("mem: device=%d total_mib=%.1f context_mib=%.1f loaded_mib=%.1f peak_mib=%.1f end_mib=%.1f samples=%d\n",
+              g_mem.device, mib(g_mem.total), mib(g_mem.baseline),
+              g_mem.have_load ? mib_over(g_mem.after_load, g_mem.baseline) : 0.0, mib_over(g_mem.peak, g_mem.baseline),
+              mib_over(g_mem.last, g_mem.baseline), g_mem.samples);
+}
+
+void mem_report_if_started() {
+  if (g_mem.enabled && g_mem.started) mem_report();
 }
 
 }  // namespace et_cuda_run

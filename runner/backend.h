@@ -79,4 +79,23 @@ std::string driver_version_string(int version);
 // Stops with exit status 77 and one line when there is no CUDA driver or device.
 void require_cuda();
 
+// ---------------------------------------------------------------- --mem
+
+// Device memory in use on one device, from the CUDA driver (cuMemGetInfo through
+// libcuda.so.1, like probe_driver): device-wide, so it sees whatever the backend
+// allocated (weights, kernels, pools, graphs), whichever backend it is. The
+// first sample (before the first method is loaded) makes the device's primary
+// context current on this thread and is the baseline; later samples are taken
+// between steps (after each method load, case, benchmark loop, token loop),
+// never inside a timed loop, so "peak" is the largest of those samples.
+void mem_enable(int32_t device);
+// Takes a sample when --mem is on (the baseline the first time); `after_load`
+// marks the sample taken right after a method was loaded.
+void mem_sample(bool after_load = false);
+// "mem: device=... total_mib=... context_mib=... loaded_mib=... peak_mib=... end_mib=... samples=N",
+// or "mem: n/a (why)"; nothing when --mem is off.
+void mem_report();
+// The same, only when a baseline was taken (for a run that stops with an error).
+void mem_report_if_started();
+
 }  // namespace et_cuda_run

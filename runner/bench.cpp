@@ -31,6 +31,7 @@ void bench(Module& module, const std::string& model, const std::string& method, 
     cpu += thread_cpu_us() - c0;
   }
   have_stats = have_stats && stats_snapshot(s1);
+  mem_sample();
   std::sort(wall.begin(), wall.end());
   std::printf("%s %s: n=%ld warmup=%ld min=%.1fus p50=%.1fus p99=%.1fus cpu_mean=%.1fus\n", method.c_str(), label,
               n, warmup, wall.empty() ? 0.0 : wall.front(), pct(wall, 0.5), pct(wall, 0.99),
@@ -64,6 +65,7 @@ void enqueue(Module& module, const std::string& model, const std::string& method
   const bool on_device = is_device_pointer(last.const_data_ptr());
   host_bytes(last);
   const double total_us = since_us(t0);
+  mem_sample();
   const double calls = static_cast<double>(std::max(n, 1L));
   std::printf(
       "%s enqueue: n=%ld enqueue_us=%.1f total_us=%.1f enqueue_per_call_us=%.1f total_per_call_us=%.1f "

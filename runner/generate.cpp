@@ -188,6 +188,7 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
   }
   const double end_ms = steady_ms();
   have_stats = have_stats && stats_snapshot(s1);
+  mem_sample();
 
   const long decoded = p.steps - 1;
   const double prefill_s = (first_token_ms - start_ms) / 1e3, decode_s = (end_ms - first_token_ms) / 1e3;

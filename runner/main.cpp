@@ -66,20 +66,35 @@ bool run_manifest(Module& module, const Args& a, Manifest& manifest, const std::
       check_case((*cases)[c], meta, a.manifest, method + " case" + std::to_string(c));
     }
     if (a.device_io && timed) require_unplanned_inputs(meta, a.model, method, "--device-io");
+    if (a.cases_on_device) require_unplanned_inputs(meta, a.model, method, "--cases-on-device");
   }
   bool all_pass = true;
   for (auto& [method, cases] : selected) {
     load_method(module, a.model, method);
+    if (a.cases_on_device) set_skip_copy(user_skip, {method});
     for (size_t c = 0; c < cases->size(); ++c) {
-      all_pass = run_case(module, a.model, method, "case" + std::to_string(c), (*cases)[c]) && all_pass;
+      if (a.cases_on_device) {
+        // Inputs in device memory from the first execute on: for programs whose method inputs
+        // must be device memory (ExecuTorch >= 1.4 exports with skip_h2d_for_method_inputs,
+        // which upstream's backend refuses to receive as host memory).
+        InputSet device_inputs;
+        case_inputs((*cases)[c], true, device_index, device_inputs);
+        all_pass = run_case(module, a.model, method, "case" + std::to_string(c) + " device-io", (*cases)[c],
+                            &device_inputs.values) &&
+                   all_pass;
+      } else {
+        all_pass = run_case(module, a.model, method, "case" + std::to_string(c), (*cases)[c]) && all_pass;
+      }
     }
+    if (a.cases_on_device) set_skip_copy(user_skip, {});
     if (!timed || cases->empty()) continue;
     InputSet inputs;
     case_inputs((*cases)[0], a.device_io, device_index, inputs);
-    if (a.device_io) {
+    if (a.device_io && !a.cases_on_device) {
       set_skip_copy(user_skip, {method});
       all_pass = run_case(module, a.model, method, "case0 device-io", (*cases)[0], &inputs.values) && all_pass;
     }
+    if (a.device_io && a.cases_on_device) set_skip_copy(user_skip, {method});
     if (a.bench > 0) bench(module, a.model, method, inputs.values, a.warmup, a.bench, a.device_io);
     if (a.bench > 0 && a.device_io) bench(module, a.model, method, inputs.values, a.warmup, a.bench, true, true);
     if (a.enqueue > 0) enqueue(module, a.model, method, inputs.values, a.warmup, a.enqueue);
@@ -156,6 +171,7 @@ int run(int argc, char** argv) {
   if (const std::string d = user_option(a, "device_index"); !d.empty()) {
     device_index = static_cast<int32_t>(std::strtol(d.c_str(), nullptr, 10));
   }
+  if (a.mem) mem_enable(device_index);
   if (!a.pipeline.empty()) {
     // Before any method is loaded: the stream is chosen at init.
     set_backend_option("use_shared_cuda_stream=true");
@@ -179,6 +195,7 @@ int run(int argc, char** argv) {
   } else {
     run_zero_inputs(module, a, user_skip, device_index);
   }
+  mem_report();
   if (a.stats) print_stats();
   return all_pass ? kExitOk : kExitFailure;
 }
@@ -191,6 +208,7 @@ int main(int argc, char** argv) {
   try {
     return et_cuda_run::run(argc, argv);
   } catch (const et_cuda_run::Failure& f) {
+    if (f.code != et_cuda_run::kExitUsage) et_cuda_run::mem_report_if_started();
     std::fflush(stdout);
     std::fprintf(stderr, "et_cuda_run: %s: %s\n", sanitize(f.where).c_str(), sanitize(f.what).c_str());
     return f.code;

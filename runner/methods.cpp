@@ -29,8 +29,10 @@ MethodMeta method_meta(Module& module, const std::string& model, const std::stri
 
 void load_method(Module& module, const std::string& model, const std::string& method) {
   require_cuda();
+  mem_sample();  // the first one is the baseline
   const Error err = module.load_method(method);
   if (err != Error::Ok) fail(model, "cannot load method '" + method + "': " + describe(err));
+  mem_sample(true);
 }
 
 std::vector<EValue> execute(Module& module, const std::string& model, const std::string& method,
@@ -171,6 +173,7 @@ bool run_case(Module& module, const std::string& model, const std::string& metho
   }
   std::printf("%s %s: max_abs_err=%.3g %s%s%s\n", method.c_str(), label.c_str(), diff.max_err,
               diff.pass ? "PASS" : "FAIL", diff.problem.empty() ? "" : ": ", sanitize(diff.problem).c_str());
+  mem_sample();
   return diff.pass;
 }
 

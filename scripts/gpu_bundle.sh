@@ -63,7 +63,7 @@ if [ "${ET_CUDA_BUNDLE_WHEELS:-1}" = 0 ]; then
 fi
 step "the benchmark (bench/ and its wheels) into $out/bench, $out/whl"
 mkdir -p "$out/bench" "$out/whl"
-cp "$ROOT"/bench/{run.sh,export.py,models.py,torch_bench.py,table.py,README.md} "$out/bench/"
+cp "$ROOT"/bench/{run.sh,export.py,models.py,torch_bench.py,table.py,pack.py,README.md} "$out/bench/"
 WHEELS=${ET_CUDA_WHEELS:-/tmp/whl}
 [ -d "$WHEELS" ] || WHEELS=$ROOT/.whl
 if compgen -G "$WHEELS/executorch-*.whl" >/dev/null; then

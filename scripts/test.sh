@@ -42,6 +42,11 @@ fi
 step "ctest (tests that need a GPU are reported as skipped without one)"
 (cd "$BUILD" && ctest --output-on-failure -j "$JOBS")
 
+step "the benchmark's plumbing without a GPU (bench/test_table.sh)"
+ET_CUDA_RUN=$BUILD/et_cuda_run bash bench/test_table.sh >"$BUILD/bench_test.log" 2>&1 ||
+  { cat "$BUILD/bench_test.log"; die "bench/test_table.sh failed"; }
+tail -1 "$BUILD/bench_test.log"
+
 if [ "${SKIP_INSTALL_TEST:-0}" != 1 ]; then
   scripts/install_test.sh
 fi

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# CPU test of the benchmark's plumbing (no GPU, no torch needed):
+#  1. table.py on canned runner logs (bench/testdata/canned) -> the expected target and table rows;
+#  2. table.py's .ptd reader on files ExecuTorch wrote (an ExecuTorch 1.2 fixture's weights, and a
+#     FlatTensor file with several keys written by ExecuTorch 1.5.1's serializer);
+#  3. bench/run.sh end to end in BENCH_TEST_CPU=1 mode (fake runner, fake upstream builds and suite
+#     decoders, canned int4 rows): every section runs and RESULTS.md has each kind of row;
+#  4. et_cuda_run --mem against a stand-in libcuda.so.1, when a built runner is there
+#     (ET_CUDA_RUN=path, default build/et_cuda_run) and cc works; skipped otherwise.
+# Ends with "N passed, N failed"; exit status 1 when anything failed.
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+# has FILE TEXT: TEXT (fixed string) is a line, or part of one, of FILE
+has() { if grep -qF -- "$2" "$1"; then ok "$3"; else bad "$3: no line with: $2"; fi; }
+
+# ------------------------------------------------------------------ 1. canned logs
+C=$HERE/testdata/canned
+if python3 "$HERE/table.py" --index "$C/runs.tsv" --torch "$C/torch.jsonl" --notes "$C/notes.txt" \
+  --int4 "$HERE/testdata/int4_sample.json" --gen-n 48 --out "$T/canned.md" >/dev/null 2>"$T/canned.err"; then
+  ok "table.py on the canned logs"
+else
+  bad "table.py on the canned logs: $(tail -3 "$T/canned.err")"
+fi
+M=$T/canned.md
+has "$M" "| graphs + wait p50 ≤ torch cudagraph p50 | mlp_f32 | 12.4 µs vs 13.1 µs (0.95x) | **PASS** |" "graphs target met (mlp_f32)"
+has "$M" "| graphs + wait p50 ≤ torch cudagraph p50 | conv_f32 | 21.0 µs vs 19.7 µs (1.07x) | **MISS** |" "graphs target missed (conv_f32)"
+has "$M" "| backend overhead per replayed execute ≤ 5 µs | mlp_f32 | 3.1 µs (lib execute 6.9 µs/call; 2100 replays, 1 captures, 0 fallbacks) | **PASS** |" "replay overhead met"
+has "$M" "| backend overhead per replayed execute ≤ 5 µs | conv_f32 | 6.2 µs" "replay overhead figure (conv_f32)"
+has "$M" "| graphs + wait p50 ≤ torch cudagraph p50 | attn_bf16 | not measured (graphs row: error: /m/attn_bf16/model.pte: executing 'forward' failed" "failed graphs run reported with its error"
+has "$M" "| graphs + wait p50 ≤ torch cudagraph p50 | deep_bf16 | not measured (graphs row: skipped (time budget); torch cudagraph: not run) | **n/a** |" "skipped run reported"
+has "$M" "| decode tok/s with graphs ≥ 2× ours without (upstream cannot run it with graphs) | qwen3_bf16 | 1800 vs 1000 tok/s: 1.80x | **MISS** |" "decode target, no upstream graphs"
+has "$M" "| decode tok/s with graphs ≥ 1.3× upstream with its graphs | et15_qwen3_bf16 | 2600 vs 1900 tok/s (upstream main cff6f4dd32 (C++) + graphs): 1.37x | **PASS** |" "decode target against upstream's graphs"
+has "$M" "| two-method program: weights held ≤ 1.05× one copy | qwen3_pd_bf16 | 1.00x (+ weight sharing: 4.0 MiB saved by the driver's count; library counter 1.02x; whole footprint 4.00x) | **PASS** |" "sharing target"
+has "$M" "One copy of the weights: 4.00 MiB (\`prefill_weights_blob\` in the .ptd)." "weights size from the .ptd"
+has "$M" "| et + weight+cache sharing | 16.1 | 16.1 | 3.9 | 1.03x | 4128768 | 1.02x | 4.03x | MATCH |" "sharing row"
+has "$M" "| int4 GEMV ≥ 2.4 TB/s (50 % of HBM) | M=4 N=K=4096 | 1.95 TB/s | **MISS** |" "int4 target row"
+has "$M" "| 1 | 8192 | 128 | 8 | 13.0 | 2.74 | 22.1 | 1.61 | 40.3 | 3.33 | 3.10x |" "int4 bandwidth row"
+has "$M" "| mlp_f32 | upstream v1.2.0 (C++) host-io | 42.0 | 59.1 | 43.8 | – | – | – | 1.18x | 2.0 / 4.0 | PASS (case0 8.94e-08) |" "upstream latency row"
+has "$M" "| mlp_f32 | host-io | v1.2.0 | 42.0 | 35.3 | 0.84x | ok |" "ours / upstream ratio"
+has "$M" "| mlp_f32 | **best**: ours device-io + graphs + wait per call vs upstream host-io | v1.2.0 | 42.0 | 12.4 | **0.30x** | |" "best against best"
+has "$M" "| mlp_f32 | host-io | main cff6f4dd32 | – | 35.3 | – | REFUSED: Tensor 0 expected device_type=CUDA (1), got 0. Device info may not be properly propagated from CudaPartitioner. |" "refusal in the ratio table"
+has "$M" "- upstream main cff6f4dd32 refuses programs exported by ExecuTorch 1.2 (e.g. mlp_f32 / upstream main cff6f4dd32 (C++) host-io): \`Tensor 0 expected device_type=CUDA (1), got 0." "refusal in the notes"
+has "$M" "| qwen3_pd_bf16 | et + weight sharing | 2.500 | 2500.0 | 1100.0 | 1.00 | 16.0 / 16.0 | MISMATCH (first 4 checked) | no | ok |" "token row compared with the matching run"
+has "$M" "| et15_qwen3_bf16 | upstream main cff6f4dd32 (C++) + graphs | 3.000 | 2500.0 | 1900.0 | n/a | 8.0 / 8.0 | MATCH (first 4 checked) | yes | ok |" "upstream token row"
+has "$M" "| mlp_f32 | upstream main cff6f4dd32 | upstream main cff6f4dd32 (C++) host-io | 2.0 | 2.0 |" "memory row of a refused run"
+has "$M" "- deep_bf16 / torch aoti: segfault (signal 11)" "torch problem listed"
+
+# ------------------------------------------------------------------ 2. the .ptd reader
+if python3 - "$HERE" <<'EOF' >"$T/ptd.out" 2>&1; then ok "ptd_segments on ExecuTorch's files"; else bad "ptd_segments: $(tail -3 "$T/ptd.out")"; fi
+import sys
+sys.path.insert(0, sys.argv[1])
+import table
+# conv_f32.ptd: the shared conv_f32 fixture's aoti_cuda_blob.ptd (ExecuTorch 1.2); its
+# forward_weights_blob.bin, extracted beside it in ../shared/fixtures, is 864 bytes.
+got = table.ptd_segments(sys.argv[1] + "/testdata/conv_f32.ptd")
+assert got == {"forward_weights_blob": 864}, got
+# two_methods.ptd: ExecuTorch 1.5.1's FlatTensorSerializer, 4 keys, one segment shared by two keys.
+got = table.ptd_segments(sys.argv[1] + "/testdata/two_methods.ptd")
+assert got == {"prefill_weights_blob": 3000, "decode_weights_blob": 2500, "alias_of_prefill": 3000, "tiny": 17}, got
+try:
+    table.ptd_segments(sys.argv[1] + "/testdata/int4_sample.json")
+    raise AssertionError("a JSON file was read as a .ptd")
+except ValueError:
+    pass
+EOF
+
+# ------------------------------------------------------------------ 3. run.sh, CPU mode
+# PYTHONPATH is cleared so that the result does not depend on a torch being importable here.
+if env -u PYTHONPATH BENCH_TEST_CPU=1 BENCH_INT4_JSON="$HERE/testdata/int4_sample.json" OUT="$T/out" \
+  BENCH_WORK="$T/work" BENCH_SUITE_DIR="$T/work/suite" bash "$HERE/run.sh" >"$T/run.log" 2>&1; then
+  ok "run.sh BENCH_TEST_CPU=1 exits 0"
+else
+  bad "run.sh BENCH_TEST_CPU=1: exit status $? ($(tail -3 "$T/run.log"))"
+fi
+R=$T/out/RESULTS.md
+for f in RESULTS.md bench_logs.tar.xz bench_models.tar.xz int4_results.json; do
+  [ -s "$T/out/$f" ] && ok "\$OUT/$f written" || bad "\$OUT/$f missing"
+done
+n=$(find "$T/out" -type f | wc -l)
+[ "$n" -le 8 ] && ok "\$OUT holds $n files (at most 8)" || bad "\$OUT holds $n files"
+if [ -s "$R" ]; then
+  has "$R" "| mlp_f32 | et default device-io + graphs + wait per call |" "run.sh: graphs row"
+  has "$R" "| mlp_f32 | et upstream-1.2 host-io (emulation) |" "run.sh: emulation row kept and marked"
+  has "$R" "| mlp_f32 | upstream v1.2.0 (C++) host-io |" "run.sh: upstream v1.2.0 row"
+  has "$R" "| et15dev_mlp_f32 | upstream main cff6f4dd32 (C++) device-io + graphs + wait per call |" "run.sh: upstream graphs row"
+  has "$R" "- upstream v1.4.1 refuses programs exported by ExecuTorch 1.2" "run.sh: refusal recorded"
+  has "$R" "| decode tok/s with graphs ≥ 1.3× upstream with its graphs | et15_qwen3_bf16 |" "run.sh: decode target"
+  has "$R" "| two-method program: weights held ≤ 1.05× one copy | qwen3_pd_bf16 | 1.03x" "run.sh: sharing target"
+  has "$R" "| qwen3_pd_bf16 | et + weight+cache sharing + graphs |" "run.sh: pd with graphs"
+  has "$R" "| int4 GEMV ≥ 2.4 TB/s (50 % of HBM) | M=1 N=K=8192 | 2.74 TB/s | **PASS** |" "run.sh: int4 rows"
+  has "$R" "- mlp_f32 / device-io refused on planned inputs: PASS (refused: memory-planned inputs)" "run.sh: check row"
+  has "$R" "- upstream v1.2.0-own-runtime: built against its own runtime" "run.sh: own-runtime build left out"
+  has "$R" "- speedup: p50=1.78x per_iter_total=1.77x" "run.sh: pipeline"
+  if tar -xJf "$T/out/bench_logs.tar.xz" -C "$T" ./runs.tsv 2>/dev/null && [ "$(wc -l <"$T/runs.tsv")" -ge 60 ]; then
+    ok "bench_logs.tar.xz holds the run index ($(wc -l <"$T/runs.tsv") runs)"
+  else
+    bad "bench_logs.tar.xz has no full runs.tsv"
+  fi
+  mkdir -p "$T/unpacked"
+  if tar -xJif "$T/out/bench_models.tar.xz" -C "$T/unpacked" 2>/dev/null && [ -f "$T/unpacked/mlp_f32/manifest.json" ]; then
+    ok "bench_models.tar.xz unpacks (tar -xJif)"
+  else
+    bad "bench_models.tar.xz does not unpack"
+  fi
+fi
+
+# The bundle carried as one archive (BENCH_BUNDLE_TAR): unpacked, its fixtures used.
+mkdir -p "$T/b/gpu" && cp "$HERE/testdata/fake_runner.py" "$T/b/gpu/et_cuda_run" &&
+  python3 "$HERE/testdata/make_fakes.py" --fixtures "$T/b/gpu/fixtures" >/dev/null && tar -cJf "$T/gpu.tar.xz" -C "$T/b" gpu
+if env -u PYTHONPATH BENCH_TEST_CPU=1 BENCH_BUNDLE_TAR="$T/gpu.tar.xz" BENCH_SECTIONS=ours BENCH_LIST=mlp_f32 \
+  OUT="$T/out2" BENCH_WORK="$T/work2" bash "$HERE/run.sh" >"$T/run2.log" 2>&1 &&
+  grep -q "bundle $T/work2/bundle/gpu," "$T/run2.log" &&
+  grep -qF "| mlp_f32 | et default host-io |" "$T/out2/RESULTS.md"; then
+  ok "BENCH_BUNDLE_TAR: unpacked and used"
+else
+  bad "BENCH_BUNDLE_TAR: $(head -1 "$T/run2.log")"
+fi
+
+# ------------------------------------------------------------------ 4. et_cuda_run --mem
+RUNNER=${ET_CUDA_RUN:-$ROOT/build/et_cuda_run}
+FX=${ET_CUDA_FIXTURES:-$ROOT/../shared/fixtures}/mlp_f32/manifest.json
+if [ -x "$RUNNER" ] && [ -f "$FX" ] && cc -shared -fPIC -o "$T/libcuda.so.1" "$HERE/testdata/fake_libcuda.c" 2>/dev/null; then
+  # The stand-in driver has no real API, so loading the method fails after the baseline was taken:
+  # the mem line is printed before the error line (10 MiB per cuMemGetInfo call after the first).
+  LD_LIBRARY_PATH=$T RUST_BACKTRACE=0 "$RUNNER" --manifest "$FX" --mem >"$T/mem.out" 2>"$T/mem.err"
+  rc=$?
+  if [ $rc -eq 1 ] && grep -qx 'mem: device=0 total_mib=1000.0 context_mib=100.0 loaded_mib=0.0 peak_mib=10.0 end_mib=10.0 samples=1' "$T/mem.out"; then
+    ok "et_cuda_run --mem: baseline, then the sample at the error"
+  else
+    bad "et_cuda_run --mem (rc $rc): $(cat "$T/mem.out") $(tail -1 "$T/mem.err")"
+  fi
+  FAKE_CUDA_STEP_MIB=3 LD_LIBRARY_PATH=$T "$RUNNER" --manifest "$FX" >"$T/nomem.out" 2>/dev/null
+  if ! grep -q '^mem:' "$T/nomem.out"; then ok "no mem line without --mem"; else bad "mem line without --mem"; fi
+  "$RUNNER" --manifest "$FX" --mem >"$T/nocuda.out" 2>"$T/nocuda.err"
+  rc=$?
+  if [ $rc -eq 77 ] && ! grep -q '^mem:' "$T/nocuda.out"; then ok "no CUDA: exit 77 and no mem line"
+  elif [ $rc -ne 77 ]; then ok "(a CUDA driver is present here: the no-CUDA case was not checked)"
+  else bad "no CUDA: $(cat "$T/nocuda.out")"; fi
+else
+  echo "skip et_cuda_run --mem (no runner at $RUNNER, no fixture at $FX, or no cc)"
+fi
+
+echo "bench: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Stand-in for et_cuda_run in bench/run.sh's CPU test (BENCH_TEST_CPU=1): prints the runner's
+output lines (runner/README.md, "Output lines") with made-up numbers, so that run.sh's plumbing
+and table.py can be tested without a GPU. It reads the manifest (methods, cases, generate) but
+never the program. What it imitates:
+- our backend (no --backend-lib): bench-lib lines, --stats (graph and sharing counters), --mem;
+- --backend-lib .../<build>/libupstream_cuda_backend.so: no bench-lib lines, "stats: n/a";
+  main-* and v1.4.* refuse programs not named et15* with upstream's message, as they do
+  ExecuTorch 1.2 programs;
+- --device-io on a manifest without "alloc_graph_input": false: the memory-planned refusal;
+- qwen3_pd_bf16 --generate without share_mutable_buffers_across_methods: tokens differ after
+  the first (the decode method does not see the prefill's cache).
+The numbers are fixed functions of the command line; they mean nothing.
+"""
+import json
+import os
+import sys
+import zlib
+
+
+def upstream_needs_device_inputs(build, program):
+    """main / v1.4: a program whose method inputs are typed CUDA needs device memory as input."""
+    return build.startswith(("main-", "v1.4")) and "devio" in program
+
+
+HELP = """usage: et_cuda_run (fake, for bench/run.sh's CPU test)
+  --mem  --stats  --device-io  --cases-on-device  --bench N  --generate N  --backend-lib PATH  --option K=V
+"""
+
+
+def main(argv):
+    if "--help" in argv:
+        print(HELP, end="")
+        return 0
+    args = {"options": [], "bench": 0, "warmup": 0, "enqueue": 0, "generate": 0}
+    flags = set()
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--manifest", "--backend-lib", "--method", "--pipeline", "--prefill-method", "--decode-method",
+                 "--prompt-ids", "--expect-tokens", "--data"):
+            args[a[2:]] = argv[i + 1]
+            i += 2
+            continue
+        if a in ("--bench", "--warmup", "--enqueue", "--generate"):
+            args[a[2:]] = int(argv[i + 1])
+            i += 2
+            continue
+        if a == "--option":
+            args["options"].append(argv[i + 1])
+            i += 2
+            continue
+        if a.startswith("--"):
+            flags.add(a)
+        i += 1
+    opts = dict(o.split("=", 1) for o in args["options"])
+    man_path = args.get("manifest", "")
+    with open(man_path) as f:
+        man = json.load(f)
+    program = os.path.basename(os.path.dirname(man_path))
+    lib = args.get("backend-lib", "")
+    build = os.path.basename(os.path.dirname(lib)) if lib else ""
+    ours = not lib
+    seed = zlib.crc32(" ".join(argv).encode()) % 1000 / 1000.0
+    base = 20.0 + 3 * len(program) + 10 * seed
+    if "enable_cuda_graph_for_method" in opts:
+        base *= 0.45
+    if not ours:
+        base *= 1.4
+    mem = {"loaded": 4.0 + len(program) / 4, "peak": 6.0 + len(program) / 4}
+    if program == "qwen3_pd_bf16":
+        w = 4.0  # MiB, make_fakes.FAKE_WEIGHTS; 12 MiB of kernels and pools; sharing saves 3.9 MiB
+        mem["loaded"] = 12.0 + (w + 0.1 if "weight_sharing_across_methods" in opts else 2 * w)
+        if args.get("method") == "prefill":
+            mem["loaded"] = 8.0 + w
+        mem["peak"] = mem["loaded"] + 2
+
+    def out(s):
+        print(s, flush=True)
+
+    def finish(rc, err=None):
+        if "--mem" in flags:
+            out(f"mem: device=0 total_mib=143771.0 context_mib=523.0 loaded_mib={mem['loaded']:.1f} "
+                f"peak_mib={mem['peak']:.1f} end_mib={mem['loaded']:.1f} samples=4")
+        if "--stats" in flags and rc == 0:
+            if ours:
+                g = "enable_cuda_graph_for_method" in opts
+                shared = (4 << 20) - 65536 if "weight_sharing_across_methods" in opts else 0
+                out(f"stats: executes=1000 host_waits=2 driver_allocs=3 pool_allocs=10 pool_frees=8 live_allocs=4 "
+                    f"live_bytes=4096 bytes_htod=1024 bytes_dtoh=64 bytes_dtod=0 execute_host_ns=1000000 "
+                    f"run_host_ns=900000 graph_captures={1 if g else 0} graph_replays={998 if g else 0} "
+                    f"graph_fallbacks=0 shared_constant_bytes={shared}")
+            else:
+                out(f"stats: n/a (the backend library {lib} has no et_cuda_stats)")
+        if err:
+            print(f"et_cuda_run: {err}", file=sys.stderr, flush=True)
+        return rc
+
+    upstream_refuses = build.startswith(("main-", "v1.4")) and not program.startswith("et15")
+    if upstream_refuses:
+        return finish(1, f"{man_path}: executing 'forward' failed: Error::InvalidArgument (Tensor 0 expected "
+                         "device_type=CUDA (1), got 0. Device info may not be properly propagated from CudaPartitioner.)")
+    if args["generate"]:
+        gen = man.get("generate") or {}
+        pre = args.get("prefill-method", gen.get("prefill_method", "forward"))
+        dec = args.get("decode-method", gen.get("decode_method", "forward"))
+        exp = gen.get("tokens", [])
+        n = args["generate"]
+        toks = [exp[j] if j < len(exp) else (exp[-1] * 7 + j) % 1000 for j in range(n)]
+        if pre != dec and opts.get("share_mutable_buffers_across_methods") != "true":
+            toks = toks[:1] + [(t + 1) % 1000 for t in toks[1:]]
+        rate = 1e6 / (base * 8)
+        k = min(n, len(exp))
+        match = toks[:k] == exp[:k]
+        out(f"generate: prefill={pre} decode={dec} prompt_tokens={len(gen.get('prompt_ids', []))} new_tokens={n} "
+            f"ttft_ms={base / 30:.3f} prefill_tok_s={rate * 3:.1f} decode_tok_s={rate:.1f} "
+            f"host_waits_per_token={'1.00' if ours else 'n/a'} tokens={','.join(map(str, toks))} "
+            f"expected={','.join(map(str, exp[:k])) or 'none'} {'MATCH' if match else 'MISMATCH'}")
+        out('PyTorchObserver {"prompt_tokens":6,"generated_tokens":%d,"SCALING_FACTOR_UNITS_PER_SECOND":1000}' % n)
+        return finish(0 if match else 1)
+    methods = man.get("methods", {})
+    if args.get("method"):
+        methods = {args["method"]: methods.get(args["method"], [])}
+    device_io = "--device-io" in flags or args["enqueue"] > 0
+    if device_io and (args["bench"] or args["enqueue"]) and man.get("alloc_graph_input") is not False:
+        return finish(1, f"{man_path}: --device-io: input 0 of method 'forward' is memory-planned, so ExecuTorch "
+                         "would copy device memory with the host memcpy (re-export with ...)")
+    if args.get("pipeline"):
+        out("pipeline round-trip: methods=encoder,decoder n=50 warmup=2 p50=67.0us p99=88.1us per_iter_total=68.3us "
+            "enqueue_total=3415.0us host_waits_per_iter=2.00")
+        out("pipeline device-chain: methods=encoder,decoder n=50 warmup=2 p50=37.6us p99=55.8us per_iter_total=38.6us "
+            "enqueue_total=1930.0us host_waits_per_iter=0.00")
+        out("pipeline speedup: p50=1.78x per_iter_total=1.77x")
+        out("pipeline check: device chain vs round trip, last output of 'decoder': max_abs_err=0 PASS")
+        return finish(0)
+    on_dev = "--cases-on-device" in flags
+    if upstream_needs_device_inputs(build, program) and not on_dev:
+        return finish(1, f"{man_path}: executing 'forward' failed: Error::InvalidArgument (Tensor 0 is not on "
+                         "the device (made-up message of the fake runner))")
+    for meth, cases in methods.items():
+        for c in range(len(cases)):
+            out(f"{meth} case{c}{' device-io' if on_dev else ''}: max_abs_err=0 PASS")
+        if not cases:
+            continue
+        if device_io and args["bench"] and not on_dev:
+            out(f"{meth} case0 device-io: max_abs_err=0 PASS")
+        if args["bench"]:
+            n, w = args["bench"], args["warmup"]
+            labels = ["bench"] + (["bench-wait"] if device_io else [])
+            for lab in labels:
+                p50 = base * (1.0 if lab == "bench" else 1.6)
+                out(f"{meth} {lab}: n={n} warmup={w} min={p50 * 0.8:.1f}us p50={p50:.1f}us p99={p50 * 1.5:.1f}us "
+                    f"cpu_mean={p50 * 1.02:.1f}us")
+                if ours:
+                    ovh = 1.5 + seed if "enable_cuda_graph_for_method" in opts else 2.5 + seed
+                    out(f"{meth} {lab}-lib: io={'device' if device_io else 'host'} executes_per_call=1.00 "
+                        f"lib_execute_us={p50 * 0.9:.1f} run_us={p50 * 0.9 - ovh:.1f} backend_overhead_us={ovh:.1f} "
+                        f"host_waits_per_call={'1.00' if (lab == 'bench-wait' or not device_io) else '0.00'}")
+        if args["enqueue"]:
+            out(f"{meth} enqueue: n={args['enqueue']} enqueue_us=2220.0 total_us=2240.0 enqueue_per_call_us=44.4 "
+                f"total_per_call_us=44.8 enqueue_over_total=0.992 host_waits=0 output_on_device=yes")
+    return finish(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
