@@ -44,6 +44,9 @@
 #   BENCH_LIST=a,b           models to time (default deep_bf16,heavy_bf16,mlp_f32,conv_f32,attn_bf16)
 #   BENCH_GRAPH_LIST=a,b     models with the CUDA-graph rows (default mlp_f32,conv_f32,attn_bf16,deep_bf16)
 #   BENCH_ET15=0             no ExecuTorch 1.5.1 exports of the bench models
+#   BENCH_RESERVE=s=n,...   seconds each section leaves to the later ones (default ours=165,
+#                            upstream=115,tokens=65,torch=35): a section runs until DEADLINE - its value
+#   BENCH_PIPELINE=0         no encdec export (its pipeline row is then skipped unless carried)
 #   BENCH_DECODERS=a,b       suite decoders for the token loop (default qwen3_bf16,gemma3_bf16,
 #                            qwen3_int4tp_bf16,qwen3_pd_bf16,et15_qwen3_bf16)
 #   BENCH_GEN_N=<n>          tokens per token loop (default 48)
@@ -237,8 +240,10 @@ torch_ok=1
 python3 -c 'import torch' >/dev/null 2>&1 || torch_ok=0
 [ "$torch_ok" = 1 ] || note "python3 cannot import torch: exports, torch rows and the int4 bench are skipped"
 missing12=() missing15=()
+PIPE_MODEL=encdec
+[ "${BENCH_PIPELINE:-1}" = 0 ] && PIPE_MODEL=
 for m in heavy_bf16 deep_bf16 encdec "${FIXTURE_MODELS[@]}"; do # heaviest first
-  [[ " ${BENCH_MODELS_LIST[*]} encdec " == *" $m "* ]] || continue
+  [[ " ${BENCH_MODELS_LIST[*]} $PIPE_MODEL " == *" $m "* ]] || continue
   [ -f "$MODELS/$m/manifest.json" ] || missing12+=("$m")
 done
 if on upstream; then
@@ -336,6 +341,11 @@ say "phase 1 done"
 # ------------------------------------------------------------------ 2. GPU runs, one at a time
 # Each section may run until its end: the deadline less what the later sections are promised.
 declare -A RESERVE=([ours]=165 [upstream]=115 [tokens]=65 [torch]=35 [int4]=0 [aoti]=0)
+# BENCH_RESERVE="ours=125,tokens=40": other shares for a shorter budget.
+IFS=, read -r -a _res <<<"${BENCH_RESERVE:-}"
+for kv in "${_res[@]}"; do
+  [[ "$kv" =~ ^([a-z0-9]+)=([0-9]+)$ ]] && RESERVE[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
+done
 SECTION=setup SECTION_END=$DEADLINE
 begin() {
   SECTION=$1

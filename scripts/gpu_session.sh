@@ -11,8 +11,11 @@
 #      backend x mode), with upstream's v1.2.0 backend as a second backend;
 #   B. the bundle's checks (.dev/gpu/run.sh: C/C++ tests, runner, Rust GPU tests);
 #   C. kernels/check_int4.py (correctness; the timing phase with SESSION_INT4_BENCH=1);
-#   D. bench/upstream/smoke.sh over the fixtures.
-# SESSION_PARTS (default "suite bundle int4 upstream") picks the parts to run.
+#   D. bench/upstream/smoke.sh over the fixtures;
+#   E. tests/models/sdpa_versions.py under ExecuTorch 1.2 and 1.5.1 (the suite's sites);
+#   F. after the others: bench/run.sh with the time left (SESSION_END, default 560 s after
+#      the start), reusing the suite's programs.
+# SESSION_PARTS (default "suite bundle int4 upstream") picks the parts to run (also: sdpa, bench).
 # $OUT gets summary.txt (printed last), all.tar.xz (every log and result) and models.tar.xz.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -50,7 +53,7 @@ fi
 # A. the model suite (its own deadlines: exports until SUITE_EXPORT_BUDGET, checks until SUITE_BUDGET).
 up12=$(ls -d "$U"/v1.2.0-0b0e2c5cdd 2>/dev/null | head -1)
 backends="ours"
-[ -n "$up12" ] && backends="ours upstream-v1.2.0=$up12/libupstream_cuda_backend.so"
+[ -n "$up12" ] && [ "${SESSION_SUITE_UPSTREAM:-1}" = 1 ] && backends="ours upstream-v1.2.0=$up12/libupstream_cuda_backend.so"
 models_tar=""
 [ -f .dev/models.tar.xz ] && models_tar=$ROOT/.dev/models.tar.xz
 part suite && (
@@ -93,10 +96,41 @@ part upstream && (
 pd=$!
 part upstream || pd=
 
-for p in $pb $pc $pd; do wait "$p"; done
+# E. is ExecuTorch 1.5.1's Triton SDPA kernel still wrong where 1.2's is? (the suite unpacks the sites)
+part sdpa && (
+  mkdir -p "$R/sdpa"
+  for v in et12 et15; do
+    for _ in $(seq 120); do [ -f /tmp/site-$v/executorch/exir/__init__.py ] && break; sleep 2; done
+    PYTHONPATH=/tmp/site-$v timeout -k 5 150 python3 tests/models/sdpa_versions.py > "$R/sdpa/$v.log" 2>&1
+    echo "exit $?" >> "$R/sdpa/$v.log"
+  done
+) &
+pe=$!
+part sdpa || pe=
+
+for p in $pb $pc $pd $pe; do wait "$p"; done
 say "bundle, int4 and upstream checks done"
 [ -n "$pa" ] && wait "$pa"
 say "suite done"
+
+# F. the benchmark with the time left, on the quiet machine.
+if part bench; then
+  END=$((START + ${SESSION_END:-560}))
+  budget=$((END - $(date +%s) - 30))
+  if [ "$budget" -ge 60 ]; then
+    say "bench: budget ${budget}s"
+    mkdir -p "$R/bench"
+    OUT=$R/bench/out BENCH_BUNDLE=$B BENCH_SITES=$ROOT/.whl/models/sites BENCH_BUDGET=$budget \
+      BENCH_UPSTREAM_DIR=/tmp/u \
+      timeout -k 10 $((budget + 40)) bash bench/run.sh > "$R/bench/run.log" 2>&1
+    echo "exit $?" >> "$R/bench/run.log"
+    for f in RESULTS.md int4_results.json bench_logs.tar.xz; do
+      [ -f "$R/bench/out/$f" ] && cp "$R/bench/out/$f" "$OUT/bench_$f"
+    done
+  else
+    echo "bench: only ${budget}s left: not run" | tee "$R/bench.skipped"
+  fi
+fi
 
 # Pack: the suite's programs separately (to carry back), everything else in one archive.
 [ -f "$R/suite/models.tar.xz" ] && mv "$R/suite/models.tar.xz" "$OUT/models.tar.xz"
@@ -115,9 +149,15 @@ say "suite done"
   echo "===== D. upstream smoke"
   cat "$R/upstream/upstream_smoke_summary.txt" 2>/dev/null || tail -20 "$R/upstream/smoke.log" 2>/dev/null
   echo
+  echo "===== E. sdpa kernels"
+  tail -20 "$R/sdpa/"*.log 2>/dev/null
+  echo
   echo "===== A. suite"
   cat "$R/suite/summary.md" 2>/dev/null || tail -40 "$R/suite/suite.log"
+  echo
+  echo "===== F. bench"
+  cat "$R/bench/out/RESULTS.md" 2>/dev/null || tail -30 "$R/bench/run.log" 2>/dev/null || cat "$R/bench.skipped" 2>/dev/null
 } > "$OUT/summary.txt" 2>&1
-tar -cJf "$OUT/all.tar.xz" -C /tmp session 2>/dev/null
+tar -cJf "$OUT/all.tar.xz" --exclude=session/bench/out -C /tmp session 2>/dev/null
 say "packed: $(ls -la "$OUT" | tail -n +2 | awk '{print $5, $9}' | tr '\n' ' ')"
 cat "$OUT/summary.txt"
