@@ -77,7 +77,9 @@ typedef struct EtCudaInitArgs {
 
 // A tensor passed to or returned from `et_cuda_execute`.
 typedef struct EtCudaTensor {
-  // Element memory: host or device (the library looks it up).
+  // Element memory: host or device (the library looks it up). An output with null `data`
+  // is left in device memory the library owns (until the handle's next execute), whatever
+  // the placement: `data`, `nbytes` and the strides are rewritten.
   void *data;
   // Bytes available at `data` (inputs: at least the tensor's bytes; outputs: capacity).
   uint64_t nbytes;

@@ -374,7 +374,10 @@ fn weights_shared_across_methods() {
             "{fx} after the owner was destroyed"
         );
     }
-    // conv_f32 has BatchNorm buffers: shared only with the mutable option.
+    // The sharing rules for registered buffers, on conv_f32 (its BatchNorm is folded into the
+    // convolution by the export: every constant is a parameter, none a buffer): parameters are
+    // shared whatever the mutable-buffer option and across programs. (Buffers proper — a KV
+    // cache — are checked by the model suite: qwen3_pd_bf16's generate in its "share" mode.)
     reset_options();
     set_bool("weight_sharing_across_methods", true);
     let a = load_fixture("conv_f32", 42);
@@ -386,20 +389,15 @@ fn weights_shared_across_methods() {
     let b = load_fixture("conv_f32", 43);
     let with_mut = stats(b.0).shared_constant_bytes;
     drop((a, b));
-    // Other program (group): buffers are not shared even with the option.
     let a = load_fixture("conv_f32", 44);
     let b = load_fixture("conv_f32", 45);
     let other_group = stats(b.0).shared_constant_bytes;
     reset_options();
     println!("conv_f32 shared bytes: parameters only {no_mut}, with buffers {with_mut}, other program {other_group}");
-    assert!(
-        with_mut > no_mut,
-        "buffers are shared only with the mutable option"
-    );
-    assert_eq!(
-        other_group, no_mut,
-        "buffers of another program are never shared"
-    );
+    let weights = blob("conv_f32", "forward_weights_blob.bin").len() as u64;
+    assert_eq!(no_mut, weights, "every parameter is shared");
+    assert_eq!(with_mut, no_mut, "the option only concerns buffers");
+    assert_eq!(other_group, no_mut, "parameters are shared across programs");
     drop((a, b));
 }
 
@@ -520,7 +518,8 @@ fn caller_stream_orders_the_execute() {
         method_done,
         "the caller's event must come after the method's work"
     );
-    assert!(waited.as_millis() >= 50);
+    // The kernel spins 50 ms from its start, which came before t0 (launch latency).
+    assert!(waited.as_millis() >= 45, "waited {waited:?}");
     assert_eq!(got, want[0], "outputs under a caller stream");
     // A stream of another context (a second context on the same device, not the primary one
     // the method runs in) is refused by the execute with a clear error, not a crash.

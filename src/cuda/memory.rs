@@ -301,16 +301,26 @@ pub(crate) unsafe fn copy_dtod_2d_async(
     rows: usize,
     stream: sys::CUstream,
 ) -> Result<()> {
-    // SAFETY: all-zero is a valid bit pattern for this plain C struct.
-    let mut p: sys::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
-    p.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-    p.srcDevice = src;
-    p.srcPitch = src_pitch;
-    p.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-    p.dstDevice = dst;
-    p.dstPitch = dst_pitch;
-    p.WidthInBytes = width;
-    p.Height = rows;
+    // Every field spelled out: the memory-type fields are Rust enums without a zero
+    // value, so `mem::zeroed` would be undefined behaviour (core aborts on it).
+    let p = sys::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        srcHost: std::ptr::null(),
+        srcDevice: src,
+        srcArray: std::ptr::null_mut(),
+        srcPitch: src_pitch,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: dst,
+        dstArray: std::ptr::null_mut(),
+        dstPitch: dst_pitch,
+        WidthInBytes: width,
+        Height: rows,
+    };
     counted_copy(Dir::DtoD, width * rows, "cuMemcpy2DAsync", || {
         // SAFETY: forwarded contract; `p` describes both ranges.
         unsafe { sys::cuMemcpy2DAsync_v2(&p, stream) }

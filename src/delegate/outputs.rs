@@ -37,9 +37,6 @@ fn for_copy(j: usize, want: &OutputArg, t: Tensor) -> Result<(Tensor, usize)> {
             want.capacity
         ));
     }
-    if n > 0 && want.data.is_null() {
-        return invalid(format!("output {j}: data is null"));
-    }
     Ok((t, n))
 }
 
@@ -53,8 +50,33 @@ fn copied_info(want: &OutputArg, t: &Tensor, n: usize) -> OutputInfo {
     }
 }
 
+/// Leave output `j` on the device: contiguous, owned by the method until its next execute.
+fn keep_on_device(
+    j: usize,
+    want: &OutputArg,
+    t: Tensor,
+    kept: &mut Vec<Tensor>,
+) -> Result<OutputInfo> {
+    check_output(j, want, &t)?;
+    // Callers read device outputs as contiguous tensors (ExecuTorch's do): a strided
+    // output (e.g. rows padded for alignment) is made contiguous on the stream first.
+    let t = copy::contiguous(t)?;
+    let info = OutputInfo {
+        sizes: t.sizes.clone(),
+        strides: t.strides.clone(),
+        data: t.data_ptr(),
+        nbytes: t.nbytes(),
+        tensor: Some(t.clone()),
+    };
+    kept.push(t);
+    Ok(info)
+}
+
 /// Deliver the model's outputs: left on the device (contiguous, owned by the
-/// method until its next execute) or copied into the caller's buffers.
+/// method until its next execute) or copied into the caller's buffers. With
+/// copy placement, an output given no buffer (null data: an ExecuTorch ≥ 1.4
+/// program whose delegate outputs stay on the device unplanned) is left on
+/// the device too.
 ///
 /// # Safety
 /// Each `outputs[j].data` used for copying must be valid for writes of
@@ -71,18 +93,7 @@ pub(crate) unsafe fn deliver(
     let mut infos = Vec::with_capacity(outs.len());
     if placement == Placement::Device {
         for (j, t) in outs.into_iter().enumerate() {
-            check_output(j, &outputs[j], &t)?;
-            // Callers read device outputs as contiguous tensors (ExecuTorch's do): a strided
-            // output (e.g. rows padded for alignment) is made contiguous on the stream first.
-            let t = copy::contiguous(t)?;
-            infos.push(OutputInfo {
-                sizes: t.sizes.clone(),
-                strides: t.strides.clone(),
-                data: t.data_ptr(),
-                nbytes: t.nbytes(),
-                tensor: Some(t.clone()),
-            });
-            kept.push(t);
+            infos.push(keep_on_device(j, &outputs[j], t, kept)?);
         }
         return Ok(infos);
     }
@@ -90,6 +101,10 @@ pub(crate) unsafe fn deliver(
         // ExecuTorch 1.2: synchronize, then blocking pageable copies.
         stream::synchronize(stream_raw)?;
         for (j, t) in outs.into_iter().enumerate() {
+            if outputs[j].data.is_null() {
+                infos.push(keep_on_device(j, &outputs[j], t, kept)?);
+                continue;
+            }
             check_output(j, &outputs[j], &t)?;
             let (t, n) = for_copy(j, &outputs[j], t)?;
             // SAFETY: the caller's buffer has >= n bytes (checked), device source of n bytes.
@@ -105,6 +120,10 @@ pub(crate) unsafe fn deliver(
     let mut total = 0usize;
     for (j, t) in outs.into_iter().enumerate() {
         let want = &outputs[j];
+        if want.data.is_null() {
+            infos.push(keep_on_device(j, want, t, kept)?);
+            continue;
+        }
         check_output(j, want, &t)?;
         let (t, n) = for_copy(j, want, t)?;
         infos.push(copied_info(want, &t, n));

@@ -128,7 +128,9 @@ pub type EtCudaLogCallback =
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct EtCudaTensor {
-    /// Element memory: host or device (the library looks it up).
+    /// Element memory: host or device (the library looks it up). An output with null `data`
+    /// is left in device memory the library owns (until the handle's next execute), whatever
+    /// the placement: `data`, `nbytes` and the strides are rewritten.
     pub data: *mut c_void,
     /// Bytes available at `data` (inputs: at least the tensor's bytes; outputs: capacity).
     pub nbytes: u64,
