@@ -92,7 +92,7 @@ Benchmark (on the first case's inputs, or zeros without a manifest)
   --warmup W             W untimed executes first (default 0)
   --device-io            inputs copied once to device memory and passed as device pointers,
                          outputs left on the device; adds "bench-wait" lines (each call then
-                         waits for the GPU); needs a program exported with alloc_graph_input=False
+                         waits for the GPU: cuCtxSynchronize, as torch.cuda.synchronize); needs a program exported with alloc_graph_input=False
                            et_cuda_run --manifest m.json --bench 200 --device-io
   --cases-on-device      run every manifest case with its inputs copied to device memory first
                          ("<method> case<i> device-io: ..." lines), for programs whose inputs must

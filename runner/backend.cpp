@@ -377,6 +377,37 @@ void require_cuda() {
   checked = true;
 }
 
+// ---------------------------------------------------------------- waiting for the GPU
+
+bool synchronize_device() {
+  // Resolved once: cuCtxSynchronize on the primary context of device 0 (the one both
+  // backends use), made current on this thread when none is.
+  static int (*ctx_sync)() = nullptr;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return false;
+    auto device_get = reinterpret_cast<int (*)(int*, int)>(dlsym(lib, "cuDeviceGet"));
+    auto ctx_get = reinterpret_cast<int (*)(void**)>(dlsym(lib, "cuCtxGetCurrent"));
+    auto retain = reinterpret_cast<int (*)(void**, int)>(dlsym(lib, "cuDevicePrimaryCtxRetain"));
+    auto set_current = reinterpret_cast<int (*)(void*)>(dlsym(lib, "cuCtxSetCurrent"));
+    auto sync = reinterpret_cast<int (*)()>(dlsym(lib, "cuCtxSynchronize"));
+    if (device_get == nullptr || ctx_get == nullptr || retain == nullptr || set_current == nullptr ||
+        sync == nullptr) {
+      return false;
+    }
+    void* current = nullptr;
+    if (ctx_get(&current) != 0 || current == nullptr) {
+      int dev = 0;
+      void* ctx = nullptr;
+      if (device_get(&dev, 0) != 0 || retain(&ctx, dev) != 0 || set_current(ctx) != 0) return false;
+    }
+    ctx_sync = sync;
+  }
+  return ctx_sync != nullptr && ctx_sync() == 0;
+}
+
 // ---------------------------------------------------------------- --mem
 
 namespace {

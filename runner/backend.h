@@ -79,6 +79,11 @@ std::string driver_version_string(int version);
 // Stops with exit status 77 and one line when there is no CUDA driver or device.
 void require_cuda();
 
+// Waits until the device (device 0's primary context) is idle, like
+// torch.cuda.synchronize(); false when the driver cannot be used (callers then
+// read an output back instead).
+bool synchronize_device();
+
 // ---------------------------------------------------------------- --mem
 
 // Device memory in use on one device, from the CUDA driver (cuMemGetInfo through

@@ -138,6 +138,9 @@ void wait_for_gpu(const std::vector<EValue>& outputs, const std::string& model, 
   uint8_t probe[16];
   const size_t n = std::min<size_t>(sizeof(probe), t.nbytes());
   if (n == 0 || !is_device_pointer(t.const_data_ptr())) return;  // host outputs: execute already waited
+  // The device idle, as torch.cuda.synchronize() (what PyTorch's rows wait with); without
+  // the driver's entry points, a read of the output's first bytes.
+  if (synchronize_device()) return;
   copy_to_host(probe, t.const_data_ptr(), n);
 }
 

@@ -66,9 +66,10 @@ std::vector<uint8_t> host_bytes(const executorch::aten::Tensor& t);
 // The last tensor among a method's outputs (what --enqueue and --pipeline wait on).
 const executorch::aten::Tensor& last_tensor(const std::vector<EValue>& outputs, const std::string& model,
                                             const std::string& method);
-// Waits until the GPU has finished everything queued so far by copying the
-// first bytes of the last output to the host (the legacy default stream waits
-// for the backend's blocking streams). Costs one small copy and one host wait.
+// Waits until the GPU has finished everything queued so far: cuCtxSynchronize
+// (synchronize_device); without the driver's entry points, by copying the first
+// bytes of the last output to the host (the legacy default stream waits for the
+// backend's blocking streams).
 void wait_for_gpu(const std::vector<EValue>& outputs, const std::string& model, const std::string& method);
 
 // Runs one case and compares its outputs (at the sizes the program returns,
