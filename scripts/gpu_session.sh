@@ -113,11 +113,45 @@ say "bundle, int4 and upstream checks done"
 [ -n "$pa" ] && wait "$pa"
 say "suite done"
 
+# Pack what is there so far (again after each later part: a call cut short by the device
+# tool's limit still returns what was packed): the suite's programs separately (to carry
+# back), a summary, everything else in one archive.
+pack() {
+  [ -f "$R/suite/models.tar.xz" ] && mv "$R/suite/models.tar.xz" "$OUT/models.tar.xz"
+  {
+    echo "GPU: $(cat "$R/gpu.txt")"
+    echo
+    echo "===== shim_alloc (quiet)"
+    cat "$R/shim_alloc_quiet.txt" 2>/dev/null
+    echo
+    echo "===== B. bundle checks (tail)"
+    grep -E "check\(s\) failed|^FAILED|test result|max_abs_err|SKIPPED|shim_alloc|caller stream|graphs:|shared bytes|fake model" "$R/bundle/run.log" | tail -60
+    echo
+    echo "===== C. int4"
+    tail -45 "$R/int4/check.log"
+    echo
+    echo "===== D. upstream smoke"
+    cat "$R/upstream/upstream_smoke_summary.txt" 2>/dev/null || tail -20 "$R/upstream/smoke.log" 2>/dev/null
+    echo
+    echo "===== E. sdpa kernels"
+    tail -20 "$R/sdpa/"*.log 2>/dev/null
+    echo
+    echo "===== A. suite"
+    cat "$R/suite/summary.md" 2>/dev/null || tail -40 "$R/suite/suite.log"
+    echo
+    echo "===== F. bench"
+    cat "$R/bench/out/RESULTS.md" 2>/dev/null || tail -30 "$R/bench/run.log" 2>/dev/null || cat "$R/bench.skipped" 2>/dev/null
+  } > "$OUT/summary.txt" 2>&1
+  tar -cJf "$OUT/all.tar.xz" --exclude=session/bench/out -C /tmp session 2>/dev/null
+}
+
+pack
+
 # F. the benchmark with the time left, on the quiet machine.
 if part bench; then
   END=$((START + ${SESSION_END:-560}))
   budget=$((END - $(date +%s) - 30))
-  if [ "$budget" -ge 60 ]; then
+  if [ "$budget" -ge "${SESSION_BENCH_MIN:-60}" ]; then
     say "bench: budget ${budget}s"
     mkdir -p "$R/bench"
     OUT=$R/bench/out BENCH_BUNDLE=$B BENCH_SITES=$ROOT/.whl/models/sites BENCH_BUDGET=$budget \
@@ -132,32 +166,6 @@ if part bench; then
   fi
 fi
 
-# Pack: the suite's programs separately (to carry back), everything else in one archive.
-[ -f "$R/suite/models.tar.xz" ] && mv "$R/suite/models.tar.xz" "$OUT/models.tar.xz"
-{
-  echo "GPU: $(cat "$R/gpu.txt")"
-  echo
-  echo "===== shim_alloc (quiet)"
-  cat "$R/shim_alloc_quiet.txt" 2>/dev/null
-  echo
-  echo "===== B. bundle checks (tail)"
-  grep -E "check\(s\) failed|^FAILED|test result|max_abs_err|SKIPPED|shim_alloc|caller stream|graphs:|shared bytes|fake model" "$R/bundle/run.log" | tail -60
-  echo
-  echo "===== C. int4"
-  tail -45 "$R/int4/check.log"
-  echo
-  echo "===== D. upstream smoke"
-  cat "$R/upstream/upstream_smoke_summary.txt" 2>/dev/null || tail -20 "$R/upstream/smoke.log" 2>/dev/null
-  echo
-  echo "===== E. sdpa kernels"
-  tail -20 "$R/sdpa/"*.log 2>/dev/null
-  echo
-  echo "===== A. suite"
-  cat "$R/suite/summary.md" 2>/dev/null || tail -40 "$R/suite/suite.log"
-  echo
-  echo "===== F. bench"
-  cat "$R/bench/out/RESULTS.md" 2>/dev/null || tail -30 "$R/bench/run.log" 2>/dev/null || cat "$R/bench.skipped" 2>/dev/null
-} > "$OUT/summary.txt" 2>&1
-tar -cJf "$OUT/all.tar.xz" --exclude=session/bench/out -C /tmp session 2>/dev/null
+part bench && pack
 say "packed: $(ls -la "$OUT" | tail -n +2 | awk '{print $5, $9}' | tr '\n' ' ')"
 cat "$OUT/summary.txt"
