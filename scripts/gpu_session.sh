@@ -108,7 +108,19 @@ part sdpa && (
 pe=$!
 part sdpa || pe=
 
-for p in $pb $pc $pd $pe; do wait "$p"; done
+# The bench's own exports of BENCH_LIST (device-IO variants), early and beside the suite's, so the
+# bench after the suite finds them (with the ET 1.2 site the suite unpacks).
+part bench && [ -n "${BENCH_LIST:-}" ] && (
+  mkdir -p "$R/benchexp" /tmp/et_cuda_bench/models
+  for _ in $(seq 120); do [ -f /tmp/site-et12/executorch/exir/__init__.py ] && break; sleep 2; done
+  chmod +x /tmp/site-et12/executorch/data/bin/flatc 2>/dev/null
+  FLATC_EXECUTABLE=/tmp/site-et12/executorch/data/bin/flatc PYTHONPATH=/tmp/site-et12 \
+    timeout -k 5 240 python3 bench/export.py /tmp/et_cuda_bench/models ${BENCH_LIST//,/ } > "$R/benchexp/export.log" 2>&1
+  echo "exit $?" >> "$R/benchexp/export.log"
+) &
+pf=$!
+
+for p in $pb $pc $pd $pe $pf; do wait "$p"; done
 say "bundle, int4 and upstream checks done"
 [ -n "$pa" ] && wait "$pa"
 say "suite done"
