@@ -14,13 +14,12 @@
 //! instead, so prefill and decode of one program hold their weights once.
 
 use super::sharing::{self, SharePolicy, SharedConstants, View};
-use crate::aoti::container::{ConstantInfo, ConstantMapEntry};
+use crate::aoti::container::ConstantInfo;
 use crate::aoti::payload::FqnEntry;
 use crate::aoti::{self, Container};
 use crate::cuda::{memory, stream::CudaStream, DeviceState};
 use crate::error::{Error, Result};
 use crate::tensor::{device_type, Device, HostAlloc, Memory, Storage, Tensor};
-use std::ffi::CString;
 use std::sync::Arc;
 
 /// One constant of the container and the storage that backs it.
@@ -189,7 +188,6 @@ pub(super) fn load(
     };
     let container = Arc::new(container);
     let mut held = SharedConstants::default();
-    let mut names = Vec::with_capacity(matched.len());
     let mut tensors = Vec::with_capacity(matched.len());
     let mut shared_bytes = 0u64;
     let mut loaded = 0u64;
@@ -197,9 +195,7 @@ pub(super) fn load(
         let t = match f {
             Some((t, owner)) => {
                 shared_bytes += m.bytes.len() as u64;
-                if !held.owners.iter().any(|o| Arc::ptr_eq(o, owner)) {
-                    held.owners.push(owner.clone());
-                }
+                held.keep_owner(owner);
                 t.clone()
             }
             None => {
@@ -208,24 +204,12 @@ pub(super) fn load(
             }
         };
         tensors.push(t.clone());
-        held.handles.push(aoti::into_handle(t));
-        names.push(CString::new(m.info.name.clone()).map_err(|_| {
-            Error::InvalidProgram(format!("constant name {:?} contains NUL", m.info.name))
-        })?);
+        held.add(&m.info.name, t)?;
     }
     // The uploads read the caller's bytes, which may go away after init.
     stream.synchronize()?;
-    let pairs: Vec<ConstantMapEntry> = names
-        .iter()
-        .zip(&held.handles)
-        .map(|(n, &h)| ConstantMapEntry {
-            name: n.as_ptr(),
-            handle: h,
-        })
-        .collect();
-    // SAFETY: the handles live in `held`, which the caller keeps until after the container is
-    // deleted; their memory is owned by the tensors themselves.
-    unsafe { container.use_constants(&pairs)? };
+    // SAFETY: `held` goes to the caller, which keeps it until after the container is deleted.
+    unsafe { held.install(&container)? };
     if let Some(policy) = share {
         let shared: Vec<bool> = found.iter().map(Option::is_some).collect();
         let entries: Vec<_> = matched

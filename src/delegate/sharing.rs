@@ -66,14 +66,53 @@ pub(super) fn registry() -> std::sync::MutexGuard<'static, Vec<Entry>> {
 /// dropped after its container.
 #[derive(Default)]
 pub(crate) struct SharedConstants {
+    /// The constants' names, one per handle.
+    names: Vec<CString>,
     /// User-managed handles given to the container (deleted here).
-    pub(super) handles: Vec<AtenTensorHandle>,
+    handles: Vec<AtenTensorHandle>,
     /// The methods whose buffers this one uses.
-    pub(super) owners: Vec<Arc<Container>>,
+    owners: Vec<Arc<Container>>,
 }
 
 // SAFETY: the handles are boxes only this value owns; containers are Send + Sync.
 unsafe impl Send for SharedConstants {}
+
+impl SharedConstants {
+    /// Keep `owner` (whose buffers a constant uses) alive as long as this value.
+    pub(super) fn keep_owner(&mut self, owner: &Arc<Container>) {
+        if !self.owners.iter().any(|o| Arc::ptr_eq(o, owner)) {
+            self.owners.push(owner.clone());
+        }
+    }
+
+    /// Add constant `name` with tensor `t`, for [`SharedConstants::install`].
+    pub(super) fn add(&mut self, name: &str, t: Tensor) -> Result<()> {
+        let c = CString::new(name)
+            .map_err(|_| Error::InvalidProgram(format!("constant name {name:?} contains NUL")))?;
+        self.names.push(c);
+        self.handles.push(aoti::into_handle(t));
+        Ok(())
+    }
+
+    /// Give `container` every constant added so far, as user-managed tensors.
+    ///
+    /// # Safety
+    /// `self` must be kept until after `container` is deleted (the container keeps the handles).
+    pub(super) unsafe fn install(&self, container: &Container) -> Result<()> {
+        let pairs: Vec<ConstantMapEntry> = self
+            .names
+            .iter()
+            .zip(&self.handles)
+            .map(|(n, &h)| ConstantMapEntry {
+                name: n.as_ptr(),
+                handle: h,
+            })
+            .collect();
+        // SAFETY: the handles are live boxes owned by `self`, which outlives the container
+        // (this function's contract); their memory is owned by the tensors themselves.
+        unsafe { container.use_constants(&pairs) }
+    }
+}
 
 impl Drop for SharedConstants {
     fn drop(&mut self) {
@@ -281,37 +320,23 @@ pub(crate) fn load(
     // Second container: every constant user-managed, shared ones from the other method.
     let second = Arc::new(Container::create(lib.clone(), device.ordinal)?);
     let mut held = SharedConstants::default();
-    let mut names = Vec::with_capacity(constants.len());
     let mut own: Vec<Tensor> = Vec::with_capacity(constants.len());
     let mut shared_bytes = 0u64;
     for (c, f) in constants.iter().zip(found) {
         let t = match f {
             Some((t, owner)) => {
                 shared_bytes += c.info.data_size as u64;
-                if !held.owners.iter().any(|o| Arc::ptr_eq(o, &owner)) {
-                    held.owners.push(owner);
-                }
+                held.keep_owner(&owner);
                 t
             }
             None => own_copy(&c.tensor, device, stream)?,
         };
         own.push(t.clone());
-        held.handles.push(aoti::into_handle(t));
-        names.push(CString::new(c.info.name.clone()).map_err(|_| {
-            Error::InvalidProgram(format!("constant name {:?} contains NUL", c.info.name))
-        })?);
+        held.add(&c.info.name, t)?;
     }
-    let pairs: Vec<ConstantMapEntry> = names
-        .iter()
-        .zip(&held.handles)
-        .map(|(n, &h)| ConstantMapEntry {
-            name: n.as_ptr(),
-            handle: h,
-        })
-        .collect();
-    // SAFETY: the handles live in `held`, which the caller keeps until after the container
-    // is deleted; their memory is owned by them or by the containers in `held.owners`.
-    unsafe { second.use_constants(&pairs)? };
+    // SAFETY: `held` goes to the caller, which keeps it until after the container is deleted;
+    // the shared tensors' memory stays alive through them and the containers in `held.owners`.
+    unsafe { held.install(&second)? };
     // The copies read the first container's weights: let them finish before it is deleted.
     stream.synchronize()?;
     drop(first);
