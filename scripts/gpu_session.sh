@@ -68,7 +68,7 @@ part suite || pa=
 
 # B. the bundle's checks.
 part bundle && (
-  cd "$B" && OUT=$R/bundle timeout -k 10 420 bash run.sh > "$R/bundle/run.log" 2>&1
+  cd "$B" && OUT=$R/bundle timeout -k 10 "${SESSION_BUNDLE_TIMEOUT:-420}" bash run.sh > "$R/bundle/run.log" 2>&1
   echo "exit $?" >> "$R/bundle/run.log"
 ) &
 pb=$!
