@@ -186,8 +186,10 @@ pub(super) fn load(
         }
         None => matched.iter().map(|_| None).collect(),
     };
-    let container = Arc::new(container);
+    // Declared first, dropped last: on an error path the container goes before the
+    // tensors it may have been given.
     let mut held = SharedConstants::default();
+    let container = Arc::new(container);
     let mut tensors = Vec::with_capacity(matched.len());
     let mut shared_bytes = 0u64;
     let mut loaded = 0u64;

@@ -318,8 +318,10 @@ pub(crate) fn load(
         return Ok((first, SharedConstants::default()));
     }
     // Second container: every constant user-managed, shared ones from the other method.
-    let second = Arc::new(Container::create(lib.clone(), device.ordinal)?);
+    // `held` is declared first, so dropped last: on an error path the container goes before
+    // the tensors it may have been given.
     let mut held = SharedConstants::default();
+    let second = Arc::new(Container::create(lib.clone(), device.ordinal)?);
     let mut own: Vec<Tensor> = Vec::with_capacity(constants.len());
     let mut shared_bytes = 0u64;
     for (c, f) in constants.iter().zip(found) {
