@@ -256,30 +256,31 @@ void device_free(void* p) noexcept {
   }
 }
 
-void copy_to_device(void* dst, const void* src, size_t nbytes) {
+namespace {
+
+// One copy between host and device memory (either way: the backend or the runtime API looks
+// the pointers up); `context` and `direction` name it in the failure message.
+void copy_bytes(void* dst, const void* src, size_t nbytes, const char* context, const char* direction) {
   if (nbytes == 0) return;
   if (g_extras.has_memory()) {
     if (g_extras.memcpy(nullptr, dst, src, nbytes) != ET_CUDA_STATUS_OK) {
-      fail("--device-io", "host to device copy failed: " + last_error());
+      fail(context, std::string(direction) + " copy failed: " + last_error());
     }
     return;
   }
-  Cudart& c = require_cudart("--device-io");
+  Cudart& c = require_cudart(context);
   const int rc = c.memcpy(dst, src, nbytes, kCudaMemcpyDefault);
-  if (rc != 0) fail("--device-io", "host to device copy failed: " + c.error(rc));
+  if (rc != 0) fail(context, std::string(direction) + " copy failed: " + c.error(rc));
+}
+
+}  // namespace
+
+void copy_to_device(void* dst, const void* src, size_t nbytes) {
+  copy_bytes(dst, src, nbytes, "--device-io", "host to device");
 }
 
 void copy_to_host(void* dst, const void* src, size_t nbytes) {
-  if (nbytes == 0) return;
-  if (g_extras.has_memory()) {
-    if (g_extras.memcpy(nullptr, dst, src, nbytes) != ET_CUDA_STATUS_OK) {
-      fail("output", "device to host copy failed: " + last_error());
-    }
-    return;
-  }
-  Cudart& c = require_cudart("output");
-  const int rc = c.memcpy(dst, src, nbytes, kCudaMemcpyDefault);
-  if (rc != 0) fail("output", "device to host copy failed: " + c.error(rc));
+  copy_bytes(dst, src, nbytes, "output", "device to host");
 }
 
 bool is_device_pointer(const void* p) {
@@ -377,34 +378,63 @@ void require_cuda() {
   checked = true;
 }
 
+// ---------------------------------------------------------------- the driver's context
+
+namespace {
+
+// libcuda.so.1 (opened once, never closed) and the entry points that make a primary context
+// current; `lib` or a function is null when the driver or the symbol is missing.
+struct DriverContext {
+  void* lib = nullptr;
+  int (*device_get)(int*, int) = nullptr;
+  int (*ctx_get)(void**) = nullptr;
+  int (*retain)(void**, int) = nullptr;
+  int (*set_current)(void*) = nullptr;
+  bool complete() const { return device_get && ctx_get && retain && set_current; }
+};
+
+const DriverContext& driver_context() {
+  static const DriverContext d = [] {
+    DriverContext c;
+    c.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (c.lib == nullptr) return c;
+    c.device_get = reinterpret_cast<int (*)(int*, int)>(dlsym(c.lib, "cuDeviceGet"));
+    c.ctx_get = reinterpret_cast<int (*)(void**)>(dlsym(c.lib, "cuCtxGetCurrent"));
+    c.retain = reinterpret_cast<int (*)(void**, int)>(dlsym(c.lib, "cuDevicePrimaryCtxRetain"));
+    c.set_current = reinterpret_cast<int (*)(void*)>(dlsym(c.lib, "cuCtxSetCurrent"));
+    return c;
+  }();
+  return d;
+}
+
+// Makes `ordinal`'s primary context current on this thread when no context is (the primary
+// context is the one both backends use: the runtime API's and this project's). Returns 0 or
+// the failing CUresult; `d` must be complete().
+int make_primary_current(const DriverContext& d, int32_t ordinal) {
+  void* current = nullptr;
+  if (d.ctx_get(&current) == 0 && current != nullptr) return 0;
+  int dev = 0;
+  void* ctx = nullptr;
+  int rc = d.device_get(&dev, ordinal);
+  if (rc == 0) rc = d.retain(&ctx, dev);
+  if (rc == 0) rc = d.set_current(ctx);
+  return rc;
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------- waiting for the GPU
 
 bool synchronize_device() {
   // Resolved once: cuCtxSynchronize on the primary context of device 0 (the one both
   // backends use), made current on this thread when none is.
-  static int (*ctx_sync)() = nullptr;
-  static bool tried = false;
-  if (!tried) {
-    tried = true;
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) return false;
-    auto device_get = reinterpret_cast<int (*)(int*, int)>(dlsym(lib, "cuDeviceGet"));
-    auto ctx_get = reinterpret_cast<int (*)(void**)>(dlsym(lib, "cuCtxGetCurrent"));
-    auto retain = reinterpret_cast<int (*)(void**, int)>(dlsym(lib, "cuDevicePrimaryCtxRetain"));
-    auto set_current = reinterpret_cast<int (*)(void*)>(dlsym(lib, "cuCtxSetCurrent"));
-    auto sync = reinterpret_cast<int (*)()>(dlsym(lib, "cuCtxSynchronize"));
-    if (device_get == nullptr || ctx_get == nullptr || retain == nullptr || set_current == nullptr ||
-        sync == nullptr) {
-      return false;
-    }
-    void* current = nullptr;
-    if (ctx_get(&current) != 0 || current == nullptr) {
-      int dev = 0;
-      void* ctx = nullptr;
-      if (device_get(&dev, 0) != 0 || retain(&ctx, dev) != 0 || set_current(ctx) != 0) return false;
-    }
-    ctx_sync = sync;
-  }
+  static int (*const ctx_sync)() = []() -> int (*)() {
+    const DriverContext& d = driver_context();
+    if (d.lib == nullptr || !d.complete()) return nullptr;
+    auto sync = reinterpret_cast<int (*)()>(dlsym(d.lib, "cuCtxSynchronize"));
+    if (sync == nullptr || make_primary_current(d, 0) != 0) return nullptr;
+    return sync;
+  }();
   return ctx_sync != nullptr && ctx_sync() == 0;
 }
 
@@ -428,36 +458,22 @@ MemState g_mem;
 // The driver's entry points, the device's primary context made current, the baseline.
 void mem_start() {
   g_mem.started = true;
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) {
+  const DriverContext& d = driver_context();
+  if (d.lib == nullptr) {
     g_mem.problem = "libcuda.so.1 cannot be opened";
     return;
   }
-  auto device_get = reinterpret_cast<int (*)(int*, int)>(dlsym(lib, "cuDeviceGet"));
-  auto ctx_get = reinterpret_cast<int (*)(void**)>(dlsym(lib, "cuCtxGetCurrent"));
-  auto retain = reinterpret_cast<int (*)(void**, int)>(dlsym(lib, "cuDevicePrimaryCtxRetain"));
-  auto set_current = reinterpret_cast<int (*)(void*)>(dlsym(lib, "cuCtxSetCurrent"));
-  g_mem.get_info = reinterpret_cast<int (*)(size_t*, size_t*)>(dlsym(lib, "cuMemGetInfo_v2"));
-  if (device_get == nullptr || ctx_get == nullptr || retain == nullptr || set_current == nullptr ||
-      g_mem.get_info == nullptr) {
+  g_mem.get_info = reinterpret_cast<int (*)(size_t*, size_t*)>(dlsym(d.lib, "cuMemGetInfo_v2"));
+  if (!d.complete() || g_mem.get_info == nullptr) {
     g_mem.problem = "libcuda.so.1 lacks cuDeviceGet/cuCtxGetCurrent/cuDevicePrimaryCtxRetain/cuCtxSetCurrent/cuMemGetInfo_v2";
     g_mem.get_info = nullptr;
     return;
   }
-  void* current = nullptr;
-  if (ctx_get(&current) != 0 || current == nullptr) {
-    // The primary context is the one both backends use (the runtime API's and this project's).
-    int dev = 0;
-    void* ctx = nullptr;
-    int rc = device_get(&dev, g_mem.device);
-    if (rc == 0) rc = retain(&ctx, dev);
-    if (rc == 0) rc = set_current(ctx);
-    if (rc != 0) {
-      g_mem.problem = "cannot make device " + std::to_string(g_mem.device) + "'s primary context current: CUresult " +
-                      std::to_string(rc);
-      g_mem.get_info = nullptr;
-      return;
-    }
+  if (const int rc = make_primary_current(d, g_mem.device); rc != 0) {
+    g_mem.problem = "cannot make device " + std::to_string(g_mem.device) + "'s primary context current: CUresult " +
+                    std::to_string(rc);
+    g_mem.get_info = nullptr;
+    return;
   }
   size_t free_bytes = 0;
   if (const int rc = g_mem.get_info(&free_bytes, &g_mem.total); rc != 0) {
