@@ -19,10 +19,6 @@ const DEVICE: i32 = 2;
 const IGNORE: &str =
     "needs a CUDA device: run with --include-ignored --test-threads=1 on a GPU machine";
 
-fn require_gpu(test: &str) {
-    assert!(gpus_or_skip(test).is_some(), "{test} needs a CUDA device");
-}
-
 fn set_str(key: &str, v: &str) {
     let (k, v) = (CString::new(key).unwrap(), CString::new(v).unwrap());
     assert_eq!(
@@ -137,39 +133,6 @@ fn run_host(h: &Handle, case: &Case) -> Vec<Vec<u8>> {
     outs_host
 }
 
-fn to_host(dev: *const c_void, n: usize) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    // SAFETY: n bytes at both; a null handle makes a blocking copy.
-    let st = unsafe { (api().memcpy)(std::ptr::null(), v.as_mut_ptr().cast(), dev, n) };
-    assert_eq!(st, ET_CUDA_STATUS_OK, "{}", last_error());
-    v
-}
-
-/// Device memory through the C API, freed on drop.
-struct DevBuf(*mut c_void, usize);
-impl DevBuf {
-    fn from_host(bytes: &[u8]) -> DevBuf {
-        let mut p = std::ptr::null_mut();
-        assert_eq!(
-            // SAFETY: out-pointer to a local.
-            unsafe { (api().alloc_device)(0, bytes.len().max(1), &mut p) },
-            ET_CUDA_STATUS_OK
-        );
-        assert_eq!(
-            // SAFETY: `p` has bytes.len() device bytes; blocking copy.
-            unsafe { (api().memcpy)(std::ptr::null(), p, bytes.as_ptr().cast(), bytes.len()) },
-            ET_CUDA_STATUS_OK
-        );
-        DevBuf(p, bytes.len())
-    }
-}
-impl Drop for DevBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated above, freed once.
-        unsafe { (api().free_device)(self.0) };
-    }
-}
-
 #[test]
 #[ignore = "needs a CUDA device: run with --include-ignored --test-threads=1 on a GPU machine"]
 fn graph_replay_equals_eager_bit_for_bit() {
@@ -204,22 +167,7 @@ fn graph_replay_equals_eager_bit_for_bit() {
         let (e, ok) = compare(&case.outputs[0].dtype, &want[0], &case.outputs[0].bytes);
         assert!(ok, "{fx}: eager vs reference {e}");
         // Device-resident replays: no host wait, outputs are the graph's own buffers.
-        let dev: Vec<DevBuf> = case
-            .inputs
-            .iter()
-            .map(|t| DevBuf::from_host(&t.bytes))
-            .collect();
-        let ins: Vec<EtCudaTensor> = case
-            .inputs
-            .iter()
-            .zip(&dev)
-            .map(|(t, d)| desc(&t.dtype, &t.sizes, d.0, d.1))
-            .collect();
-        let mut outs: Vec<EtCudaTensor> = case
-            .outputs
-            .iter()
-            .map(|t| desc(&t.dtype, &t.sizes, std::ptr::null_mut(), 0))
-            .collect();
+        let (_dev, ins, mut outs) = device_io(case);
         let a = stats(graphs.0);
         for _ in 0..20 {
             graphs.execute(&ins, &mut outs, DEVICE).unwrap();
@@ -401,26 +349,6 @@ fn weights_shared_across_methods() {
     drop((a, b));
 }
 
-/// A kernel that spins for `ns` nanoseconds (PTX, JIT-compiled by the driver).
-const SPIN_PTX: &str = r#"
-.version 7.0
-.target sm_50
-.address_size 64
-.visible .entry spin(.param .u64 ns)
-{
-  .reg .u64 %t0, %t1, %d, %lim;
-  .reg .pred %p;
-  ld.param.u64 %lim, [ns];
-  mov.u64 %t0, %globaltimer;
-LOOP:
-  mov.u64 %t1, %globaltimer;
-  sub.u64 %d, %t1, %t0;
-  setp.lt.u64 %p, %d, %lim;
-  @%p bra LOOP;
-  ret;
-}
-"#;
-
 #[test]
 #[ignore = "needs a CUDA device: run with --include-ignored --test-threads=1 on a GPU machine"]
 fn caller_stream_orders_the_execute() {
@@ -459,22 +387,7 @@ fn caller_stream_orders_the_execute() {
         let e = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).unwrap();
         (s, e, ctx)
     };
-    let dev: Vec<DevBuf> = case
-        .inputs
-        .iter()
-        .map(|t| DevBuf::from_host(&t.bytes))
-        .collect();
-    let ins: Vec<EtCudaTensor> = case
-        .inputs
-        .iter()
-        .zip(&dev)
-        .map(|(t, d)| desc(&t.dtype, &t.sizes, d.0, d.1))
-        .collect();
-    let mut outs: Vec<EtCudaTensor> = case
-        .outputs
-        .iter()
-        .map(|t| desc(&t.dtype, &t.sizes, std::ptr::null_mut(), 0))
-        .collect();
+    let (_dev, ins, mut outs) = device_io(case);
     assert_eq!(
         // SAFETY: a live stream of device 0, cleared below.
         unsafe { (api().set_caller_stream)(stream.cast()) },
