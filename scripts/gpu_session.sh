@@ -6,7 +6,7 @@
 #
 # Carried (git-ignored): .dev/gpu.tar.xz (scripts/gpu_bundle.sh's bundle, packed),
 # .dev/upstream/upstream_cuda_backends.tar.xz (bench/upstream/pack.sh), .whl/models/sites
-# (tests/models/wheels.sh); optionally .dev/models.tar.xz (programs exported by an earlier call).
+# (tests/models/wheels.sh); optionally .dev/models*.tar.xz (programs exported by an earlier call).
 #   A. tests/models/gpu_suite.sh: exports what is missing, then the suite (every program x
 #      backend x mode), with upstream's v1.2.0 backend as a second backend;
 #   B. the bundle's checks (.dev/gpu/run.sh: C/C++ tests, runner, Rust GPU tests);
@@ -16,7 +16,8 @@
 #   F. after the others: bench/run.sh with the time left (SESSION_END, default 560 s after
 #      the start), reusing the suite's programs.
 # SESSION_PARTS (default "suite bundle int4 upstream") picks the parts to run (also: sdpa, bench).
-# $OUT gets summary.txt (printed last), all.tar.xz (every log and result) and models.tar.xz.
+# $OUT gets summary.txt (printed last), all.tar.xz (every log and result) and models.tar.xz
+# (SESSION_PACK_FILES=N: up to N files models*.tar.xz of at most 15 MiB each).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -55,9 +56,9 @@ up12=$(ls -d "$U"/v1.2.0-0b0e2c5cdd 2>/dev/null | head -1)
 backends="ours"
 [ -n "$up12" ] && [ "${SESSION_SUITE_UPSTREAM:-1}" = 1 ] && backends="ours upstream-v1.2.0=$up12/libupstream_cuda_backend.so"
 models_tar=""
-[ -f .dev/models.tar.xz ] && models_tar=$ROOT/.dev/models.tar.xz
+for f in .dev/models*.tar.xz; do [ -f "$f" ] && models_tar="$models_tar $ROOT/$f"; done
 part suite && (
-  OUT=$R/suite MODELS_TAR=$models_tar SUITE_BACKENDS="$backends" SUITE_LIB=$B/libexecutorch_cuda.so.0 \
+  OUT=$R/suite MODELS_TAR=$models_tar SUITE_PACK_FILES=${SESSION_PACK_FILES:-1} SUITE_BACKENDS="$backends" SUITE_LIB=$B/libexecutorch_cuda.so.0 \
     SUITE_BUDGET=${SESSION_SUITE_BUDGET:-450} SUITE_EXPORT_BUDGET=${SESSION_EXPORT_BUDGET:-260} \
     SUITE_EXTRA_MODES=${SESSION_EXTRA_MODES:-"graphs:--option enable_cuda_graph_for_method={methods};share:--option weight_sharing_across_methods=true --option share_mutable_buffers_across_methods=true"} \
     timeout -k 10 540 bash tests/models/gpu_suite.sh "$B" > "$R/suite/suite.log" 2>&1
@@ -129,7 +130,7 @@ say "suite done"
 # tool's limit still returns what was packed): the suite's programs separately (to carry
 # back), a summary, everything else in one archive.
 pack() {
-  [ -f "$R/suite/models.tar.xz" ] && mv "$R/suite/models.tar.xz" "$OUT/models.tar.xz"
+  for f in "$R"/suite/models*.tar.xz; do [ -f "$f" ] && mv "$f" "$OUT/"; done
   {
     echo "GPU: $(cat "$R/gpu.txt")"
     echo

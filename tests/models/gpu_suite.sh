@@ -15,13 +15,15 @@
 #   4. the aoti_torch_* symbols the exported .so files import and the library lacks;
 #   5. et_cuda_run --manifest for every program x backend x mode (suite_run.py), each run with a timeout;
 #   6. $OUT: summary.md (printed last), results.json, symbols.txt, logs.tar.xz, models.tar.xz
-#      (the exported programs, < 16 MB: carry it back as MODELS_TAR to skip the exports next time),
+#      (the exported programs, < 16 MB each; models_2.tar.xz ... with SUITE_PACK_FILES: carry them
+#      back as MODELS_TAR to skip the exports next time),
 #      sdpa_repro.py when the Triton SDPA kernel fails.
 #
 # Environment (all optional):
 #   OUT                 results (the device tool sets it; default /tmp/et_models_out)
 #   MODELS_DIR          exported programs, reused when present (default /tmp/et_models)
-#   MODELS_TAR          a models.tar.xz of an earlier call, unpacked into MODELS_DIR first
+#   MODELS_TAR          models.tar.xz file(s) of an earlier call (space-separated), unpacked into MODELS_DIR first
+#   SUITE_PACK_FILES    how many models*.tar.xz of at most 15 MiB to write (default 1)
 #   SUITE_WHEELS        default <repo>/.whl/models
 #   SUITE_BUDGET        seconds until the checks stop (default 520; packing and the report take
 #                       ~30 s more); SUITE_EXPORT_BUDGET (default 300): no export starts after it, and
@@ -69,8 +71,10 @@ fi
 START=$(date +%s)
 DEADLINE=$((START + BUDGET))
 EXPORT_DEADLINE=$((START + EXPORT_BUDGET))
-# Several compiling processes share the machine's cores.
-export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-2}
+# Several compiling processes share the machine's cores (Inductor compiles each autotuning
+# candidate in that many worker processes).
+NCPU=$(nproc 2>/dev/null || echo 4)
+export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-$(( NCPU / (JOBS + JOBS15) > 1 ? NCPU / (JOBS + JOBS15) : 2 ))}
 export PYTHONDONTWRITEBYTECODE=1
 
 rm -rf "$WORK"
@@ -89,13 +93,13 @@ note "python: $($PY -c 'import sys, importlib.metadata as m; print(sys.version.s
 [ -f "$LIB" ] || note "warning: no library at $LIB: the symbol report lists every import"
 
 # ------------------------------------------------------------------ 1. earlier exports
-if [ -n "${MODELS_TAR:-}" ]; then
-  if [ -f "$MODELS_TAR" ] && tar -xJif "$MODELS_TAR" -C "$MODELS" 2>"$WORK/logs/models_tar.log"; then
-    note "unpacked $MODELS_TAR: $(ls "$MODELS" | wc -l) program(s) in $MODELS"
+for mt in ${MODELS_TAR:-}; do
+  if [ -f "$mt" ] && tar -xJif "$mt" -C "$MODELS" 2>"$WORK/logs/models_tar.log"; then
+    note "unpacked $mt: $(ls "$MODELS" | wc -l) program(s) in $MODELS"
   else
-    note "ERROR: cannot unpack MODELS_TAR=$MODELS_TAR: $(tail -2 "$WORK/logs/models_tar.log" 2>/dev/null | tr '\n' ' ')"
+    note "ERROR: cannot unpack MODELS_TAR file $mt: $(tail -2 "$WORK/logs/models_tar.log" 2>/dev/null | tr '\n' ' ')"
   fi
-fi
+done
 
 # ------------------------------------------------------------------ 2. Python sites
 install_site() { # name dir -> 0 when usable
@@ -190,16 +194,17 @@ fi
 [ -n "$SDPA_PID" ] && wait "$SDPA_PID"
 grep -q '^| ' "$WORK/sdpa/sdpa_check.md" 2>/dev/null && note "sdpa_check: $(grep -E '^Part A:' "$WORK/sdpa/sdpa_check.md")" ||
   { has sdpa && note "sdpa_check: no table ($(tail -3 "$WORK/sdpa/sdpa_check.log" 2>/dev/null | tr '\n' ' '))"; }
-$PY "$HERE/suite_run.py" pack --models "$MODELS" --out "$WORK" --limit-mb 15 >"$WORK/logs/pack.log" 2>&1 ||
+$PY "$HERE/suite_run.py" pack --models "$MODELS" --out "$WORK" --limit-mb 15 --files "${SUITE_PACK_FILES:-1}" >"$WORK/logs/pack.log" 2>&1 ||
   note "packing models failed: $(tail -2 "$WORK/logs/pack.log" | tr '\n' ' ')"
 note "done in $(($(date +%s) - START))s"
 $PY "$HERE/suite_run.py" report --models "$MODELS" --out "$WORK" --sdpa "$WORK/sdpa" --notes "$NOTES" \
   >"$WORK/logs/report.log" 2>&1 || note "report failed: $(tail -2 "$WORK/logs/report.log" | tr '\n' ' ')"
-for f in summary.md results.json symbols.txt models.tar.xz; do
+for f in summary.md results.json symbols.txt "$WORK"/models*.tar.xz; do
+  f=$(basename "$f")
   [ -f "$WORK/$f" ] && cp "$WORK/$f" "$OUT/"
 done
 [ -f "$WORK/sdpa/sdpa_repro.py" ] && cp "$WORK/sdpa/sdpa_repro.py" "$OUT/"
-tar -C "$WORK" --exclude=models.tar.xz -cf - . | xz -T0 -6 >"$OUT/logs.tar.xz"
+tar -C "$WORK" --exclude='models*.tar.xz' -cf - . | xz -T0 -6 >"$OUT/logs.tar.xz"
 ls -la "$OUT"
 # The summary without the full sdpa table (it is in $OUT/summary.md), so that the end of the output has it all.
 if [ -f "$OUT/summary.md" ]; then

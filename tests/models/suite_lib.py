@@ -14,6 +14,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -689,10 +690,16 @@ def main(registry, backend_config_fn, exporter, argv=None):
         limit = a.timeout
         if a.deadline:
             limit = max(5.0, min(limit, a.deadline + 60 - time.time()))
+        # One Inductor cache per program: two exports of the same module (qwen3_bf16 under
+        # ExecuTorch 1.2 and 1.5.1) compile the same kernels, and sharing the cache directory
+        # made one link while the other was replacing the kernels' object files.
+        env = dict(os.environ)
+        base = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "torchinductor_suite")
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(base, f"{os.path.basename(sys.argv[0])}.{n}")
         t0 = time.time()
         with open(log, "w") as lf:
             try:
-                r = subprocess.run(cmd, stdout=lf, stderr=subprocess.STDOUT, timeout=limit)
+                r = subprocess.run(cmd, stdout=lf, stderr=subprocess.STDOUT, timeout=limit, env=env)
                 rc = r.returncode
             except subprocess.TimeoutExpired:
                 rc = "timeout"

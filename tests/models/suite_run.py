@@ -3,7 +3,7 @@
   suite_run.py run     --runner BIN --models DIR --out DIR [--backends "ours up=/lib.so"] [--timeout S] [--deadline T]
   suite_run.py symbols --lib libexecutorch_cuda.so --models DIR --out DIR
   suite_run.py report  --models DIR --out DIR [--sdpa DIR] [--notes FILE]
-  suite_run.py pack    --models DIR --out DIR [--limit-mb 15]
+  suite_run.py pack    --models DIR --out DIR [--limit-mb 15] [--files 1]
   suite_run.py parse   LOG       # print what a runner log parses to (debugging)
 
 Modes are data: MODES below (name -> runner arguments and when they apply), plus
@@ -49,7 +49,9 @@ def modes_table():
     extra = os.environ.get("SUITE_EXTRA_MODES", "")
     for ent in [e for e in extra.split(";") if e.strip()]:
         name, _, args = ent.partition(":")
-        modes[name.strip()] = (shlex.split(args), lambda m: None)
+        argv = shlex.split(args)
+        # A mode that runs the token loop applies only where the generate mode does.
+        modes[name.strip()] = (argv, MODES["generate"][1] if "--generate" in argv else (lambda m: None))
     keep = [k for k in os.environ.get("SUITE_MODES", "").split(",") if k]
     if keep:
         modes = {k: v for k, v in modes.items() if k in keep}
@@ -153,12 +155,18 @@ def gen_metrics(res):
     except Exception:
         pass
     f = (res.get("generate") or {}).get("fields", {})
-    for k, name in (("ttft_ms", "ttft_ms"), ("tok_s", "tok_s"), ("tok/s", "tok_s"),
-                    ("waits_per_token", "waits_per_token"), ("waits/token", "waits_per_token")):
+    for k, name in (("ttft_ms", "ttft_ms"), ("tok_s", "tok_s"), ("tok/s", "tok_s"), ("decode_tok_s", "tok_s"),
+                    ("prefill_tok_s", "prefill_tok_s"), ("host_waits_per_token", "waits_per_token"),
+                    ("waits_per_token", "waits_per_token"), ("waits/token", "waits_per_token"),
+                    ("rounds", "rounds")):
         if k in f:
-            out.setdefault(name, f[k])
+            try:
+                out.setdefault(name, float(f[k]))
+            except ValueError:
+                pass
     st = res.get("stats") or {}
-    if "host_waits" in st and res.get("generate"):
+    # Fallback for runners without the field: the whole run's waits (every round) over its tokens.
+    if "host_waits" in st and res.get("generate") and "rounds" not in f:
         ntok = len([t for t in res["generate"]["tokens"].split(",") if t])
         if ntok:
             out.setdefault("waits_per_token", round(st["host_waits"] / ntok, 2))
@@ -364,12 +372,24 @@ def cmd_report(a):
         L.append("")
     gens = [r for r in results if r.get("generate")]
     if gens:
-        L += ["## Generation (--generate 16)", ""]
+        L += ["## Generation (--generate 16; with rounds > 1 the figures are the last round's)", "",
+              "| program | backend | mode | tokens | rounds | TTFT ms | prefill tok/s | decode tok/s | host waits/token |",
+              "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+
+        def num(v, fmt):
+            return fmt.format(v) if isinstance(v, (int, float)) else "?"
         for r in gens:
             g, mtr = r["generate"], r.get("gen_metrics", {})
-            L.append(f"- {r['program']} / {r['backend']}: {'MATCH' if g['match'] else 'MISMATCH'} tokens={g['tokens']} "
-                     f"expected={g['expected']} TTFT={mtr.get('ttft_ms', '?')} ms tok/s={mtr.get('tok_s', '?')} "
-                     f"waits/token={mtr.get('waits_per_token', '?')}")
+            L.append(f"| {r['program']} | {r['backend']} | {r['mode']} | {'MATCH' if g['match'] else 'MISMATCH'} "
+                     f"| {num(mtr.get('rounds', 1), '{:.0f}')} | {num(mtr.get('ttft_ms'), '{:.3f}')} "
+                     f"| {num(mtr.get('prefill_tok_s'), '{:.0f}')} | {num(mtr.get('tok_s'), '{:.0f}')} "
+                     f"| {num(mtr.get('waits_per_token'), '{:.2f}')} |")
+        L.append("")
+        for r in gens:
+            g = r["generate"]
+            if not g["match"]:
+                L.append(f"- {r['program']} / {r['backend']} / {r['mode']}: tokens={g['tokens']} expected={g['expected']}")
+        L.append("")
         L.append("")
     sp = os.path.join(a.out, "symbols.txt")
     if os.path.exists(sp):
@@ -405,9 +425,10 @@ def _tar_xz(item):
 
 
 def cmd_pack(a):
-    """models.tar.xz: the exported programs, smallest first, within --limit-mb. Each program is
-    its own tar in its own xz stream (compressed in parallel), concatenated: extract with
-    `tar -xJif models.tar.xz` (-i: read past each member archive's end)."""
+    """models.tar.xz (then models_2.tar.xz, ... up to --files): the exported programs, smallest
+    first, each file within --limit-mb. Each program is its own tar in its own xz stream
+    (compressed in parallel), concatenated: extract with `tar -xJif models.tar.xz` (-i: read past
+    each member archive's end)."""
     import concurrent.futures
 
     items = [(name, os.path.dirname(mp)) for name, mp, man in programs(a.models)]
@@ -416,21 +437,30 @@ def cmd_pack(a):
         blobs = list(ex.map(_tar_xz, items))
     blobs.sort(key=lambda x: (not x[0].startswith("."), len(x[1])))
     limit = a.limit_mb * 2**20
-    total, keep, left = 0, [], []
+    bins = [[] for _ in range(max(1, a.files))]  # first fit, smallest first
+    sizes = [0] * len(bins)
+    left = []
     for name, data in blobs:
-        if total + len(data) <= limit:
-            keep.append(name)
-            total += len(data)
+        for i in range(len(bins)):
+            if sizes[i] + len(data) <= limit:
+                bins[i].append((name, data))
+                sizes[i] += len(data)
+                break
         else:
             left.append(f"{name} ({len(data) / 2**20:.1f} MiB compressed)")
-    dst = os.path.join(a.out, "models.tar.xz")
-    with open(dst, "wb") as f:
-        for name, data in blobs:
-            if name in keep:
+    parts = []
+    for i, b in enumerate(bins):
+        if not b and i > 0:
+            continue
+        fname = "models.tar.xz" if i == 0 else f"models_{i + 1}.tar.xz"
+        with open(os.path.join(a.out, fname), "wb") as f:
+            for _, data in b:
                 f.write(data)
-    n = sum(not k.startswith(".") for k in keep)
-    msg = (f"models.tar.xz: {n} program(s), {os.path.getsize(dst) / 2**20:.1f} MiB (extract: tar -xJif models.tar.xz)"
-           + (f"; left out (over {a.limit_mb} MiB): {', '.join(left)}" if left else "; nothing left out") + "\n")
+        n = sum(not name.startswith(".") for name, _ in b)
+        parts.append(f"{fname}: {n} program(s), {sizes[i] / 2**20:.1f} MiB")
+    msg = ("; ".join(parts) + " (extract: tar -xJif FILE)"
+           + (f"; left out (over {a.files} x {a.limit_mb} MiB): {', '.join(left)}" if left else "; nothing left out")
+           + "\n")
     with open(os.path.join(a.out, "pack.txt"), "w") as f:
         f.write(msg)
     print(msg)
@@ -461,6 +491,7 @@ def main():
     k.add_argument("--models", required=True)
     k.add_argument("--out", required=True)
     k.add_argument("--limit-mb", type=float, default=15.0)
+    k.add_argument("--files", type=int, default=1, help="at most this many files of --limit-mb each")
     q = sub.add_parser("parse")
     q.add_argument("log")
     a = ap.parse_args()
