@@ -115,6 +115,10 @@ Token loop (decoders: input_ids int64 [1,T] [, cache_position int64 [T]] -> logi
   --expect-tokens I,...  compare with these tokens (default: the manifest's generate.tokens);
                          prints MATCH or MISMATCH
                            et_cuda_run model.pte --generate 3 --prompt-ids 1,2 --expect-tokens 7,7,9
+  --generate-rounds R    run the whole loop R times on the loaded methods, each from position 0
+                         (the cache is overwritten; every round is checked); the last round's
+                         figures are the "generate:" line, steady state without first-call costs
+                           et_cuda_run --manifest m.json --generate 48 --generate-rounds 3
   --prefill-method NAME  the method run on the prompt (default: manifest, --method, forward)
   --decode-method NAME   the method run per new token (default: manifest, --method, forward)
                            --prefill-method prefill --decode-method decode
@@ -162,6 +166,7 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--stats") a.stats = true;
     else if (arg == "--mem") a.mem = true;
     else if (arg == "--generate") a.generate = parse_count(arg, next());
+    else if (arg == "--generate-rounds") a.generate_rounds = parse_count(arg, next());
     else if (arg == "--prompt-ids") a.prompt_ids = parse_ids(arg, next()), a.have_prompt_ids = true;
     else if (arg == "--expect-tokens") a.expect_tokens = parse_ids(arg, next()), a.have_expect_tokens = true;
     else if (arg == "--prefill-method") a.prefill_method = next(), have_prefill = true;
@@ -176,9 +181,12 @@ Args parse_args(int argc, char** argv) {
   if (a.help || a.version) return a;
   if (a.model.empty() && a.manifest.empty()) usage_error("usage", "no MODEL.pte and no --manifest given");
   const bool generating = a.generate > 0;
-  if ((a.have_prompt_ids || a.have_expect_tokens || have_prefill || have_decode) && !generating) {
-    usage_error("--prompt-ids/--expect-tokens/--prefill-method/--decode-method", "only with --generate N");
+  if ((a.have_prompt_ids || a.have_expect_tokens || have_prefill || have_decode || a.generate_rounds != 1) &&
+      !generating) {
+    usage_error("--prompt-ids/--expect-tokens/--prefill-method/--decode-method/--generate-rounds",
+                "only with --generate N");
   }
+  if (a.generate_rounds < 1) usage_error("--generate-rounds", "must be at least 1");
   if (generating && (a.bench > 0 || a.enqueue > 0 || !a.pipeline.empty() || a.device_io)) {
     usage_error("--generate", "cannot be combined with --bench, --enqueue, --pipeline or --device-io");
   }

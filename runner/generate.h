@@ -18,6 +18,7 @@ namespace et_cuda_run {
 // What the token loop needs, resolved from the flags and the manifest.
 struct GeneratePlan {
   long steps = 0;  // N tokens to produce
+  long rounds = 1;  // the loop this many times; the last round's figures are reported
   std::string prefill_method, decode_method;
   std::vector<int64_t> prompt;
   bool check = false;  // compare with `expected`
