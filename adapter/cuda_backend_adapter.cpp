@@ -147,6 +147,24 @@ int32_t fetch_named_data(void* user, const char* key, const uint8_t** out_data, 
   return 0;
 }
 
+// Which loaded program a method belongs to, for sharing mutable buffers
+// (share_mutable_buffers_across_methods) only among the methods of one program.
+// The map a method gets is not that identity: with a .ptd, ExecuTorch gives each
+// method its own merged map over the Module's external map and the program's.
+// Their keys are: a key's string lives in the flatbuffer of the map that holds it
+// (the .ptd's, or else the program's), loaded once per Module or Program, so the
+// address of key 0 is the same for every method of one loaded program and
+// differs between two loaded instances of the same file.
+uint64_t share_group_of(const executorch::runtime::NamedDataMap* map) {
+  if (map == nullptr) return 0;
+  const auto n = map->get_num_keys();
+  if (n.ok() && *n > 0) {
+    const auto key = map->get_key(0);
+    if (key.ok() && *key != nullptr) return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(*key));
+  }
+  return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(map));
+}
+
 class CudaBackend final : public BackendInterface {
  public:
   bool is_available() const override {
@@ -166,8 +184,7 @@ class CudaBackend final : public BackendInterface {
     args.named_data = &fetch_named_data;
     args.named_data_user = &fetch;
     args.method_name = method.empty() ? nullptr : method.c_str();
-    // Methods of one program share one named-data map: mutable buffers are only shared within it.
-    args.share_group = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(named_data));
+    args.share_group = share_group_of(named_data);
     args.use_backend_options = true;
     args.mode = ET_CUDA_EXEC_MODE_FROM_OPTIONS;
     EtCudaHandle* handle = nullptr;
