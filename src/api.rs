@@ -28,6 +28,8 @@ pub struct MethodOptions {
     pub cuda_graphs: bool,
     /// Most graphs kept (least recently used evicted).
     pub graph_cache_size: usize,
+    /// Graphs keep their memory in blocks of their own (default), not allocation nodes.
+    pub graph_private_memory: bool,
     /// Hold constants identical to those of methods loaded earlier only once.
     pub weight_sharing: bool,
     /// With `weight_sharing`: registered buffers of the same `share_group` and FQN too.
@@ -45,6 +47,7 @@ impl Default for MethodOptions {
             shared_stream: false,
             cuda_graphs: false,
             graph_cache_size: crate::options::DEFAULT_GRAPH_CACHE_SIZE,
+            graph_private_memory: true,
             weight_sharing: false,
             share_mutable_buffers: false,
             share_group: 0,
@@ -61,6 +64,7 @@ impl MethodOptions {
             mode: self.mode,
             cuda_graphs: self.cuda_graphs,
             graph_cache_size: self.graph_cache_size,
+            graph_private_memory: self.graph_private_memory,
             share_weights: self.weight_sharing.then_some(SharePolicy {
                 mutable_buffers: self.share_mutable_buffers,
                 group: self.share_group,

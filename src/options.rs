@@ -19,6 +19,9 @@ pub const EXECUTION_MODE: &str = "execution_mode";
 pub const ENABLE_CUDA_GRAPH_FOR_METHOD: &str = "enable_cuda_graph_for_method";
 /// Most graphs kept per method, one per input shape signature (int, ≥ 1).
 pub const CUDA_GRAPH_CACHE_SIZE: &str = "cuda_graph_cache_size";
+/// Graphs of methods loaded afterwards keep their intermediate and output memory in blocks of
+/// their own instead of allocation nodes (bool, default true; false: allocation nodes).
+pub const CUDA_GRAPH_PRIVATE_MEMORY: &str = "cuda_graph_private_memory";
 /// Methods loaded afterwards share identical constants with methods loaded before (bool, upstream's name).
 pub const WEIGHT_SHARING_ACROSS_METHODS: &str = "weight_sharing_across_methods";
 /// With weight sharing: registered buffers (possibly mutated, e.g. a KV cache) of the same
@@ -85,6 +88,7 @@ pub(crate) struct Options {
     pub(crate) execution_mode: String,
     pub(crate) enable_cuda_graph_for_method: String,
     pub(crate) cuda_graph_cache_size: i64,
+    pub(crate) cuda_graph_private_memory: bool,
     pub(crate) weight_sharing_across_methods: bool,
     pub(crate) share_mutable_buffers_across_methods: bool,
 }
@@ -103,6 +107,7 @@ impl Options {
             execution_mode: String::new(),
             enable_cuda_graph_for_method: String::new(),
             cuda_graph_cache_size: DEFAULT_GRAPH_CACHE_SIZE as i64,
+            cuda_graph_private_memory: true,
             weight_sharing_across_methods: false,
             share_mutable_buffers_across_methods: false,
         }
@@ -178,6 +183,7 @@ pub fn set(key: &str, v: Value) -> Result<()> {
         }
         ENABLE_CUDA_GRAPH_FOR_METHOD => o.enable_cuda_graph_for_method = method_list(key, v)?,
         WEIGHT_SHARING_ACROSS_METHODS => o.weight_sharing_across_methods = boolean(key, v)?,
+        CUDA_GRAPH_PRIVATE_MEMORY => o.cuda_graph_private_memory = boolean(key, v)?,
         SHARE_MUTABLE_BUFFERS_ACROSS_METHODS => {
             o.share_mutable_buffers_across_methods = boolean(key, v)?
         }
@@ -219,6 +225,7 @@ pub fn get(key: &str) -> Result<Value> {
     Ok(match key {
         USE_SHARED_CUDA_STREAM => Value::Bool(o.use_shared_cuda_stream),
         WEIGHT_SHARING_ACROSS_METHODS => Value::Bool(o.weight_sharing_across_methods),
+        CUDA_GRAPH_PRIVATE_MEMORY => Value::Bool(o.cuda_graph_private_memory),
         SHARE_MUTABLE_BUFFERS_ACROSS_METHODS => Value::Bool(o.share_mutable_buffers_across_methods),
         SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD => {
             Value::Str(o.skip_copy_output_to_cpu_for_method.clone())

@@ -187,6 +187,78 @@ fn graph_replay_equals_eager_bit_for_bit() {
     }
 }
 
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored --test-threads=1 on a GPU machine"]
+fn graph_device_inputs_in_place_then_moved() {
+    require_gpu("graph_device_inputs_in_place_then_moved");
+    for private in [true, false] {
+        for fx in FIXTURES {
+            reset_options();
+            let eager = load_fixture(fx, 0);
+            let case = &cases(fx, "forward")[0];
+            let want = run_host(&eager, case);
+            set_str("enable_cuda_graph_for_method", "forward");
+            set_bool("cuda_graph_private_memory", private);
+            let g = load_fixture(fx, 0);
+            reset_options();
+            let (_b1, ins1, mut outs1) = device_io(case);
+            let (_b2, ins2, mut outs2) = device_io(case);
+            let s0 = stats(g.0);
+            // Warm-up, capture reading the caller's buffer in place, two replays.
+            for it in 0..4 {
+                g.execute(&ins1, &mut outs1, DEVICE).unwrap();
+                let got = to_host(outs1[0].data, case.outputs[0].bytes.len());
+                assert_eq!(
+                    got, want[0],
+                    "{fx} (private {private}): execute {it}, first buffer"
+                );
+            }
+            let s1 = stats(g.0);
+            assert_eq!(delta(&s0, &s1).0, 1, "{fx}: one capture");
+            assert_eq!(
+                s1.bytes_dtod - s0.bytes_dtod,
+                0,
+                "{fx}: in-place replays copy nothing"
+            );
+            // The same shape at another address: captured again over buffers of its own.
+            for it in 0..3 {
+                g.execute(&ins2, &mut outs2, DEVICE).unwrap();
+                let got = to_host(outs2[0].data, case.outputs[0].bytes.len());
+                assert_eq!(
+                    got, want[0],
+                    "{fx} (private {private}): execute {it}, second buffer"
+                );
+            }
+            g.execute(&ins1, &mut outs1, DEVICE).unwrap();
+            let got = to_host(outs1[0].data, case.outputs[0].bytes.len());
+            assert_eq!(
+                got, want[0],
+                "{fx} (private {private}): back to the first buffer"
+            );
+            let s2 = stats(g.0);
+            let (cap, rep, fb, waits) = delta(&s0, &s2);
+            println!(
+                "{fx} (private memory {private}): device inputs in place then moved: captures {cap}, replays {rep}, fallbacks {fb}, waits {waits}, copied {} bytes",
+                s2.bytes_dtod - s1.bytes_dtod
+            );
+            assert_eq!(
+                (cap, rep, fb),
+                (2, 2 + 2 + 1, 0),
+                "{fx}: capture, replays, recapture, replays"
+            );
+            assert_eq!(
+                graph_count(&g),
+                1,
+                "{fx}: the moved shape replaced its graph"
+            );
+            assert!(
+                s2.bytes_dtod > s1.bytes_dtod,
+                "{fx}: moved inputs are copied"
+            );
+        }
+    }
+}
+
 fn fake_model() -> Option<Vec<u8>> {
     c_shared_object(
         "fake_aoti",

@@ -9,11 +9,13 @@
 //! "keep everything", so steady-state executes reuse memory instead of going
 //! back to the driver; `destroy` trims it.
 
+use super::arena::{Arena, Trace};
 use super::stream::{self, CudaStream};
 use super::{check, device, driver_error, ContextGuard, DeviceState};
 use crate::error::{Error, Result};
 use crate::stats::{self, Counters, Event};
 use cudarc::driver::{result, sys};
+use std::cell::RefCell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -63,6 +65,31 @@ pub(crate) struct DeviceAlloc {
     captured: bool,
     /// A captured allocation whose graph was instantiated (see `adopt_by_graph`).
     adopted: AtomicBool,
+    /// A block of a graph's arena (not pool memory: dropping gives the block back).
+    arena: Option<(Arc<Arena>, usize)>,
+    /// Its number in the trace of the capture that made it (frees are traced too).
+    trace_id: Option<u64>,
+}
+
+/// Where allocations made while this thread captures a graph go (see [`super::arena`]).
+#[derive(Default)]
+pub(crate) enum CaptureMemory {
+    /// Allocation nodes of the graph.
+    #[default]
+    Nodes,
+    /// Allocation nodes, and the sequence of allocations and frees is recorded.
+    Trace(Trace),
+    /// Blocks of this arena (a miss falls back to an allocation node).
+    Arena(Arc<Arena>),
+}
+
+thread_local! {
+    static CAPTURE_MEMORY: RefCell<CaptureMemory> = const { RefCell::new(CaptureMemory::Nodes) };
+}
+
+/// Set where this thread's allocations go while it captures; returns the previous setting.
+pub(crate) fn set_capture_memory(m: CaptureMemory) -> CaptureMemory {
+    CAPTURE_MEMORY.with(|c| std::mem::replace(&mut *c.borrow_mut(), m))
 }
 
 // SAFETY: a device address and driver handles, usable from any thread.
@@ -91,6 +118,29 @@ pub(crate) fn alloc_on_stream(
     stream_raw: sys::CUstream,
     owner_stream: Option<Arc<CudaStream>>,
 ) -> Result<DeviceAlloc> {
+    let captured = super::graph::capturing();
+    if captured {
+        let block = CAPTURE_MEMORY.with(|c| match &*c.borrow() {
+            CaptureMemory::Arena(a) => a.take(nbytes).map(|(i, p)| (a.clone(), i, p)),
+            _ => None,
+        });
+        if let Some((arena, i, ptr)) = block {
+            let owner = stats::current();
+            stats::record_for(owner.as_ref(), Event::PoolAlloc(nbytes as u64));
+            return Ok(DeviceAlloc {
+                ptr,
+                nbytes,
+                device,
+                stream_raw,
+                _stream: owner_stream,
+                owner,
+                captured: false,
+                adopted: AtomicBool::new(false),
+                arena: Some((arena, i)),
+                trace_id: None,
+            });
+        }
+    }
     let _g = ContextGuard::device(&device)?;
     // SAFETY: live pool and stream; the memory is uninitialized, as documented for empty_strided.
     let ptr =
@@ -112,8 +162,17 @@ pub(crate) fn alloc_on_stream(
         stream_raw,
         _stream: owner_stream,
         owner,
-        captured: super::graph::capturing(),
+        captured,
         adopted: AtomicBool::new(false),
+        arena: None,
+        trace_id: if captured {
+            CAPTURE_MEMORY.with(|c| match &mut *c.borrow_mut() {
+                CaptureMemory::Trace(t) => Some(t.alloc(nbytes)),
+                _ => None,
+            })
+        } else {
+            None
+        },
     })
 }
 
@@ -126,6 +185,21 @@ pub(crate) fn alloc_on_current_stream(ordinal: i32, nbytes: usize) -> Result<Dev
 
 impl Drop for DeviceAlloc {
     fn drop(&mut self) {
+        if let Some((arena, i)) = self.arena.take() {
+            // The block stays the graph's: a later allocation of the same capture may take it.
+            arena.give_back(i);
+            stats::record_for(self.owner.as_ref(), Event::PoolFree(self.nbytes as u64));
+            return;
+        }
+        if let Some(id) = self.trace_id {
+            if super::graph::capturing() {
+                CAPTURE_MEMORY.with(|c| {
+                    if let CaptureMemory::Trace(t) = &mut *c.borrow_mut() {
+                        t.free(id);
+                    }
+                });
+            }
+        }
         if self.captured && !self.adopted.load(Ordering::Relaxed) && !super::graph::capturing() {
             // An allocation node of a capture that ended without adopting it (the capture
             // failed and its graph was discarded): there is no memory to free.

@@ -8,6 +8,7 @@
 //! [`memory::PinnedBuffer`], [`event::Event`], [`graph::GraphExec`]; and
 //! [`copy`], the one place where bytes and tensors are copied.
 
+pub(crate) mod arena;
 pub(crate) mod copy;
 pub(crate) mod event;
 pub(crate) mod graph;

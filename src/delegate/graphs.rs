@@ -5,15 +5,21 @@
 //! second captures the run into a graph and launches it; later ones replay
 //! it: the inputs are copied into the graph's own input buffers on the
 //! method's stream, the graph is launched on that stream, and nothing waits.
-//! Allocations made during capture become allocation nodes of the graph
-//! (rather than a pre-sized pool): the driver reuses intermediate memory
-//! inside the graph, and the outputs keep fixed addresses across replays.
+//! A capture is made twice: the first traces the run's allocations, the
+//! second takes them from blocks of the graph's own planned from that trace
+//! ([`crate::cuda::arena`]), so the graph holds kernels and copies only and
+//! its outputs keep fixed addresses across replays. Where the second capture
+//! meets an allocation the plan did not foresee (or with
+//! `cuda_graph_private_memory=false`), the first is used: its allocations are
+//! allocation nodes, instantiated "auto free on launch".
 //! A shape whose capture fails runs eagerly from then on. At most
 //! `capacity` graphs are kept per method; the least recently used goes.
 
+use crate::cuda::arena::Arena;
 use crate::cuda::graph::GraphExec;
 use crate::dtype::DType;
 use crate::tensor::Tensor;
+use std::sync::Arc;
 
 /// The input shape signature a graph was captured for.
 pub(crate) type ShapeKey = Vec<(DType, Vec<i64>)>;
@@ -24,8 +30,14 @@ pub(crate) struct GraphEntry {
     // input buffers go before the executable.
     /// The outputs the graph writes (fixed addresses).
     pub(crate) outputs: Vec<Tensor>,
-    /// The graph's input buffers (device memory of the pool, owned here).
+    /// What the graph reads its inputs from: buffers of its own (device memory of the
+    /// pool, owned here) or, where `in_place[i]` is set, the caller's device memory at
+    /// that address (borrowed: replayed only when the caller passes that address again).
     pub(crate) inputs: Vec<Tensor>,
+    pub(crate) in_place: Vec<Option<usize>>,
+    /// The blocks its intermediates and outputs live in (`None`: allocation nodes); held
+    /// for as long as the graph may run.
+    pub(crate) _arena: Option<Arc<Arena>>,
     pub(crate) exec: GraphExec,
 }
 
@@ -54,6 +66,9 @@ pub(crate) struct GraphCache<E = GraphEntry> {
     warmed: Vec<ShapeKey>,
     /// Shapes whose capture failed (always eager).
     failed: Vec<ShapeKey>,
+    /// Shapes whose device inputs came at other addresses than at capture: their
+    /// graphs copy the inputs into buffers of their own.
+    moving: Vec<ShapeKey>,
     clock: u64,
 }
 
@@ -67,6 +82,7 @@ impl<E> GraphCache<E> {
             entries: Vec::new(),
             warmed: Vec::new(),
             failed: Vec::new(),
+            moving: Vec::new(),
             clock: 0,
         }
     }
@@ -126,6 +142,28 @@ impl<E> GraphCache<E> {
         evicted
     }
 
+    /// Take the graph of `key` out of the cache.
+    pub(crate) fn remove(&mut self, key: &ShapeKey) -> Option<E> {
+        let i = self.entries.iter().position(|s| &s.key == key)?;
+        Some(self.entries.swap_remove(i).entry)
+    }
+
+    /// Remember that `key`'s device inputs do not stay at one address.
+    pub(crate) fn mark_moving(&mut self, key: &ShapeKey) {
+        if self.moving.contains(key) {
+            return;
+        }
+        if self.moving.len() >= MAX_REMEMBERED_SHAPES {
+            self.moving.remove(0);
+        }
+        self.moving.push(key.clone());
+    }
+
+    /// Whether `key`'s device inputs were seen at changing addresses.
+    pub(crate) fn is_moving(&self, key: &ShapeKey) -> bool {
+        self.moving.contains(key)
+    }
+
     /// Remember that capturing `key` failed.
     pub(crate) fn mark_failed(&mut self, key: ShapeKey) {
         if self.failed.len() >= MAX_REMEMBERED_SHAPES {
@@ -143,6 +181,7 @@ impl<E> GraphCache<E> {
         self.entries.clear();
         self.warmed.clear();
         self.failed.clear();
+        self.moving.clear();
     }
 }
 
@@ -165,6 +204,24 @@ mod tests {
         assert_eq!(c.plan(&key(2)), Plan::Eager);
         assert_eq!(c.plan(&key(3)), Plan::Eager);
         assert_eq!(c.plan(&key(2)), Plan::Capture);
+    }
+
+    #[test]
+    fn removed_and_moving_shapes() {
+        let mut c: GraphCache<u32> = GraphCache::new(4);
+        assert_eq!(c.plan(&key(1)), Plan::Eager);
+        assert_eq!(c.plan(&key(1)), Plan::Capture);
+        assert!(c.insert(key(1), 7).is_none());
+        assert_eq!(c.plan(&key(1)), Plan::Replay);
+        assert!(!c.is_moving(&key(1)));
+        c.mark_moving(&key(1));
+        c.mark_moving(&key(1));
+        assert!(c.is_moving(&key(1)) && !c.is_moving(&key(2)));
+        assert_eq!(c.remove(&key(1)), Some(7));
+        assert_eq!(c.remove(&key(1)), None);
+        assert_eq!(c.len(), 0);
+        c.clear();
+        assert!(!c.is_moving(&key(1)));
     }
 
     #[test]

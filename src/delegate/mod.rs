@@ -27,8 +27,10 @@ pub(crate) mod staging;
 
 use crate::aoti::payload::FqnEntry;
 use crate::aoti::{self, AtenTensorHandle, Container};
+use crate::cuda::arena::{Arena, Trace};
 use crate::cuda::event::Event;
-use crate::cuda::graph::Capture;
+use crate::cuda::graph::{Capture, GraphExec};
+use crate::cuda::memory::CaptureMemory;
 use crate::cuda::stream::{self, CudaStream, StreamScope};
 use crate::cuda::{self, memory, ContextGuard, DeviceState, PointerKind};
 use crate::error::{invalid, Error, Result};
@@ -53,6 +55,8 @@ pub(crate) struct MethodConfig {
     /// Replay CUDA graphs keyed by input shapes.
     pub(crate) cuda_graphs: bool,
     pub(crate) graph_cache_size: usize,
+    /// Graphs keep their memory in blocks of their own ([`crate::cuda::arena`]), not allocation nodes.
+    pub(crate) graph_private_memory: bool,
     /// Share identical constants with other methods.
     pub(crate) share_weights: Option<SharePolicy>,
 }
@@ -65,6 +69,7 @@ impl Default for MethodConfig {
             mode: ExecMode::Default,
             cuda_graphs: false,
             graph_cache_size: options::DEFAULT_GRAPH_CACHE_SIZE,
+            graph_private_memory: true,
             share_weights: None,
         }
     }
@@ -84,6 +89,7 @@ impl MethodConfig {
             cuda_graphs: options::in_list(&o.enable_cuda_graph_for_method, method),
             graph_cache_size: usize::try_from(o.cuda_graph_cache_size)
                 .unwrap_or(options::DEFAULT_GRAPH_CACHE_SIZE),
+            graph_private_memory: o.cuda_graph_private_memory,
             share_weights: o.weight_sharing_across_methods.then_some(SharePolicy {
                 mutable_buffers: o.share_mutable_buffers_across_methods,
                 group,
@@ -350,12 +356,30 @@ impl CudaHandle {
         let tr = Instant::now();
         let outs = if graphs {
             let key = shape_key(inputs);
-            match st.graphs.plan(&key) {
+            let mut plan = st.graphs.plan(&key);
+            if plan == Plan::Replay {
+                let same = st.graphs.get(&key).is_some_and(|e| {
+                    e.in_place
+                        .iter()
+                        .zip(inputs)
+                        .all(|(at, input)| at.is_none_or(|a| a == input.data as usize))
+                });
+                if !same {
+                    // A device input moved: from now on this shape copies its inputs into
+                    // buffers of its own graph. Queued replays of the old graph stay ordered
+                    // before the frees of its memory.
+                    drop(st.graphs.remove(&key));
+                    st.graphs.mark_moving(&key);
+                    plan = Plan::Capture;
+                }
+            }
+            match plan {
                 // SAFETY: forwarded contract.
                 Plan::Replay => unsafe { self.replay(&mut st.graphs, &key, inputs, &mut ctx)? },
                 Plan::Capture => {
+                    let in_place = !st.graphs.is_moving(&key);
                     // SAFETY: forwarded contract.
-                    match unsafe { self.capture(&container, inputs, &mut ctx)? } {
+                    match unsafe { self.capture(&container, inputs, &mut ctx, in_place)? } {
                         Some(entry) => {
                             entry.exec.launch(s)?;
                             let outs = entry.outputs.clone();
@@ -508,7 +532,10 @@ impl CudaHandle {
     }
 
     /// Capture the run for these input shapes into a graph. `Ok(None)` when
-    /// the capture failed (logged once; the caller runs eagerly).
+    /// the capture failed (logged once; the caller runs eagerly). With
+    /// `in_place`, device inputs are read where the caller has them (the graph
+    /// is then replayed only for calls passing the same addresses); otherwise,
+    /// and for host inputs, from buffers of the graph's own.
     ///
     /// # Safety
     /// As for [`CudaHandle::execute`].
@@ -517,14 +544,23 @@ impl CudaHandle {
         container: &Container,
         inputs: &[InputArg],
         ctx: &mut CopyCtx<'_>,
+        in_place: bool,
     ) -> Result<Option<GraphEntry>> {
         let dev = self.device.ordinal;
         // The graph's own input buffers, filled before the capture begins.
         let mut statics = Vec::with_capacity(inputs.len());
+        let mut addrs = Vec::with_capacity(inputs.len());
         for (i, input) in inputs.iter().enumerate() {
             let c = input
                 .check(dev)
                 .map_err(|e| e.context(&format!("input {i}")))?;
+            if in_place && c.nbytes > 0 && matches!(c.kind, PointerKind::Device(_)) {
+                // SAFETY: forwarded contract: device memory valid for this execute's work; the
+                // graph reads it again only in executes that pass this same address.
+                statics.push(unsafe { input.borrow_device(dev)? });
+                addrs.push(Some(input.data as usize));
+                continue;
+            }
             let memory = if c.nbytes == 0 {
                 Memory::Empty
             } else {
@@ -546,44 +582,152 @@ impl CudaHandle {
             // SAFETY: forwarded contract for the source; the destination has c.nbytes bytes.
             unsafe { io::copy_input(input, c.kind, c.nbytes, t.data_ptr(), ctx)? };
             statics.push(t);
+            addrs.push(None);
         }
-        let mut handles: Vec<AtenTensorHandle> = statics
-            .iter()
-            .map(|t| aoti::into_handle(t.clone()))
-            .collect();
-        let cap = Capture::begin(self.device.clone(), ctx.stream)?;
-        // SAFETY: fresh handles over the graph's input buffers.
-        let run = unsafe { self.run_container(container, &mut handles) };
-        let exec = cap.finish();
-        match (run, exec) {
-            (Ok(outs), Ok(exec)) => {
-                for t in &outs {
-                    if let Memory::Device(a) = &t.storage.memory {
-                        a.adopt_by_graph();
-                    }
-                }
-                stats::record(StatEvent::GraphCapture);
-                Ok(Some(GraphEntry {
-                    outputs: outs,
-                    inputs: statics,
-                    exec,
-                }))
-            }
-            (run, exec) => {
-                let why = match (run.err(), exec.err()) {
-                    (Some(e), _) => e.to_string(),
-                    (None, Some(e)) => e.to_string(),
-                    (None, None) => "unknown".into(),
-                };
+        // First capture: allocations become allocation nodes, and their sequence is traced.
+        let trace = if self.config.graph_private_memory {
+            CaptureMemory::Trace(Trace::default())
+        } else {
+            CaptureMemory::Nodes
+        };
+        // SAFETY: forwarded contract.
+        let (first, trace) = unsafe { self.capture_once(container, &statics, ctx.stream, trace) };
+        let (outs, exec) = match first {
+            Ok(v) => v,
+            Err(why) => {
                 log::warn!(
                     "method {:?}: CUDA graph capture failed for input shapes {:?}; this shape runs eagerly from now on ({why})",
                     self.method,
                     shape_key(inputs)
                 );
                 stats::record(StatEvent::GraphFallback);
-                Ok(None)
+                return Ok(None);
+            }
+        };
+        // Second capture, on blocks of the graph's own planned from the trace: no allocation nodes.
+        if let CaptureMemory::Trace(t) = trace {
+            if !t.events.is_empty() {
+                // SAFETY: forwarded contract.
+                match unsafe { self.capture_private(container, &statics, ctx.stream, &t) } {
+                    Ok(Some((outs2, exec2, arena))) => {
+                        // The first graph was never launched: its allocations never existed.
+                        drop((outs, exec));
+                        stats::record(StatEvent::GraphCapture);
+                        return Ok(Some(GraphEntry {
+                            outputs: outs2,
+                            inputs: statics,
+                            in_place: addrs,
+                            _arena: Some(arena),
+                            exec: exec2,
+                        }));
+                    }
+                    Ok(None) => {}
+                    Err(e) => log::debug!(
+                        "method {:?}: graph-private memory not used for input shapes {:?} ({e}); allocation nodes instead",
+                        self.method,
+                        shape_key(inputs)
+                    ),
+                }
             }
         }
+        for t in &outs {
+            if let Memory::Device(a) = &t.storage.memory {
+                a.adopt_by_graph();
+            }
+        }
+        stats::record(StatEvent::GraphCapture);
+        Ok(Some(GraphEntry {
+            outputs: outs,
+            inputs: statics,
+            in_place: addrs,
+            _arena: None,
+            exec,
+        }))
+    }
+
+    /// One capture of the run over the graph's input buffers `statics`, its
+    /// allocations going where `memory` says; gives `memory` back (with the trace).
+    ///
+    /// # Safety
+    /// As for [`CudaHandle::execute`].
+    unsafe fn capture_once(
+        &self,
+        container: &Container,
+        statics: &[Tensor],
+        stream: cudarc::driver::sys::CUstream,
+        memory: CaptureMemory,
+    ) -> (Result<(Vec<Tensor>, GraphExec)>, CaptureMemory) {
+        let mut handles: Vec<AtenTensorHandle> = statics
+            .iter()
+            .map(|t| aoti::into_handle(t.clone()))
+            .collect();
+        let cap = match Capture::begin(self.device.clone(), stream) {
+            Ok(c) => c,
+            Err(e) => {
+                for h in handles {
+                    // SAFETY: handles made just above, never given away.
+                    drop(unsafe { aoti::from_handle(h) });
+                }
+                return (Err(e), memory);
+            }
+        };
+        let before = memory::set_capture_memory(memory);
+        // SAFETY: fresh handles over the graph's input buffers.
+        let run = unsafe { self.run_container(container, &mut handles) };
+        let exec = cap.finish();
+        let memory = memory::set_capture_memory(before);
+        let r = match (run, exec) {
+            (Ok(outs), Ok(exec)) => Ok((outs, exec)),
+            (Err(e), _) | (Ok(_), Err(e)) => Err(e),
+        };
+        (r, memory)
+    }
+
+    /// The second capture: every allocation from an arena planned from `trace`.
+    /// `Ok(None)` when an allocation was not foreseen (the first graph is kept).
+    ///
+    /// # Safety
+    /// As for [`CudaHandle::execute`].
+    #[allow(clippy::type_complexity)]
+    unsafe fn capture_private(
+        &self,
+        container: &Container,
+        statics: &[Tensor],
+        stream: cudarc::driver::sys::CUstream,
+        trace: &Trace,
+    ) -> Result<Option<(Vec<Tensor>, GraphExec, Arc<Arena>)>> {
+        let sizes = Arena::plan(trace);
+        let blocks = sizes
+            .iter()
+            .map(|&n| {
+                memory::alloc_on_stream(self.device.clone(), n, stream, Some(self.stream.clone()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let arena = Arc::new(Arena::new(blocks, sizes)?);
+        // SAFETY: forwarded contract.
+        let (r, _) = unsafe {
+            self.capture_once(
+                container,
+                statics,
+                stream,
+                CaptureMemory::Arena(arena.clone()),
+            )
+        };
+        let (outs, exec) = r?;
+        if arena.misses() > 0 {
+            log::debug!(
+                "method {:?}: {} allocation(s) of the second capture were not in its plan",
+                self.method,
+                arena.misses()
+            );
+            return Ok(None);
+        }
+        log::debug!(
+            "method {:?}: graph memory {} bytes in its own blocks",
+            self.method,
+            arena.bytes()
+        );
+        Ok(Some((outs, exec, arena)))
     }
 
     /// Replay the graph of `key`: copy the inputs into its buffers, launch.
@@ -600,7 +744,15 @@ impl CudaHandle {
         let entry = cache
             .get(key)
             .ok_or_else(|| Error::Internal("graph vanished from the cache".into()))?;
-        for (i, (input, buf)) in inputs.iter().zip(&entry.inputs).enumerate() {
+        for (i, ((input, buf), at)) in inputs
+            .iter()
+            .zip(&entry.inputs)
+            .zip(&entry.in_place)
+            .enumerate()
+        {
+            if at.is_some() {
+                continue; // read where the caller has it (the caller checked the address)
+            }
             let c = input
                 .check(self.device.ordinal)
                 .map_err(|e| e.context(&format!("input {i}")))?;
