@@ -50,6 +50,8 @@
 #   BENCH_DECODERS=a,b       suite decoders for the token loop (default qwen3_bf16,gemma3_bf16,
 #                            qwen3_int4tp_bf16,qwen3_pd_bf16,et15_qwen3_bf16)
 #   BENCH_GEN_N=<n>          tokens per token loop (default 48)
+#   BENCH_GEN_ROUNDS=<r>     the loop this many times per run (--generate-rounds; default 3): the
+#                            figures are the last round's, without first-call costs
 #   BENCH_SECTIONS=...       default ours,upstream,tokens,torch,int4,aoti (drop a word to skip it)
 #   BENCH_RUNNER=<f>         et_cuda_run to use (default: the bundle's)
 #   BENCH_TEST_CPU=1         test of this script on a machine without a GPU: bench/testdata/fake_runner.py
@@ -94,6 +96,7 @@ BUDGET=${BENCH_BUDGET:-450}
 PHASE1=${BENCH_PHASE1:-170}
 JOBS=${BENCH_EXPORT_JOBS:-5}
 GEN_N=${BENCH_GEN_N:-48}
+GEN_ROUNDS=${BENCH_GEN_ROUNDS:-3}
 SECTIONS=",${BENCH_SECTIONS:-ours,upstream,tokens,torch,int4,aoti},"
 FIXTURES=$BUNDLE/fixtures
 RUNNER=${BENCH_RUNNER:-$BUNDLE/et_cuda_run}
@@ -510,7 +513,7 @@ if on tokens; then
       note "token loop: no $d in $SUITE (BENCH_SUITE_TAR / BENCH_SUITE_DIR)"
       continue
     fi
-    gen=(--manifest "$man" --generate "$GEN_N")
+    gen=(--manifest "$man" --generate "$GEN_N" --generate-rounds "$GEN_ROUNDS")
     BACKEND=ours
     if [ "$d" = qwen3_pd_bf16 ]; then
       gen+=(--prefill-method prefill --decode-method decode)

@@ -594,11 +594,14 @@ class Report:
         out = ["## int4 weight-only matmul (`kernels/check_int4.py`, bench phase)", ""]
         if not self.int4:
             return out + [f"- {self.int4_note or 'no rows'}", ""]
-        out += ["Median GPU time per call with the queue kept full and the weights rotated (larger than L2); "
-                "TB/s = bytes moved (packed weights, scales, activations, output) / time.", "",
-                "| M | N = K | group | ikt | ours µs | ours TB/s | torch `_weight_int4pack_mm` µs | TB/s | "
-                "bf16 matmul µs | TB/s | bf16 / ours time |",
-                "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        out += ["Two timings per call, the weights rotated (larger than L2): *kernel* = the GPU's busy time "
+                "per call from CUPTI (torch.profiler: the durations of the kernels, copies and memsets the call "
+                "ran), the kernel's own speed; *queue* = median time between events around each call with the "
+                "queue kept full (includes the gaps between launches). TB/s = bytes moved (packed weights, "
+                "scales, activations, output) / time.", "",
+                "| M | N = K | group | ikt | ours kernel µs | ours TB/s | torch `_weight_int4pack_mm` kernel µs | TB/s "
+                "| bf16 matmul kernel µs | TB/s | ours queue µs | torch queue µs | bf16 queue µs |",
+                "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for r in self.int4:
             def us(k):
                 v = r.get(k)
@@ -608,12 +611,11 @@ class Report:
                 v = r.get(k)
                 return f"{v:.2f}" if isinstance(v, (int, float)) else "–"
 
-            speed = ratio(r.get("bf16_ms"), r.get("ours_ms"))
             err = f" ({short(r['error'], 60)})" if r.get("error") else ""
             out.append(f"| {r['m']} | {r['n']}{'' if r.get('n') == r.get('k') else ' / ' + str(r.get('k'))} | "
-                       f"{r.get('group', '?')} | {r.get('ikt', '?')} | {us('ours_ms')}{err} | {tb('ours_TBps')} | "
-                       f"{us('torch_int4_ms')} | {tb('torch_int4_TBps')} | {us('bf16_ms')} | {tb('bf16_TBps')} | "
-                       f"{fx(speed)} |")
+                       f"{r.get('group', '?')} | {r.get('ikt', '?')} | {us('ours_dev_ms')}{err} | {tb('ours_dev_TBps')} | "
+                       f"{us('torch_int4_dev_ms')} | {tb('torch_int4_dev_TBps')} | {us('bf16_dev_ms')} | {tb('bf16_dev_TBps')} | "
+                       f"{us('ours_ms')} | {us('torch_int4_ms')} | {us('bf16_ms')} |")
         if self.int4_note:
             out += ["", f"- {self.int4_note}"]
         out.append("")
@@ -708,9 +710,13 @@ class Report:
         for r in self.int4:
             if r.get("m", 99) <= 8 and r.get("n") == r.get("k") and r.get("n", 0) >= 4096 and r.get("group") == 128 \
                     and r.get("ikt") == 8:
-                tb = r.get("ours_TBps")
+                tb = r.get("ours_dev_TBps")
+                how = "kernel time (CUPTI)"
+                if not isinstance(tb, (int, float)):
+                    tb, how = r.get("ours_TBps"), "queue time"
                 self.add_target("int4 GEMV ≥ 2.4 TB/s (50 % of HBM)", f"M={r['m']} N=K={r['n']}",
-                                f"{tb:.2f} TB/s" if isinstance(tb, (int, float)) else f"not measured ({short(r.get('error', '?'), 60)})",
+                                f"{tb:.2f} TB/s ({how})" if isinstance(tb, (int, float))
+                                else f"not measured ({short(r.get('error', '?'), 60)})",
                                 (tb >= 2.4) if isinstance(tb, (int, float)) else None)
 
     def info_lines(self):

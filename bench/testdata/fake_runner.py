@@ -32,7 +32,7 @@ def main(argv):
     if "--help" in argv:
         print(HELP, end="")
         return 0
-    args = {"options": [], "bench": 0, "warmup": 0, "enqueue": 0, "generate": 0}
+    args = {"options": [], "bench": 0, "warmup": 0, "enqueue": 0, "generate": 0, "generate-rounds": 1}
     flags = set()
     i = 0
     while i < len(argv):
@@ -42,7 +42,7 @@ def main(argv):
             args[a[2:]] = argv[i + 1]
             i += 2
             continue
-        if a in ("--bench", "--warmup", "--enqueue", "--generate"):
+        if a in ("--bench", "--warmup", "--enqueue", "--generate", "--generate-rounds"):
             args[a[2:]] = int(argv[i + 1])
             i += 2
             continue
