@@ -118,41 +118,41 @@ pub(crate) fn alloc_on_stream(
     stream_raw: sys::CUstream,
     owner_stream: Option<Arc<CudaStream>>,
 ) -> Result<DeviceAlloc> {
-    let captured = super::graph::capturing();
-    if captured {
-        let block = CAPTURE_MEMORY.with(|c| match &*c.borrow() {
+    let capturing = super::graph::capturing();
+    // While capturing into a planned arena: the next block of the plan.
+    let block = if capturing {
+        CAPTURE_MEMORY.with(|c| match &*c.borrow() {
             CaptureMemory::Arena(a) => a.take(nbytes).map(|(i, p)| (a.clone(), i, p)),
             _ => None,
-        });
-        if let Some((arena, i, ptr)) = block {
-            let owner = stats::current();
-            stats::record_for(owner.as_ref(), Event::PoolAlloc(nbytes as u64));
-            return Ok(DeviceAlloc {
-                ptr,
-                nbytes,
-                device,
-                stream_raw,
-                _stream: owner_stream,
-                owner,
-                captured: false,
-                adopted: AtomicBool::new(false),
-                arena: Some((arena, i)),
-                trace_id: None,
-            });
+        })
+    } else {
+        None
+    };
+    let (ptr, arena, trace_id) = match block {
+        Some((arena, i, ptr)) => (ptr, Some((arena, i)), None),
+        None => {
+            let _g = ContextGuard::device(&device)?;
+            // SAFETY: live pool and stream; the memory is uninitialized, as documented for
+            // empty_strided.
+            let ptr = unsafe { result::mem_pool::alloc_async(device.pool, nbytes, stream_raw) }
+                .map_err(|e| match driver_error(e, "cuMemAllocFromPoolAsync") {
+                    Error::OutOfMemory(m) => Error::OutOfMemory(format!(
+                        "{m}: {nbytes} bytes on cuda:{}",
+                        device.ordinal
+                    )),
+                    other => other,
+                })?;
+            let trace_id = if capturing {
+                CAPTURE_MEMORY.with(|c| match &mut *c.borrow_mut() {
+                    CaptureMemory::Trace(t) => Some(t.alloc(nbytes)),
+                    _ => None,
+                })
+            } else {
+                None
+            };
+            (ptr, None, trace_id)
         }
-    }
-    let _g = ContextGuard::device(&device)?;
-    // SAFETY: live pool and stream; the memory is uninitialized, as documented for empty_strided.
-    let ptr =
-        unsafe { result::mem_pool::alloc_async(device.pool, nbytes, stream_raw) }.map_err(|e| {
-            let err = driver_error(e, "cuMemAllocFromPoolAsync");
-            match err {
-                Error::OutOfMemory(m) => {
-                    Error::OutOfMemory(format!("{m}: {nbytes} bytes on cuda:{}", device.ordinal))
-                }
-                other => other,
-            }
-        })?;
+    };
     let owner = stats::current();
     stats::record_for(owner.as_ref(), Event::PoolAlloc(nbytes as u64));
     Ok(DeviceAlloc {
@@ -162,17 +162,11 @@ pub(crate) fn alloc_on_stream(
         stream_raw,
         _stream: owner_stream,
         owner,
-        captured,
+        // An allocation node of the graph being captured (arena blocks are not).
+        captured: capturing && arena.is_none(),
         adopted: AtomicBool::new(false),
-        arena: None,
-        trace_id: if captured {
-            CAPTURE_MEMORY.with(|c| match &mut *c.borrow_mut() {
-                CaptureMemory::Trace(t) => Some(t.alloc(nbytes)),
-                _ => None,
-            })
-        } else {
-            None
-        },
+        arena,
+        trace_id,
     })
 }
 

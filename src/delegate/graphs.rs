@@ -3,8 +3,11 @@
 //! The first execute of a shape runs eagerly (it loads the generated code's
 //! kernels and folds constants, neither of which can be captured); the
 //! second captures the run into a graph and launches it; later ones replay
-//! it: the inputs are copied into the graph's own input buffers on the
-//! method's stream, the graph is launched on that stream, and nothing waits.
+//! it on the method's stream, and nothing waits. Device inputs are captured
+//! where the caller has them and replayed only while the caller passes the
+//! same addresses; once one moves, the shape is captured again over input
+//! buffers of the graph's own, into which its inputs (and host inputs
+//! always) are copied on the method's stream before each launch.
 //! A capture is made twice: the first traces the run's allocations, the
 //! second takes them from blocks of the graph's own planned from that trace
 //! ([`crate::cuda::arena`]), so the graph holds kernels and copies only and
