@@ -195,8 +195,8 @@ impl Drop for DeviceAlloc {
             }
         }
         if self.captured && !self.adopted.load(Ordering::Relaxed) && !super::graph::capturing() {
-            // An allocation node of a capture that ended without adopting it (the capture
-            // failed and its graph was discarded): there is no memory to free.
+            // An allocation node of a graph that was never launched (its capture failed, or it
+            // was the tracing capture whose private-memory twin replaced it): no memory to free.
             stats::record_for(self.owner.as_ref(), Event::PoolFree(self.nbytes as u64));
             return;
         }
