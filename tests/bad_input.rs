@@ -115,35 +115,14 @@ fn run_cases(category: &str, cases: Vec<Case>) {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
-/// Assert there is a device (the ignored tests run on GPU machines only).
-fn require_gpu(test: &str) {
-    assert!(
-        gpu(),
-        "{test} needs a CUDA device (it is ignored by a plain `cargo test`; run it with --include-ignored on a GPU machine)"
-    );
-}
-
 /// The status and message of an init with `mode` as its execution mode code.
 fn init_with_mode(mode: i32) -> (S, String) {
     let so = blob("mlp_f32", "forward_so_blob.bin");
     let name = CString::new("forward").unwrap();
     let args = executorch_cuda::ffi::EtCudaInitArgs {
-        so_data: so.as_ptr(),
-        so_len: so.len(),
         weights_data: std::ptr::null(),
-        weights_len: 0,
-        method_name: name.as_ptr(),
-        so_key: std::ptr::null(),
-        use_backend_options: false,
-        device_index: 0,
-        use_shared_stream: false,
         mode,
-        weights_key: std::ptr::null(),
-        share_group: 0,
-        payload_data: std::ptr::null(),
-        payload_len: 0,
-        named_data: None,
-        named_data_user: std::ptr::null_mut(),
+        ..init_args(&so, &[], &name)
     };
     let mut h = std::ptr::null_mut();
     // SAFETY: args point at live buffers; the out-pointer is a local.

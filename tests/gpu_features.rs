@@ -58,22 +58,10 @@ fn reset_options() {
 fn load_with_options(so: &[u8], w: &[u8], group: u64) -> Handle {
     let name = CString::new("forward").unwrap();
     let args = EtCudaInitArgs {
-        so_data: so.as_ptr(),
-        so_len: so.len(),
-        weights_data: w.as_ptr(),
-        weights_len: w.len(),
-        method_name: name.as_ptr(),
-        so_key: std::ptr::null(),
         use_backend_options: true,
-        device_index: 0,
-        use_shared_stream: false,
         mode: ET_CUDA_EXEC_MODE_FROM_OPTIONS,
-        weights_key: std::ptr::null(),
         share_group: group,
-        payload_data: std::ptr::null(),
-        payload_len: 0,
-        named_data: None,
-        named_data_user: std::ptr::null_mut(),
+        ..init_args(so, w, &name)
     };
     let mut h = std::ptr::null_mut();
     // SAFETY: args point at live buffers for the duration of the call.

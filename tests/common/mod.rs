@@ -297,6 +297,30 @@ pub fn stats(h: *const c_void) -> EtCudaStats {
 /// A loaded method through the C API.
 pub struct Handle(pub *mut c_void);
 
+/// `et_cuda_init` arguments for the `.so` bytes `so` and weights `w` of method `name`, every
+/// other field at its plain value: no backend options, device 0, the default execution mode,
+/// no keys, payload, share group or named data. The slices and `name` must outlive the call.
+pub fn init_args(so: &[u8], w: &[u8], name: &CStr) -> EtCudaInitArgs {
+    EtCudaInitArgs {
+        so_data: so.as_ptr(),
+        so_len: so.len(),
+        weights_data: w.as_ptr(),
+        weights_len: w.len(),
+        method_name: name.as_ptr(),
+        so_key: std::ptr::null(),
+        use_backend_options: false,
+        device_index: 0,
+        use_shared_stream: false,
+        mode: executorch_cuda::ffi::ET_CUDA_EXEC_MODE_DEFAULT,
+        weights_key: std::ptr::null(),
+        share_group: 0,
+        payload_data: std::ptr::null(),
+        payload_len: 0,
+        named_data: None,
+        named_data_user: std::ptr::null_mut(),
+    }
+}
+
 impl Handle {
     pub fn load(
         fixture: &str,
@@ -320,22 +344,11 @@ impl Handle {
         let name = CString::new("forward").unwrap();
         let key = so_key.map(|k| CString::new(k).unwrap());
         let args = EtCudaInitArgs {
-            so_data: so.as_ptr(),
-            so_len: so.len(),
-            weights_data: w.as_ptr(),
-            weights_len: w.len(),
-            method_name: name.as_ptr(),
             so_key: key.as_ref().map_or(std::ptr::null(), |k| k.as_ptr()),
-            use_backend_options: false,
             device_index: device,
             use_shared_stream: shared_stream,
             mode,
-            weights_key: std::ptr::null(),
-            share_group: 0,
-            payload_data: std::ptr::null(),
-            payload_len: 0,
-            named_data: None,
-            named_data_user: std::ptr::null_mut(),
+            ..init_args(so, w, &name)
         };
         let mut h = std::ptr::null_mut();
         // SAFETY: args point at live buffers for the duration of the call.
