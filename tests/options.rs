@@ -126,7 +126,32 @@ unsafe fn round_trips_and_errors() {
         et_cuda_set_option_str(skip.as_ptr(), c(&long).as_ptr()),
         ET_CUDA_STATUS_INVALID_ARGUMENT
     );
+    // Graph memory: private blocks by default, allocation nodes on request, a bool only.
+    let private = c("cuda_graph_private_memory");
+    assert_eq!(
+        et_cuda_get_option_bool(private.as_ptr(), &mut b),
+        ET_CUDA_STATUS_OK
+    );
+    assert!(b);
+    assert_eq!(
+        et_cuda_set_option_bool(private.as_ptr(), false),
+        ET_CUDA_STATUS_OK
+    );
+    assert_eq!(
+        et_cuda_get_option_bool(private.as_ptr(), &mut b),
+        ET_CUDA_STATUS_OK
+    );
+    assert!(!b);
+    assert_eq!(
+        et_cuda_set_option_int(private.as_ptr(), 0),
+        ET_CUDA_STATUS_INVALID_ARGUMENT
+    );
     assert_eq!(et_cuda_reset_options(), ET_CUDA_STATUS_OK);
+    assert_eq!(
+        et_cuda_get_option_bool(private.as_ptr(), &mut b),
+        ET_CUDA_STATUS_OK
+    );
+    assert!(b, "reset restores private graph memory");
 }
 
 #[test]
