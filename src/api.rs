@@ -266,7 +266,7 @@ impl Method {
             .enumerate()
             .map(|(j, i)| {
                 i.tensor.map(DeviceTensor::from_tensor).ok_or_else(|| {
-                    Error::Internal(format!("output {j} was not left on the device"))
+                    Error::internal(format!("output {j} was not left on the device"))
                 })
             })
             .collect()
@@ -356,14 +356,5 @@ impl CallerStreamGuard {
 impl Drop for CallerStreamGuard {
     fn drop(&mut self) {
         cuda::stream::set_caller_stream(self.prev);
-    }
-}
-
-impl From<std::ffi::NulError> for Error {
-    fn from(e: std::ffi::NulError) -> Error {
-        Error::InvalidArgument(format!(
-            "string contains a NUL byte at {}",
-            e.nul_position()
-        ))
     }
 }

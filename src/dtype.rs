@@ -75,7 +75,7 @@ pub fn from_name(name: &str) -> Option<DType> {
 /// Element size or an `InvalidArgument` error naming the code.
 pub(crate) fn checked_element_size(code: DType) -> crate::Result<usize> {
     element_size(code)
-        .ok_or_else(|| crate::Error::InvalidArgument(format!("unknown dtype code {code}")))
+        .ok_or_else(|| crate::Error::invalid_argument(format!("unknown dtype code {code}")))
 }
 
 #[cfg(test)]

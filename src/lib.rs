@@ -23,7 +23,7 @@
 //! # Example
 //!
 //! ```
-//! use executorch_cuda::{dtype::codes::FLOAT32, Error, Input, Method, MethodOptions};
+//! use executorch_cuda::{dtype::codes::FLOAT32, ErrorKind, Input, Method, MethodOptions};
 //!
 //! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/mlp_f32");
 //! let (Ok(so), Ok(weights)) = (
@@ -35,9 +35,9 @@
 //! let method = match Method::load("forward", &so, &weights, &MethodOptions::default()) {
 //!     Ok(m) => m,
 //!     // No GPU here: a clear error, never a crash.
-//!     Err(Error::NoDevice(why)) => return println!("skipped: {why}"),
+//!     Err(e) if e.kind() == ErrorKind::NoDevice => return println!("skipped: {e}"),
 //!     // The .so needs a newer C library than this machine has.
-//!     Err(Error::LoadFailed(why)) => return println!("skipped: {why}"),
+//!     Err(e) if e.kind() == ErrorKind::LoadFailed => return println!("skipped: {e}"),
 //!     Err(e) => panic!("{e}"),
 //! };
 //! let x: Vec<u8> = (0..4 * 64).flat_map(|i| (i as f32 / 256.0).to_le_bytes()).collect();
@@ -83,7 +83,7 @@ pub use api::{
     device_count, driver_version, global_stats, mem_info, CallerStreamGuard, DeviceTensor, Input,
     Method, MethodOptions,
 };
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Result};
 pub use options::{ExecMode, OutputPlacement};
 pub use stats::Stats;
 pub use tensor::MAX_RANK;

@@ -137,7 +137,7 @@ pub fn reset() {
 }
 
 fn wrong_type(key: &str, want: &str, got: &Value) -> Error {
-    Error::InvalidArgument(format!(
+    Error::invalid_argument(format!(
         "option {key} must be a {want}, got a {}",
         got.type_name()
     ))
@@ -149,7 +149,7 @@ pub(crate) fn parse_mode(s: &str) -> Result<ExecMode> {
         "" | "default" => Ok(ExecMode::Default),
         "sync-always" => Ok(ExecMode::SyncAlways),
         "upstream-1.2" => Ok(ExecMode::Upstream12),
-        other => Err(Error::InvalidArgument(format!(
+        other => Err(Error::invalid_argument(format!(
             "option {EXECUTION_MODE}: unknown mode {other:?} (expected default, sync-always or upstream-1.2)"
         ))),
     }
@@ -158,7 +158,7 @@ pub(crate) fn parse_mode(s: &str) -> Result<ExecMode> {
 fn method_list(key: &str, v: Value) -> Result<String> {
     match v {
         Value::Str(s) if s.len() <= MAX_STR_LEN => Ok(s),
-        Value::Str(s) => Err(Error::InvalidArgument(format!(
+        Value::Str(s) => Err(Error::invalid_argument(format!(
             "option {key}: value is {} bytes, at most {MAX_STR_LEN}",
             s.len()
         ))),
@@ -190,7 +190,7 @@ pub fn set(key: &str, v: Value) -> Result<()> {
         DEVICE_INDEX => match v {
             Value::Int(i) if (0..=i32::MAX as i64).contains(&i) => o.device_index = i,
             Value::Int(i) => {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::invalid_argument(format!(
                     "option {key}: {i} is not a valid device index"
                 )))
             }
@@ -201,7 +201,7 @@ pub fn set(key: &str, v: Value) -> Result<()> {
                 o.cuda_graph_cache_size = i
             }
             Value::Int(i) => {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::invalid_argument(format!(
                     "option {key}: {i} is out of range 1..={MAX_GRAPH_CACHE_SIZE}"
                 )))
             }
@@ -235,7 +235,7 @@ pub fn get(key: &str) -> Result<Value> {
         DEVICE_INDEX => Value::Int(o.device_index),
         CUDA_GRAPH_CACHE_SIZE => Value::Int(o.cuda_graph_cache_size),
         _ => {
-            return Err(Error::UnknownOption(format!(
+            return Err(Error::unknown_option(format!(
                 "{key:?} is not an option of CudaBackend"
             )))
         }

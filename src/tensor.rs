@@ -82,11 +82,11 @@ unsafe impl Sync for HostAlloc {}
 impl HostAlloc {
     pub(crate) fn new(nbytes: usize) -> Result<HostAlloc> {
         let layout = Layout::from_size_align(nbytes.max(1), HOST_ALIGN)
-            .map_err(|_| Error::InvalidArgument(format!("host allocation of {nbytes} bytes")))?;
+            .map_err(|_| Error::invalid_argument(format!("host allocation of {nbytes} bytes")))?;
         // SAFETY: layout has non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         if ptr.is_null() {
-            return Err(Error::OutOfMemory(format!(
+            return Err(Error::out_of_memory(format!(
                 "host allocation of {nbytes} bytes failed"
             )));
         }
@@ -204,7 +204,7 @@ pub(crate) fn checked_numel(sizes: &[i64]) -> Result<i64> {
         }
         n = n
             .checked_mul(s)
-            .ok_or_else(|| Error::InvalidArgument(format!("sizes {sizes:?} overflow")))?;
+            .ok_or_else(|| Error::invalid_argument(format!("sizes {sizes:?} overflow")))?;
     }
     Ok(n)
 }
@@ -231,7 +231,7 @@ pub(crate) fn required_bytes(
     if checked_numel(sizes)? == 0 {
         return Ok(0);
     }
-    let overflow = || Error::InvalidArgument(format!("view {sizes:?}/{strides:?} overflows"));
+    let overflow = || Error::invalid_argument(format!("view {sizes:?}/{strides:?} overflows"));
     let mut last: i64 = offset;
     for (d, (&s, &st)) in sizes.iter().zip(strides).enumerate() {
         if st < 0 {

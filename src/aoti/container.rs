@@ -73,7 +73,7 @@ struct Api {
 
 fn required(lib: &Library, name: &str) -> Result<*mut c_void> {
     lib.symbol(name).ok_or_else(|| {
-        Error::InvalidProgram(format!(
+        Error::invalid_program(format!(
             "the .so does not export {name}: not an AOTInductor model"
         ))
     })
@@ -206,14 +206,14 @@ impl Container {
     /// Create the container for `cuda:<device>` (the device's context must be current).
     pub(crate) fn create(lib: Arc<Library>, device: i32) -> Result<Container> {
         let api = Api::resolve(&lib)?;
-        let dev = CString::new(format!("cuda:{device}"))
-            .map_err(|_| Error::Internal("device string".into()))?;
+        let dev =
+            CString::new(format!("cuda:{device}")).map_err(|_| Error::internal("device string"))?;
         let mut handle: ContainerHandle = std::ptr::null_mut();
         // SAFETY: valid out-pointer and device string; the .so catches its own exceptions.
         let rc =
             unsafe { (api.create_with_device)(&mut handle, 1, dev.as_ptr(), std::ptr::null()) };
         if rc != 0 || handle.is_null() {
-            return Err(Error::LoadFailed(format!(
+            return Err(Error::load_failed(format!(
                 "AOTInductorModelContainerCreateWithDevice(cuda:{device}) failed (code {rc}){}",
                 last_error_suffix(&api)
             )));
@@ -236,7 +236,7 @@ impl Container {
         // SAFETY: live container and out-pointer; `f` has this signature.
         let rc = unsafe { f(self.handle, &mut n) };
         if rc != 0 {
-            return Err(Error::LoadFailed(format!(
+            return Err(Error::load_failed(format!(
                 "AOTInductorModelContainer{what} failed (code {rc})"
             )));
         }
@@ -252,7 +252,7 @@ impl Container {
         // SAFETY: live container and out-pointer.
         let rc = unsafe { f(self.handle, &mut n) };
         if rc != 0 {
-            return Err(Error::LoadFailed(format!(
+            return Err(Error::load_failed(format!(
                 "AOTInductorModelContainerGetConstantsBlobSize failed (code {rc})"
             )));
         }
@@ -266,15 +266,15 @@ impl Container {
             if blob.is_empty() {
                 return Ok(());
             }
-            return Err(Error::InvalidProgram(
-                "the .so cannot load a weights blob (no AOTInductorModelUpdateConstantsFromBlob; built with torch < 2.9?)".into(),
+            return Err(Error::invalid_program(
+                "the .so cannot load a weights blob (no AOTInductorModelUpdateConstantsFromBlob; built with torch < 2.9?)",
             ));
         };
         let _ = crate::error::take_callback_failure();
         // SAFETY: live container; `blob` holds exactly the size the model declared.
         let rc = unsafe { f(self.handle, blob.as_ptr()) };
         if rc != 0 {
-            return Err(Error::LoadFailed(format!(
+            return Err(Error::load_failed(format!(
                 "AOTInductorModelUpdateConstantsFromBlob failed (code {rc}){}",
                 last_error_suffix(&self.api)
             )));
@@ -298,8 +298,8 @@ impl Container {
     /// Every constant's metadata, in the container's order (the order of the weights blob).
     pub(crate) fn constants(&self) -> Result<Vec<ConstantInfo>> {
         let Some(c) = self.api.constants else {
-            return Err(Error::LoadFailed(
-                "the .so has no constant-management entry points".into(),
+            return Err(Error::load_failed(
+                "the .so has no constant-management entry points",
             ));
         };
         let n = self.count(c.num, "GetNumConstants")?;
@@ -351,7 +351,7 @@ impl Container {
 
     fn const_rc(&self, rc: i32, what: &str) -> Result<()> {
         if rc != 0 {
-            return Err(Error::LoadFailed(format!(
+            return Err(Error::load_failed(format!(
                 "AOTInductorModelContainer{what} failed (code {rc})"
             )));
         }
@@ -377,8 +377,8 @@ impl Container {
     /// container is deleted or the constants are replaced.
     pub(crate) unsafe fn use_constants(&self, pairs: &[ConstantMapEntry]) -> Result<()> {
         let Some(c) = self.api.constants else {
-            return Err(Error::LoadFailed(
-                "the .so has no constant-management entry points".into(),
+            return Err(Error::load_failed(
+                "the .so has no constant-management entry points",
             ));
         };
         // SAFETY: live container; `pairs` is a valid array whose handles outlive the container
@@ -387,7 +387,7 @@ impl Container {
             (c.update_user_managed_pairs)(self.handle, pairs.as_ptr(), pairs.len(), false, false)
         };
         if rc != 0 {
-            return Err(Error::LoadFailed(format!(
+            return Err(Error::load_failed(format!(
                 "AOTInductorModelContainerUpdateUserManagedConstantBufferPairs failed (code {rc}){}",
                 last_error_suffix(&self.api)
             )));
@@ -431,7 +431,7 @@ impl Container {
             )
         };
         if rc != 0 {
-            return Err(Error::ExecutionFailed(format!(
+            return Err(Error::execution_failed(format!(
                 "AOTInductorModelContainerRun failed (code {rc}){}",
                 last_error_suffix(&self.api)
             )));

@@ -28,7 +28,7 @@ pub(crate) struct ElfInfo {
 }
 
 fn bad(msg: impl Into<String>) -> Error {
-    Error::InvalidProgram(format!(
+    Error::invalid_program(format!(
         "the .so blob is not a loadable ELF: {}",
         msg.into()
     ))

@@ -15,6 +15,8 @@
 //! kept for the life of the process and reused by later handles.
 
 use super::elf::ElfInfo;
+#[cfg(test)]
+use crate::error::ErrorKind;
 use crate::error::{Error, Result};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -66,7 +68,7 @@ pub(crate) fn prepare_process() -> Result<()> {
             promote_self()
         })
         .clone()
-        .map_err(Error::LoadFailed)
+        .map_err(Error::load_failed)
 }
 
 fn load_cudart() -> std::result::Result<(), String> {
@@ -182,7 +184,7 @@ fn dlopen_path(path: &CStr, info: &ElfInfo) -> Result<*mut c_void> {
         } else {
             ""
         };
-        return Err(Error::LoadFailed(format!(
+        return Err(Error::load_failed(format!(
             "dlopen of the .so failed: {e}{hint}"
         )));
     }
@@ -199,7 +201,7 @@ fn write_all(fd: i32, bytes: &[u8]) -> Result<()> {
             if e.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return Err(Error::LoadFailed(format!("writing the .so failed: {e}")));
+            return Err(Error::load_failed(format!("writing the .so failed: {e}")));
         }
         off += n as usize;
     }
@@ -208,13 +210,13 @@ fn write_all(fd: i32, bytes: &[u8]) -> Result<()> {
 
 fn open_from_memory(bytes: &[u8], tag: &str, info: &ElfInfo) -> Result<*mut c_void> {
     let name = CString::new(format!("aoti-{tag}.so"))
-        .map_err(|_| Error::LoadFailed("memfd name contains NUL".into()))?;
+        .map_err(|_| Error::load_failed("memfd name contains NUL"))?;
     // SAFETY: NUL-terminated name; flags are constants.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
     if fd >= 0 {
         let r = write_all(fd, bytes).and_then(|_| {
             let path = CString::new(format!("/proc/self/fd/{fd}"))
-                .map_err(|_| Error::LoadFailed("fd path contains NUL".into()))?;
+                .map_err(|_| Error::load_failed("fd path contains NUL"))?;
             dlopen_path(&path, info)
         });
         // The fd stays open for the life of the process (like the library itself): glibc
@@ -233,12 +235,12 @@ fn open_from_memory(bytes: &[u8], tag: &str, info: &ElfInfo) -> Result<*mut c_vo
 fn open_from_private_dir(bytes: &[u8], tag: &str, info: &ElfInfo) -> Result<*mut c_void> {
     let base = std::env::temp_dir().join("et-cuda-XXXXXX");
     let mut tmpl = CString::new(base.to_string_lossy().into_owned())
-        .map_err(|_| Error::LoadFailed("temporary directory path contains NUL".into()))?
+        .map_err(|_| Error::load_failed("temporary directory path contains NUL"))?
         .into_bytes_with_nul();
     // SAFETY: a writable NUL-terminated template.
     let dir = unsafe { libc::mkdtemp(tmpl.as_mut_ptr().cast()) };
     if dir.is_null() {
-        return Err(Error::LoadFailed(format!(
+        return Err(Error::load_failed(format!(
             "mkdtemp failed: {}",
             std::io::Error::last_os_error()
         )));
@@ -249,10 +251,10 @@ fn open_from_private_dir(bytes: &[u8], tag: &str, info: &ElfInfo) -> Result<*mut
         .into_owned();
     let path = format!("{dir}/aoti-{tag}.so");
     let r = std::fs::write(&path, bytes)
-        .map_err(|e| Error::LoadFailed(format!("writing {path} failed: {e}")))
+        .map_err(|e| Error::load_failed(format!("writing {path} failed: {e}")))
         .and_then(|_| {
             let c = CString::new(path.clone())
-                .map_err(|_| Error::LoadFailed("temporary path contains NUL".into()))?;
+                .map_err(|_| Error::load_failed("temporary path contains NUL"))?;
             dlopen_path(&c, info)
         });
     let _ = std::fs::remove_file(&path);
@@ -278,7 +280,7 @@ mod tests {
         let so = crate::aoti::elf::tests_support::tiny_so();
         let info = crate::aoti::elf::validate(&so).unwrap();
         let e = open_from_memory(&so, "test", &info).unwrap_err();
-        assert!(matches!(e, Error::LoadFailed(_)), "{e}");
+        assert!(e.kind() == ErrorKind::LoadFailed, "{e}");
         assert!(e.to_string().contains("dlopen"), "{e}");
     }
 }

@@ -42,7 +42,7 @@ pub(crate) enum Payload {
 }
 
 fn bad(what: impl Into<String>) -> Error {
-    Error::InvalidProgram(format!(
+    Error::invalid_program(format!(
         "the delegate payload is malformed: {}",
         what.into()
     ))
@@ -111,8 +111,8 @@ pub(crate) fn parse(payload: &[u8], method: &str) -> Result<Payload> {
     };
     if trimmed.is_empty() {
         if method.is_empty() {
-            return Err(Error::InvalidArgument(
-                "no method name and an empty delegate payload: the blobs cannot be named".into(),
+            return Err(Error::invalid_argument(
+                "no method name and an empty delegate payload: the blobs cannot be named",
             ));
         }
         return Ok(Payload::Keys {

@@ -128,7 +128,7 @@ impl Arena {
     /// An arena over `blocks` (allocated by the caller with the planned `sizes`).
     pub(crate) fn new(blocks: Vec<DeviceAlloc>, sizes: Vec<usize>) -> Result<Arena> {
         if blocks.len() != sizes.len() {
-            return Err(crate::error::Error::Internal(format!(
+            return Err(crate::error::Error::internal(format!(
                 "arena: {} blocks for {} planned sizes",
                 blocks.len(),
                 sizes.len()

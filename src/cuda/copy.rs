@@ -18,7 +18,7 @@ use std::ffi::c_void;
 pub(crate) fn host_buffer(n: usize) -> Result<Vec<u8>> {
     let mut v = Vec::new();
     v.try_reserve_exact(n)
-        .map_err(|_| Error::OutOfMemory(format!("host buffer of {n} bytes")))?;
+        .map_err(|_| Error::out_of_memory(format!("host buffer of {n} bytes")))?;
     v.resize(n, 0);
     Ok(v)
 }

@@ -35,13 +35,13 @@ impl Capture {
     /// Start capturing `stream` (which must be one of the library's streams, not the legacy one).
     pub(crate) fn begin(device: Arc<DeviceState>, stream: sys::CUstream) -> Result<Capture> {
         if stream.is_null() {
-            return Err(Error::InvalidArgument(
-                "the legacy default stream cannot be captured".into(),
+            return Err(Error::invalid_argument(
+                "the legacy default stream cannot be captured",
             ));
         }
         if capturing() {
-            return Err(Error::Internal(
-                "a capture is already running on this thread".into(),
+            return Err(Error::internal(
+                "a capture is already running on this thread",
             ));
         }
         let _g = ContextGuard::device(&device)?;
@@ -75,7 +75,7 @@ impl Capture {
         let graph = Graph(graph);
         check(r, "cuStreamEndCapture")?;
         if graph.0.is_null() {
-            return Err(Error::Cuda("cuStreamEndCapture returned no graph".into()));
+            return Err(Error::cuda("cuStreamEndCapture returned no graph"));
         }
         let mut exec: sys::CUgraphExec = std::ptr::null_mut();
         let flags = u64::from(

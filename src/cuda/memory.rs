@@ -135,12 +135,9 @@ pub(crate) fn alloc_on_stream(
             // SAFETY: live pool and stream; the memory is uninitialized, as documented for
             // empty_strided.
             let ptr = unsafe { result::mem_pool::alloc_async(device.pool, nbytes, stream_raw) }
-                .map_err(|e| match driver_error(e, "cuMemAllocFromPoolAsync") {
-                    Error::OutOfMemory(m) => Error::OutOfMemory(format!(
-                        "{m}: {nbytes} bytes on cuda:{}",
-                        device.ordinal
-                    )),
-                    other => other,
+                .map_err(|e| {
+                    driver_error(e, "cuMemAllocFromPoolAsync")
+                        .with_suffix(&format!(": {nbytes} bytes on cuda:{}", device.ordinal))
                 })?;
             let trace_id = if capturing {
                 CAPTURE_MEMORY.with(|c| match &mut *c.borrow_mut() {
@@ -235,10 +232,7 @@ impl PinnedBuffer {
             unsafe { sys::cuMemHostAlloc(&mut p, cap, sys::CU_MEMHOSTALLOC_PORTABLE) },
             "cuMemHostAlloc",
         )
-        .map_err(|e| match e {
-            Error::OutOfMemory(m) => Error::OutOfMemory(format!("{m}: {cap} pinned bytes")),
-            o => o,
-        })?;
+        .map_err(|e| e.with_suffix(&format!(": {cap} pinned bytes")))?;
         let owner = stats::current();
         stats::record_for(owner.as_ref(), Event::DriverAlloc(cap as u64));
         Ok(PinnedBuffer {
@@ -431,7 +425,7 @@ pub(crate) unsafe fn free_device_sync(p: *mut c_void) -> Result<()> {
     }
     let ord = match super::pointer_kind(p)? {
         super::PointerKind::Device(o) => o,
-        _ => return Err(Error::InvalidArgument("ptr is not device memory".into())),
+        _ => return Err(Error::invalid_argument("ptr is not device memory")),
     };
     let d = device(ord)?;
     let _g = ContextGuard::device(&d)?;
@@ -461,7 +455,7 @@ pub(crate) fn external_allocate(
     alignment: usize,
 ) -> Result<*mut c_void> {
     if alignment == 0 || !alignment.is_power_of_two() || alignment > EXTERNAL_MAX_ALIGN {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::invalid_argument(format!(
             "alignment {alignment} is not a power of two up to {EXTERNAL_MAX_ALIGN}"
         )));
     }
@@ -469,7 +463,7 @@ pub(crate) fn external_allocate(
     let a = alloc_on_stream(d, nbytes.max(1), std::ptr::null_mut(), None)?;
     let p = a.ptr() as usize;
     if p % alignment != 0 {
-        return Err(Error::Internal(format!(
+        return Err(Error::internal(format!(
             "the pool returned {p:#x}, not aligned to {alignment}"
         )));
     }
@@ -488,7 +482,7 @@ pub(crate) fn external_deallocate(p: *mut c_void) -> Result<()> {
             .iter()
             .position(|(k, _)| *k == p as usize)
             .ok_or_else(|| {
-                Error::InvalidArgument(format!(
+                Error::invalid_argument(format!(
                     "{p:p} was not allocated by et_cuda_device_allocate (or was freed already)"
                 ))
             })?;

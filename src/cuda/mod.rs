@@ -17,7 +17,7 @@ pub(crate) mod stream;
 
 pub(crate) use memory::DeviceAlloc;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use cudarc::driver::{result, sys};
 use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
@@ -37,13 +37,14 @@ pub(crate) fn driver_error(e: result::DriverError, what: &str) -> Error {
         .map(|c| c.to_string_lossy().into_owned())
         .unwrap_or_else(|_| format!("{:?}", e.0));
     let msg = format!("{what} failed: {name}");
-    match e.0 {
-        sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory(msg),
+    let kind = match e.0 {
+        sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => ErrorKind::OutOfMemory,
         sys::CUresult::CUDA_ERROR_NO_DEVICE
         | sys::CUresult::CUDA_ERROR_INVALID_DEVICE
-        | sys::CUresult::CUDA_ERROR_NOT_INITIALIZED => Error::NoDevice(msg),
-        _ => Error::Cuda(msg),
-    }
+        | sys::CUresult::CUDA_ERROR_NOT_INITIALIZED => ErrorKind::NoDevice,
+        _ => ErrorKind::Cuda,
+    };
+    Error::from_cuda(kind, e.0 as i32, msg)
 }
 
 /// The driver, loaded and initialized once, with the device count read once.
@@ -77,7 +78,7 @@ pub(crate) fn device_count() -> Result<i32> {
     DRIVER
         .get_or_init(init_driver)
         .clone()
-        .map_err(Error::NoDevice)
+        .map_err(Error::no_device)
 }
 
 /// The driver's CUDA version (e.g. 13000 for 13.0).
@@ -135,14 +136,14 @@ fn create_device(ordinal: i32) -> Result<Arc<DeviceState>> {
 pub(crate) fn device(ordinal: i32) -> Result<Arc<DeviceState>> {
     let n = device_count()?;
     if ordinal < 0 || ordinal >= n {
-        return Err(Error::NoDevice(format!(
+        return Err(Error::no_device(format!(
             "no CUDA device {ordinal}: this machine has {n} device(s)"
         )));
     }
     let table = DEVICES.get_or_init(|| (0..n).map(|_| OnceLock::new()).collect());
     table
         .get(ordinal as usize)
-        .ok_or_else(|| Error::Internal(format!("device table has no slot {ordinal}")))?
+        .ok_or_else(|| Error::internal(format!("device table has no slot {ordinal}")))?
         .get_or_init(|| create_device(ordinal))
         .clone()
 }
@@ -296,7 +297,7 @@ mod tests {
         match device_count() {
             Ok(n) => assert!(n >= 0),
             Err(e) => {
-                assert!(matches!(e, Error::NoDevice(_)), "{e}");
+                assert!(e.kind() == crate::error::ErrorKind::NoDevice, "{e}");
                 assert!(e.to_string().contains("no CUDA"), "{e}");
             }
         }

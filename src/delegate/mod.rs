@@ -82,7 +82,7 @@ impl MethodConfig {
         let o = options::current();
         Ok(MethodConfig {
             device_index: i32::try_from(o.device_index).map_err(|_| {
-                Error::InvalidArgument(format!("device index {} out of range", o.device_index))
+                Error::invalid_argument(format!("device index {} out of range", o.device_index))
             })?,
             shared_stream: o.use_shared_cuda_stream,
             mode: options::parse_mode(&o.execution_mode)?,
@@ -160,7 +160,7 @@ fn verify_key(key: Option<&str>, suffix: &str, bytes: &[u8], what: &str) -> Resu
     }
     let actual = aoti::loader::hex(&aoti::loader::sha256(bytes));
     if !hash.eq_ignore_ascii_case(&actual) {
-        return Err(Error::InvalidProgram(format!(
+        return Err(Error::invalid_program(format!(
             "the {what} bytes do not match their key {k}: their SHA-256 is {actual}"
         )));
     }
@@ -175,7 +175,7 @@ fn shape_key(inputs: &[InputArg]) -> ShapeKey {
 impl CudaHandle {
     pub(crate) fn init(p: InitParams<'_>) -> Result<CudaHandle> {
         if p.so.is_empty() {
-            return Err(Error::InvalidProgram("the .so blob is empty".into()));
+            return Err(Error::invalid_program("the .so blob is empty"));
         }
         verify_key(p.so_key.as_deref(), "_so_blob", p.so, ".so")?;
         if let Weights::Blob(w) = &p.weights {
@@ -206,7 +206,7 @@ impl CudaHandle {
             Weights::Blob(weights) => {
                 match probe.constants_blob_size()? {
                     Some(n) if n != weights.len() as u64 => {
-                        return Err(Error::InvalidProgram(format!(
+                        return Err(Error::invalid_program(format!(
                             "the weights blob has {} bytes but the model expects {n}",
                             weights.len()
                         )))
@@ -525,7 +525,7 @@ impl CudaHandle {
             .enumerate()
             .map(|(i, o)| {
                 o.ok_or_else(|| {
-                    Error::ExecutionFailed(format!("the model returned no tensor for output {i}"))
+                    Error::execution_failed(format!("the model returned no tensor for output {i}"))
                 })
             })
             .collect()
@@ -743,7 +743,7 @@ impl CudaHandle {
     ) -> Result<Vec<Tensor>> {
         let entry = cache
             .get(key)
-            .ok_or_else(|| Error::Internal("graph vanished from the cache".into()))?;
+            .ok_or_else(|| Error::internal("graph vanished from the cache"))?;
         for (i, ((input, buf), at)) in inputs
             .iter()
             .zip(&entry.inputs)
@@ -843,7 +843,7 @@ mod tests {
             config: MethodConfig::default(),
         };
         let e = CudaHandle::init(base.clone()).err().unwrap();
-        assert!(matches!(e, Error::InvalidProgram(_)), "{e}");
+        assert!(e.kind() == crate::error::ErrorKind::InvalidProgram, "{e}");
         let garbage = vec![0x5au8; 4096];
         let e = CudaHandle::init(InitParams {
             so: &garbage,

@@ -43,14 +43,14 @@ pub(super) fn match_storages<'a>(
             .find(|(e, _)| !info.original_fqn.is_empty() && e.fqn == info.original_fqn)
             .or_else(|| storages.iter().find(|(e, _)| e.fqn == info.name));
         let Some((entry, bytes)) = found else {
-            return Err(Error::InvalidProgram(format!(
+            return Err(Error::invalid_program(format!(
                 "the program has no weights for constant {} (FQN {:?})",
                 info.name, info.original_fqn
             )));
         };
         let what = || format!("constant {} (storage {})", info.name, entry.storage_key);
         if entry.storage_nbytes != bytes.len() as u64 {
-            return Err(Error::InvalidProgram(format!(
+            return Err(Error::invalid_program(format!(
                 "{} has {} bytes in the program but its metadata declares {}",
                 what(),
                 bytes.len(),
@@ -58,7 +58,7 @@ pub(super) fn match_storages<'a>(
             )));
         }
         if info.data_size > bytes.len() {
-            return Err(Error::InvalidProgram(format!(
+            return Err(Error::invalid_program(format!(
                 "{} has {} bytes but the model expects {}",
                 what(),
                 bytes.len(),
@@ -66,7 +66,7 @@ pub(super) fn match_storages<'a>(
             )));
         }
         if entry.dtype != info.dtype {
-            return Err(Error::InvalidProgram(format!(
+            return Err(Error::invalid_program(format!(
                 "{} has dtype {} in the program but the model expects dtype {}",
                 what(),
                 entry.dtype,
@@ -74,7 +74,7 @@ pub(super) fn match_storages<'a>(
             )));
         }
         if entry.device_type != device_type::CPU && entry.device_type != device_type::CUDA {
-            return Err(Error::InvalidProgram(format!(
+            return Err(Error::invalid_program(format!(
                 "{} is on device type {} (only CPU 0 and CUDA 1)",
                 what(),
                 entry.device_type
@@ -83,9 +83,9 @@ pub(super) fn match_storages<'a>(
         let elem = crate::dtype::checked_element_size(entry.dtype)?;
         let need =
             crate::tensor::required_bytes(&entry.sizes, &entry.strides, entry.storage_offset, elem)
-                .map_err(|e| Error::InvalidProgram(format!("{}: {e}", what())))?;
+                .map_err(|e| Error::invalid_program(format!("{}: {e}", what())))?;
         if need > bytes.len() {
-            return Err(Error::InvalidProgram(format!(
+            return Err(Error::invalid_program(format!(
                 "{}: its view (sizes {:?}, strides {:?}, offset {}) needs {need} bytes but the storage has {}",
                 what(),
                 entry.sizes,
@@ -154,8 +154,8 @@ pub(super) fn load(
     share: Option<SharePolicy>,
 ) -> Result<(Arc<Container>, SharedConstants)> {
     if !container.has_constants_api() {
-        return Err(Error::InvalidProgram(
-            "the program stores its weights per FQN but the .so has no constant-management entry points (AOTInductorModelContainerGetNumConstants...)".into(),
+        return Err(Error::invalid_program(
+            "the program stores its weights per FQN but the .so has no constant-management entry points (AOTInductorModelContainerGetNumConstants...)",
         ));
     }
     let infos = container.constants()?;

@@ -88,7 +88,7 @@ impl SharedConstants {
     /// Add constant `name` with tensor `t`, for [`SharedConstants::install`].
     pub(super) fn add(&mut self, name: &str, t: Tensor) -> Result<()> {
         let c = CString::new(name)
-            .map_err(|_| Error::InvalidProgram(format!("constant name {name:?} contains NUL")))?;
+            .map_err(|_| Error::invalid_program(format!("constant name {name:?} contains NUL")))?;
         self.names.push(c);
         self.handles.push(aoti::into_handle(t));
         Ok(())
@@ -159,7 +159,7 @@ fn describe<'a>(
 ) -> Result<Vec<Constant<'a>>> {
     let live: Vec<&ConstantInfo> = infos.iter().filter(|i| !i.from_folded).collect();
     if live.len() != tensors.len() {
-        return Err(Error::LoadFailed(format!(
+        return Err(Error::load_failed(format!(
             "the container made {} constant tensors for {} constants",
             tensors.len(),
             live.len()
@@ -172,7 +172,7 @@ fn describe<'a>(
             .checked_add(info.data_size)
             .filter(|e| *e <= weights.len())
             .ok_or_else(|| {
-                Error::InvalidProgram(format!(
+                Error::invalid_program(format!(
                     "constant {} ({} bytes at {offset}) lies outside the {}-byte weights blob",
                     info.name,
                     info.data_size,

@@ -97,7 +97,7 @@ impl Staging {
                     .min_by_key(|(_, s)| s.last_use)
                     .map(|(k, _)| k)
                     .ok_or_else(|| {
-                        Error::InvalidArgument(format!(
+                        Error::invalid_argument(format!(
                             "more than {MAX_INPUT_STAGING} host inputs in one execute"
                         ))
                     })?;

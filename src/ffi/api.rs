@@ -49,7 +49,7 @@ fn lookup(handle: *const EtCudaHandle) -> Result<Arc<CudaHandle>> {
         .find(|(k, _)| *k == key)
         .map(|(_, h)| h.clone())
         .ok_or_else(|| {
-            Error::InvalidArgument(format!(
+            Error::invalid_argument(format!(
                 "handle {key:#x} is not a live handle (destroyed already, or never made by et_cuda_init)"
             ))
         })
@@ -188,13 +188,13 @@ impl NamedData {
     /// The bytes under `key` (valid until `et_cuda_init` returns, per the callback's contract).
     fn get<'a>(&self, key: &str, what: &str) -> Result<&'a [u8]> {
         let k = std::ffi::CString::new(key)
-            .map_err(|_| Error::InvalidProgram(format!("{what} key {key:?} contains NUL")))?;
+            .map_err(|_| Error::invalid_program(format!("{what} key {key:?} contains NUL")))?;
         let (mut p, mut n) = (std::ptr::null::<u8>(), 0usize);
         // SAFETY: the callback and its user pointer come from the caller (et_cuda_init's contract);
         // the key is NUL-terminated and the out-pointers are locals.
         let rc = unsafe { (self.f)(self.user, k.as_ptr(), &mut p, &mut n) };
         if rc != 0 {
-            return Err(Error::InvalidProgram(format!(
+            return Err(Error::invalid_program(format!(
                 "the program has no named data {key:?} ({what}); was the .ptd file passed?"
             )));
         }
@@ -258,7 +258,7 @@ pub extern "C" fn et_cuda_destroy(handle: *mut EtCudaHandle) -> EtCudaStatus {
         let h = {
             let mut l = live();
             let pos = l.iter().position(|(k, _)| *k == key).ok_or_else(|| {
-                Error::InvalidArgument(format!(
+                Error::invalid_argument(format!(
                     "handle {key:#x} is not a live handle (destroyed twice?)"
                 ))
             })?;
@@ -306,7 +306,7 @@ fn describe(d: &EtCudaTensor) -> Result<(Vec<i64>, Vec<i64>)> {
         .ok()
         .filter(|&n| n <= ET_CUDA_MAX_DIMS)
         .ok_or_else(|| {
-            Error::InvalidArgument(format!(
+            Error::invalid_argument(format!(
                 "ndim {} out of range 0..={ET_CUDA_MAX_DIMS}",
                 d.ndim
             ))

@@ -150,7 +150,7 @@ pub(crate) fn guard<A: Abi>(name: &str, f: impl FnOnce() -> Result<()>) -> A::Ou
         f()
     })) {
         Ok(r) => r,
-        Err(p) => Err(Error::Internal(format!(
+        Err(p) => Err(Error::internal(format!(
             "panic: {}",
             panic_message(p.as_ref())
         ))),
@@ -199,7 +199,7 @@ pub(crate) fn guard_value<T>(name: &str, fallback: T, f: impl FnOnce() -> T) -> 
 /// A non-null `p` must point to a valid `T` for the returned lifetime.
 pub(crate) unsafe fn non_null<'a, T>(p: *const T, what: &str) -> Result<&'a T> {
     // SAFETY: the caller guarantees that a non-null pointer is valid.
-    unsafe { p.as_ref() }.ok_or_else(|| Error::InvalidArgument(format!("{what} is null")))
+    unsafe { p.as_ref() }.ok_or_else(|| Error::invalid_argument(format!("{what} is null")))
 }
 
 /// Mutable variant of `non_null`.
@@ -208,7 +208,7 @@ pub(crate) unsafe fn non_null<'a, T>(p: *const T, what: &str) -> Result<&'a T> {
 /// A non-null `p` must point to a valid, exclusively borrowed `T`.
 pub(crate) unsafe fn non_null_mut<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T> {
     // SAFETY: the caller guarantees that a non-null pointer is valid and unaliased.
-    unsafe { p.as_mut() }.ok_or_else(|| Error::InvalidArgument(format!("{what} is null")))
+    unsafe { p.as_mut() }.ok_or_else(|| Error::invalid_argument(format!("{what} is null")))
 }
 
 /// Write `v` through an out-pointer after checking it for null.
@@ -217,7 +217,7 @@ pub(crate) unsafe fn non_null_mut<'a, T>(p: *mut T, what: &str) -> Result<&'a mu
 /// A non-null `p` must be valid for writes of `T`.
 pub(crate) unsafe fn write_out<T>(p: *mut T, v: T, what: &str) -> Result<()> {
     if p.is_null() {
-        return Err(Error::InvalidArgument(format!("{what} is null")));
+        return Err(Error::invalid_argument(format!("{what} is null")));
     }
     // SAFETY: checked non-null; the caller guarantees validity.
     unsafe { p.write(v) };
@@ -233,7 +233,7 @@ pub(crate) unsafe fn slice_from<'a, T>(p: *const T, len: usize, what: &str) -> R
         return Ok(&[]);
     }
     if p.is_null() {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::invalid_argument(format!(
             "{what} is null but its length is {len}"
         )));
     }
@@ -254,7 +254,7 @@ pub(crate) unsafe fn slice_from_mut<'a, T>(
         return Ok(&mut []);
     }
     if p.is_null() {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::invalid_argument(format!(
             "{what} is null but its length is {len}"
         )));
     }
@@ -275,13 +275,13 @@ pub(crate) unsafe fn c_str<'a>(
         if optional {
             return Ok(None);
         }
-        return Err(Error::InvalidArgument(format!("{what} is null")));
+        return Err(Error::invalid_argument(format!("{what} is null")));
     }
     // SAFETY: non-null and NUL-terminated per the caller's contract.
     let s = unsafe { std::ffi::CStr::from_ptr(p) };
     s.to_str()
         .map(Some)
-        .map_err(|_| Error::InvalidArgument(format!("{what} is not valid UTF-8")))
+        .map_err(|_| Error::invalid_argument(format!("{what} is not valid UTF-8")))
 }
 
 /// Copy `ndim` dimension values from a C array (null allowed when `ndim == 0`).
@@ -293,7 +293,7 @@ pub(crate) unsafe fn dims_from_raw(p: *const i64, ndim: i64, what: &str) -> Resu
         .ok()
         .filter(|&n| n <= crate::tensor::MAX_RANK)
         .ok_or_else(|| {
-            Error::InvalidArgument(format!(
+            Error::invalid_argument(format!(
                 "ndim {ndim} out of range 0..={}",
                 crate::tensor::MAX_RANK
             ))
@@ -324,17 +324,17 @@ mod tests {
 
     #[test]
     fn error_becomes_status_and_message_and_success_clears_it() {
-        let st = guard::<EtCuda>("f", || Err(Error::InvalidArgument("x is bad".into())));
+        let st = guard::<EtCuda>("f", || Err(Error::invalid_argument("x is bad")));
         assert_eq!(st, ET_CUDA_STATUS_INVALID_ARGUMENT);
         assert!(last_error_message().contains("x is bad"));
         assert_eq!(guard::<EtCuda>("f", || Ok(())), ET_CUDA_STATUS_OK);
         assert_eq!(last_error_message(), "");
-        let st = guard::<Aoti>("g", || Err(Error::InvalidArgument("y is bad".into())));
+        let st = guard::<Aoti>("g", || Err(Error::invalid_argument("y is bad")));
         assert_eq!(st, shim::AOTI_TORCH_FAILURE);
         assert!(last_error_message().contains("y is bad"));
         // Deletes neither report nor clear.
         assert_eq!(
-            guard::<AotiDelete>("d", || Err(Error::Internal("z".into()))),
+            guard::<AotiDelete>("d", || Err(Error::internal("z"))),
             shim::AOTI_TORCH_SUCCESS
         );
         assert!(last_error_message().contains("y is bad"));

@@ -64,7 +64,7 @@ fn wrong_type(key: &str, v: &Value) -> Error {
         Value::Int(_) => "an int",
         Value::Str(_) => "a string",
     };
-    Error::InvalidArgument(format!("option {key} is {t}"))
+    Error::invalid_argument(format!("option {key} is {t}"))
 }
 
 /// Read a boolean option. `UNKNOWN_OPTION` for keys this backend does not know.
@@ -178,7 +178,7 @@ pub unsafe extern "C" fn et_cuda_set_log_callback(
 ) -> EtCudaStatus {
     guard::<EtCuda>("et_cuda_set_log_callback", || {
         let level = Level::from_code(max_level).ok_or_else(|| {
-            Error::InvalidArgument(format!(
+            Error::invalid_argument(format!(
                 "log level {max_level} is not one of 1 (error) .. 5 (trace)"
             ))
         })?;

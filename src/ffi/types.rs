@@ -3,7 +3,7 @@
 //! `TryFrom`: a value outside the list is an `InvalidArgument` error, never
 //! undefined behaviour.
 
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 use crate::options::{ExecMode, OutputPlacement};
 use crate::stats::Stats;
 use std::ffi::{c_char, c_void};
@@ -37,16 +37,16 @@ pub const ET_CUDA_STATUS_UNKNOWN_OPTION: EtCudaStatus = 9;
 
 /// The status code of an error.
 pub(crate) fn status_of(e: &Error) -> EtCudaStatus {
-    match e {
-        Error::InvalidArgument(_) => ET_CUDA_STATUS_INVALID_ARGUMENT,
-        Error::NoDevice(_) => ET_CUDA_STATUS_NO_DEVICE,
-        Error::InvalidProgram(_) => ET_CUDA_STATUS_INVALID_PROGRAM,
-        Error::LoadFailed(_) => ET_CUDA_STATUS_LOAD_FAILED,
-        Error::ExecutionFailed(_) => ET_CUDA_STATUS_EXECUTION_FAILED,
-        Error::OutOfMemory(_) => ET_CUDA_STATUS_OUT_OF_MEMORY,
-        Error::Cuda(_) => ET_CUDA_STATUS_CUDA_ERROR,
-        Error::Internal(_) => ET_CUDA_STATUS_INTERNAL,
-        Error::UnknownOption(_) => ET_CUDA_STATUS_UNKNOWN_OPTION,
+    match e.kind() {
+        ErrorKind::InvalidArgument => ET_CUDA_STATUS_INVALID_ARGUMENT,
+        ErrorKind::NoDevice => ET_CUDA_STATUS_NO_DEVICE,
+        ErrorKind::InvalidProgram => ET_CUDA_STATUS_INVALID_PROGRAM,
+        ErrorKind::LoadFailed => ET_CUDA_STATUS_LOAD_FAILED,
+        ErrorKind::ExecutionFailed => ET_CUDA_STATUS_EXECUTION_FAILED,
+        ErrorKind::OutOfMemory => ET_CUDA_STATUS_OUT_OF_MEMORY,
+        ErrorKind::Cuda => ET_CUDA_STATUS_CUDA_ERROR,
+        ErrorKind::Internal => ET_CUDA_STATUS_INTERNAL,
+        ErrorKind::UnknownOption => ET_CUDA_STATUS_UNKNOWN_OPTION,
     }
 }
 
@@ -71,7 +71,7 @@ impl TryFrom<EtCudaOutputPlacement> for Placement {
             ET_CUDA_OUTPUT_PLACEMENT_COPY => OutputPlacement::Copy,
             ET_CUDA_OUTPUT_PLACEMENT_DEVICE => OutputPlacement::Device,
             other => {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::invalid_argument(format!(
                     "output placement {other} is not one of 0 (from options), 1 (copy), 2 (device)"
                 )))
             }
@@ -103,7 +103,7 @@ impl TryFrom<EtCudaExecMode> for Mode {
             ET_CUDA_EXEC_MODE_SYNC_ALWAYS => Some(ExecMode::SyncAlways),
             ET_CUDA_EXEC_MODE_UPSTREAM12 => Some(ExecMode::Upstream12),
             other => {
-                return Err(Error::InvalidArgument(format!(
+                return Err(Error::invalid_argument(format!(
                     "execution mode {other} is not one of 0 (from options), 1 (default), 2 (sync-always), 3 (upstream-1.2)"
                 )))
             }

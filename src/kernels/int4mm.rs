@@ -113,7 +113,7 @@ pub fn check(x: &Tensor, w: &Tensor, group: i64, qsz: &Tensor) -> Result<Problem
     let ikt = ws[3] * 2;
     let n = ws[0]
         .checked_mul(8)
-        .ok_or_else(|| Error::InvalidArgument(format!("mat2 sizes {ws:?} overflow")))?;
+        .ok_or_else(|| Error::invalid_argument(format!("mat2 sizes {ws:?} overflow")))?;
     if n == 0 {
         return invalid(format!("mat2 has no n-tiles (sizes {ws:?})"));
     }

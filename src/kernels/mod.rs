@@ -105,7 +105,7 @@ fn load_image(image: Image) -> Result<sys::CUmodule> {
         Image::Ptx => {
             let path = std::env::var(PTX_ENV).unwrap_or_default();
             let ptx = std::fs::read(&path)
-                .map_err(|e| Error::InvalidArgument(format!("{PTX_ENV}={path:?}: {e}")))?;
+                .map_err(|e| Error::invalid_argument(format!("{PTX_ENV}={path:?}: {e}")))?;
             let buf = aligned_copy(&ptx, true);
             let mut log = vec![0u8; 16 * 1024];
             let mut opts = [
@@ -153,7 +153,7 @@ impl Module {
             "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)",
         )?;
         if major < 8 {
-            return Err(Error::Cuda(format!(
+            return Err(Error::cuda(format!(
                 "the int4 kernels need compute capability 8.0 or newer (bf16 tensor cores); cuda:{} is {major}.{minor}",
                 device.ordinal
             )));
@@ -187,7 +187,7 @@ impl Module {
             Some(&(raw, allowed)) => (raw as sys::CUfunction, allowed),
             None => {
                 let cname = CString::new(name)
-                    .map_err(|_| Error::Internal(format!("kernel name {name:?}")))?;
+                    .map_err(|_| Error::internal(format!("kernel name {name:?}")))?;
                 let mut raw: sys::CUfunction = std::ptr::null_mut();
                 check(
                     // SAFETY: a live module and a NUL-terminated name; out-pointer to a local.

@@ -71,7 +71,7 @@ pub extern "C" fn aoti_torch_proxy_executor_call_function(
     _flatten_tensor_args: *mut AtenTensorHandle,
 ) -> AOTITorchError {
     guard::<Aoti>("aoti_torch_proxy_executor_call_function", || {
-        Err(Error::ExecutionFailed(format!(
+        Err(Error::execution_failed(format!(
             "extern node {extern_node_index} needs a proxy executor (custom ops), which this backend does not provide"
         )))
     })

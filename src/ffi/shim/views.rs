@@ -182,7 +182,7 @@ pub unsafe extern "C" fn aoti_torch__reinterpret_tensor(
         let off = x
             .storage_offset
             .checked_add(offset_increment)
-            .ok_or_else(|| Error::InvalidArgument("storage offset overflows".into()))?;
+            .ok_or_else(|| Error::invalid_argument("storage offset overflows"))?;
         let v = Tensor::view(x.storage.clone(), x.dtype, sizes, strides, off)?;
         // SAFETY: forwarded contract.
         unsafe { give(ret_new_tensor, v) }
@@ -211,7 +211,9 @@ pub unsafe extern "C" fn aoti_torch__alloc_from_pool(
         let total = base
             .checked_add(offset_bytes)
             .filter(|b| *b >= 0)
-            .ok_or_else(|| Error::InvalidArgument(format!("offset {offset_bytes} out of range")))?;
+            .ok_or_else(|| {
+                Error::invalid_argument(format!("offset {offset_bytes} out of range"))
+            })?;
         if total % elem != 0 {
             return invalid(format!(
                 "offset {total} bytes is not a multiple of the element size {elem}"
@@ -376,10 +378,7 @@ fn item_bytes(x: &Tensor, want_dtype: i32, dst: &mut [u8]) -> Result<()> {
     }
     let v = copy::gather_to_host(x)?;
     let n = dst.len();
-    dst.copy_from_slice(
-        v.get(..n)
-            .ok_or_else(|| Error::Internal("short item".into()))?,
-    );
+    dst.copy_from_slice(v.get(..n).ok_or_else(|| Error::internal("short item"))?);
     if want_dtype == codes::BOOL {
         // A C `bool` must hold 0 or 1.
         dst[0] = u8::from(dst[0] != 0);
