@@ -186,7 +186,6 @@ class CudaBackend final : public BackendInterface {
     args.method_name = method.empty() ? nullptr : method.c_str();
     args.share_group = share_group_of(named_data);
     args.use_backend_options = true;
-    args.mode = ET_CUDA_EXEC_MODE_FROM_OPTIONS;
     EtCudaHandle* handle = nullptr;
     const EtCudaStatus status = et_cuda_init(&args, &handle);
     // The library copied what it needs.
@@ -264,7 +263,7 @@ class CudaBackend final : public BackendInterface {
     }
 
     const EtCudaStatus status = et_cuda_execute(delegate->handle, ins.data(), n_in, outs.data(), n_out,
-                                                ET_CUDA_OUTPUT_PLACEMENT_FROM_OPTIONS);
+                                                ET_CUDA_OUTPUT_PLACEMENT_FROM_CONFIG);
     if (status != ET_CUDA_STATUS_OK) {
       return to_error(status);
     }

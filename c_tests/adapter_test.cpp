@@ -103,7 +103,7 @@ void test_options() {
   CHECK(et_cuda_reset_options() == ET_CUDA_STATUS_OK);
   CHECK(set_options({bool_option("use_shared_cuda_stream", true), int_option("device_index", 2),
                      str_option("skip_copy_output_to_cpu_for_method", "forward,decode"),
-                     str_option("execution_mode", "sync-always"), bool_option("not_an_option", true)}) ==
+                     str_option("enable_cuda_graph_for_method", "decode"), bool_option("not_an_option", true)}) ==
         Error::Ok);
 
   // Read back through the C API...
@@ -118,20 +118,20 @@ void test_options() {
   // ...and through ExecuTorch: each value comes back with its own type, unknown keys untouched.
   std::vector<BackendOption> got = {bool_option("use_shared_cuda_stream", false), bool_option("device_index", false),
                                     bool_option("skip_copy_output_to_cpu_for_method", false),
-                                    bool_option("execution_mode", false), int_option("not_an_option", 42)};
+                                    bool_option("enable_cuda_graph_for_method", false), int_option("not_an_option", 42)};
   CHECK(executorch::runtime::get_option("CudaBackend", {got.data(), got.size()}) == Error::Ok);
   using Str = std::array<char, executorch::runtime::kMaxOptionValueLength>;
   CHECK(std::get_if<bool>(&got[0].value) && *std::get_if<bool>(&got[0].value));
   CHECK(std::get_if<int>(&got[1].value) && *std::get_if<int>(&got[1].value) == 2);
   CHECK(std::get_if<Str>(&got[2].value) && std::strcmp(std::get_if<Str>(&got[2].value)->data(), "forward,decode") == 0);
-  CHECK(std::get_if<Str>(&got[3].value) && std::strcmp(std::get_if<Str>(&got[3].value)->data(), "sync-always") == 0);
+  CHECK(std::get_if<Str>(&got[3].value) && std::strcmp(std::get_if<Str>(&got[3].value)->data(), "decode") == 0);
   CHECK(std::get_if<int>(&got[4].value) && *std::get_if<int>(&got[4].value) == 42);
 
   // Wrong types are rejected and leave the value alone.
   CHECK(set_options({int_option("use_shared_cuda_stream", 0)}) == Error::InvalidArgument);
   CHECK(set_options({str_option("device_index", "1")}) == Error::InvalidArgument);
   CHECK(set_options({bool_option("skip_copy_output_to_cpu_for_method", true)}) == Error::InvalidArgument);
-  CHECK(set_options({str_option("execution_mode", "fastest")}) == Error::InvalidArgument);
+  CHECK(set_options({int_option("cuda_graph_cache_size", 0)}) == Error::InvalidArgument);
   CHECK(et_cuda_get_option_bool("use_shared_cuda_stream", &b) == ET_CUDA_STATUS_OK && b);
   CHECK(et_cuda_reset_options() == ET_CUDA_STATUS_OK);
 }

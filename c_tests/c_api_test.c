@@ -83,7 +83,7 @@ static EtCudaInitArgs init_args(const Blob* so, const Blob* weights) {
   a.weights_len = weights->len;
   a.method_name = "forward";
   a.so_key = "forward_so_blob";
-  a.mode = ET_CUDA_EXEC_MODE_DEFAULT;
+  if (et_cuda_default_method_config(&a.config) != ET_CUDA_STATUS_OK) abort();
   return a;
 }
 
@@ -127,7 +127,7 @@ static void test_null_arguments(bool have_device) {
   CHECK_FAILS(et_cuda_get_option_bool(NULL, &b), ET_CUDA_STATUS_INVALID_ARGUMENT, "key");
   CHECK_FAILS(et_cuda_get_option_bool("use_shared_cuda_stream", NULL), ET_CUDA_STATUS_INVALID_ARGUMENT, "out");
   CHECK_FAILS(et_cuda_get_option_int("device_index", NULL), ET_CUDA_STATUS_INVALID_ARGUMENT, "out");
-  CHECK_FAILS(et_cuda_get_option_str("execution_mode", NULL, sizeof buf), ET_CUDA_STATUS_INVALID_ARGUMENT,
+  CHECK_FAILS(et_cuda_get_option_str("enable_cuda_graph_for_method", NULL, sizeof buf), ET_CUDA_STATUS_INVALID_ARGUMENT,
               "buf");
 
   /* Success clears the message. */
@@ -148,7 +148,7 @@ static void test_options(void) {
   CHECK(i == 0);
   OK(et_cuda_get_option_str("skip_copy_output_to_cpu_for_method", buf, sizeof buf));
   CHECK(strcmp(buf, "") == 0);
-  OK(et_cuda_get_option_str("execution_mode", buf, sizeof buf));
+  OK(et_cuda_get_option_str("enable_cuda_graph_for_method", buf, sizeof buf));
   CHECK(strcmp(buf, "") == 0);
 
   /* Round trips. */
@@ -163,11 +163,11 @@ static void test_options(void) {
   CHECK(strcmp(buf, "forward,decode") == 0);
   OK(et_cuda_get_option_str("skip_copy_output_to_cpu_for_method", buf, 4)); /* truncated */
   CHECK(strcmp(buf, "for") == 0);
-  static const char* modes[] = {"", "default", "sync-always", "upstream-1.2"};
-  for (size_t m = 0; m < sizeof modes / sizeof modes[0]; ++m) {
-    OK(et_cuda_set_option_str("execution_mode", modes[m]));
-    OK(et_cuda_get_option_str("execution_mode", buf, sizeof buf));
-    CHECK(strcmp(buf, modes[m]) == 0);
+  static const char* lists[] = {"", "forward", "prefill,decode"};
+  for (size_t m = 0; m < sizeof lists / sizeof lists[0]; ++m) {
+    OK(et_cuda_set_option_str("enable_cuda_graph_for_method", lists[m]));
+    OK(et_cuda_get_option_str("enable_cuda_graph_for_method", buf, sizeof buf));
+    CHECK(strcmp(buf, lists[m]) == 0);
   }
 
   /* Known keys with the wrong type or a bad value. */
@@ -179,9 +179,10 @@ static void test_options(void) {
   CHECK_FAILS(et_cuda_set_option_str("device_index", "1"), ET_CUDA_STATUS_INVALID_ARGUMENT, "device_index");
   CHECK_FAILS(et_cuda_set_option_bool("skip_copy_output_to_cpu_for_method", true),
               ET_CUDA_STATUS_INVALID_ARGUMENT, "skip_copy_output_to_cpu_for_method");
-  CHECK_FAILS(et_cuda_set_option_int("execution_mode", 2), ET_CUDA_STATUS_INVALID_ARGUMENT, "execution_mode");
-  CHECK_FAILS(et_cuda_set_option_str("execution_mode", "fastest"), ET_CUDA_STATUS_INVALID_ARGUMENT,
-              "execution_mode");
+  CHECK_FAILS(et_cuda_set_option_int("enable_cuda_graph_for_method", 2), ET_CUDA_STATUS_INVALID_ARGUMENT,
+              "enable_cuda_graph_for_method");
+  CHECK_FAILS(et_cuda_set_option_int("cuda_graph_cache_size", 0), ET_CUDA_STATUS_INVALID_ARGUMENT,
+              "cuda_graph_cache_size");
   /* A failed set leaves the value alone. */
   OK(et_cuda_get_option_bool("use_shared_cuda_stream", &b));
   CHECK(b);

@@ -25,9 +25,28 @@ typedef struct EtCudaHandle EtCudaHandle;
 // Status code returned by every fallible `et_cuda_*` function.
 typedef int32_t EtCudaStatus;
 
-// Execution mode of a handle (an `int32_t`). Only the default is meant for production; the
-// others reproduce older behaviour for benchmarks.
-typedef int32_t EtCudaExecMode;
+// How a method is loaded and run: the C form of the library's one method configuration
+// (Rust `MethodConfig`). Fill it with `et_cuda_default_method_config` and change what
+// differs.
+typedef struct EtCudaMethodConfig {
+  // CUDA device ordinal.
+  int32_t device_index;
+  // Share one stream (per device) with every other handle that asks for it; the stream is
+  // destroyed with the last handle using it.
+  bool use_shared_stream;
+  // Replay CUDA graphs keyed by the input signature.
+  bool cuda_graphs;
+  // Most graphs kept (1..1024; the least recently used is dropped).
+  uint32_t graph_cache_size;
+  // Graphs keep their memory in blocks of their own instead of allocation nodes.
+  bool graph_private_memory;
+  // Hold constants identical to those of handles loaded before only once.
+  bool weight_sharing;
+  // With weight sharing: registered buffers (a KV cache) of the same `share_group` too.
+  bool share_mutable_buffers;
+  // Executes with `ET_CUDA_OUTPUT_PLACEMENT_FROM_CONFIG` leave outputs on the device.
+  bool outputs_on_device;
+} EtCudaMethodConfig;
 
 // Looks up named data of the program for `et_cuda_init`: on success returns 0 and sets
 // `*out_data`/`*out_len` to bytes that stay valid until `et_cuda_init` returns; any other
@@ -50,18 +69,13 @@ typedef struct EtCudaInitArgs {
   // Named-data key of the `.so`; when it has the form `<sha256 hex>_so_blob` the bytes are
   // checked against that hash. May be null.
   const char *so_key;
-  // When true, `device_index`, `use_shared_stream`, a `FROM_OPTIONS` mode, CUDA graphs and weight
-  // sharing come from the process-wide backend options (`et_cuda_set_option_*`).
-  bool use_backend_options;
-  // CUDA device ordinal.
-  int32_t device_index;
-  // Share one stream (per device) with every other handle that asks for it; the stream is
-  // destroyed with the last handle using it.
-  bool use_shared_stream;
-  // Execution mode (`ET_CUDA_EXEC_MODE_*`).
-  EtCudaExecMode mode;
   // Named-data key of the weights; `<sha256 hex>_weights_blob` is checked like `so_key`. May be null.
   const char *weights_key;
+  // When true, the configuration comes from the process-wide backend options
+  // (`et_cuda_set_option_*`) for this method name, and `config` is ignored.
+  bool use_backend_options;
+  // How the method is loaded and run (unless `use_backend_options`).
+  struct EtCudaMethodConfig config;
   // The program this method belongs to (any value the caller picks, e.g. the address of its
   // named-data map; 0 for none): mutable buffers are only shared within one program.
   uint64_t share_group;
@@ -95,6 +109,13 @@ typedef struct EtCudaTensor {
 
 // How `et_cuda_execute` delivers outputs (an `int32_t`).
 typedef int32_t EtCudaOutputPlacement;
+
+// Log levels for `et_cuda_set_log_callback` (an `int32_t`).
+typedef int32_t EtCudaLogLevel;
+
+// Receives one log record: its level, the message (NUL-terminated, valid during the call) and
+// the user pointer given to `et_cuda_set_log_callback`. May be called from any thread.
+typedef void (*EtCudaLogCallback)(EtCudaLogLevel level, const char *message, void *user);
 
 // A snapshot of the counters (returned by `et_cuda_stats`).
 typedef struct EtCudaStats {
@@ -134,13 +155,6 @@ typedef struct EtCudaStats {
   uint64_t shared_constant_bytes;
 } EtCudaStats;
 
-// Log levels for `et_cuda_set_log_callback` (an `int32_t`).
-typedef int32_t EtCudaLogLevel;
-
-// Receives one log record: its level, the message (NUL-terminated, valid during the call) and
-// the user pointer given to `et_cuda_set_log_callback`. May be called from any thread.
-typedef void (*EtCudaLogCallback)(EtCudaLogLevel level, const char *message, void *user);
-
 // Success.
 #define ET_CUDA_STATUS_OK 0
 
@@ -171,8 +185,9 @@ typedef void (*EtCudaLogCallback)(EtCudaLogLevel level, const char *message, voi
 // The option key is not known to this backend (`et_cuda_get_option_*` only).
 #define ET_CUDA_STATUS_UNKNOWN_OPTION 9
 
-// Decide from the `skip_copy_output_to_cpu_for_method` option and the handle's method name.
-#define ET_CUDA_OUTPUT_PLACEMENT_FROM_OPTIONS 0
+// As the handle's configuration says (`EtCudaMethodConfig::outputs_on_device`; with
+// `use_backend_options`, the `skip_copy_output_to_cpu_for_method` option at load time).
+#define ET_CUDA_OUTPUT_PLACEMENT_FROM_CONFIG 0
 
 // Copy each output into the caller's `data` (host or device memory, looked up); `nbytes` is its capacity.
 #define ET_CUDA_OUTPUT_PLACEMENT_COPY 1
@@ -180,18 +195,6 @@ typedef void (*EtCudaLogCallback)(EtCudaLogLevel level, const char *message, voi
 // Leave outputs on the device: `data` is set to device memory owned by the handle, valid until the
 // handle's next execute or destroy.
 #define ET_CUDA_OUTPUT_PLACEMENT_DEVICE 2
-
-// Take the mode from the `execution_mode` option when `use_backend_options` is set, else the default.
-#define ET_CUDA_EXEC_MODE_FROM_OPTIONS 0
-
-// Stream-ordered, no host waits unless outputs go to host memory.
-#define ET_CUDA_EXEC_MODE_DEFAULT 1
-
-// Synchronize the stream at the end of every execute.
-#define ET_CUDA_EXEC_MODE_SYNC_ALWAYS 2
-
-// What ExecuTorch 1.2 does: `AOTInductorModelContainerRun`, synchronize, pageable copies.
-#define ET_CUDA_EXEC_MODE_UPSTREAM12 3
 
 #define ET_CUDA_LOG_ERROR 1
 
@@ -225,6 +228,13 @@ EtCudaStatus et_cuda_device_count(int32_t *out_count);
 // # Safety
 // `out_version` must be null or valid for a write of an `int32_t`.
 EtCudaStatus et_cuda_driver_version(int32_t *out_version);
+
+// Fill `*out` with the library's default method configuration (what a method gets when no
+// option changes it).
+//
+// # Safety
+// `out` must be null or valid for a write of an `EtCudaMethodConfig`.
+EtCudaStatus et_cuda_default_method_config(struct EtCudaMethodConfig *out);
 
 // Load a method: validate and open the `.so`, create its container on the device, load the weights.
 // On success `*out_handle` owns a new handle; on failure it is set to null.
@@ -284,97 +294,6 @@ EtCudaStatus et_cuda_graph_count(const struct EtCudaHandle *handle, size_t *out)
 
 // Block until all work queued on the handle's stream has finished (counted as a host wait).
 EtCudaStatus et_cuda_synchronize(const struct EtCudaHandle *handle);
-
-// Copy `nbytes` from `src` to `dst` (each host or device memory, looked up) in the order of the
-// handle's stream. Waits for the copy only when `dst` is host memory. With a null `handle` the copy
-// runs on the device's legacy default stream and always waits (for tools and tests).
-//
-// # Safety
-// `dst` and `src` must each be valid for `nbytes` bytes (host or device memory).
-EtCudaStatus et_cuda_memcpy(const struct EtCudaHandle *handle,
-                            void *dst,
-                            const void *src,
-                            size_t nbytes);
-
-// Allocate `nbytes` of device memory on `device` with `cuMemAlloc` (synchronous; for tools and
-// tests that need device-resident inputs, not for hot paths). Free it with `et_cuda_free_device`.
-//
-// # Safety
-// `out_ptr` must be null or valid for a write of a pointer.
-EtCudaStatus et_cuda_alloc_device(int32_t device, size_t nbytes, void **out_ptr);
-
-// Free memory from `et_cuda_alloc_device` (synchronous). Null is ignored.
-//
-// # Safety
-// `ptr` must be null or a pointer from `et_cuda_alloc_device` not freed yet.
-EtCudaStatus et_cuda_free_device(void *ptr);
-
-// Allocate `nbytes` of device memory on `device` from the library's stream-ordered pool, ordered
-// on the device's legacy default stream (which the library's streams wait for), aligned to at
-// least `alignment` bytes (a power of two ≤ 256). This is what the ExecuTorch adapter's CUDA
-// `DeviceAllocator` uses for planned device buffers. Free with `et_cuda_device_deallocate`.
-//
-// # Safety
-// `out_ptr` must be null or valid for a write of a pointer.
-EtCudaStatus et_cuda_device_allocate(int32_t device,
-                                     size_t nbytes,
-                                     size_t alignment,
-                                     void **out_ptr);
-
-// Free (stream-ordered) memory from `et_cuda_device_allocate`. Null is ignored; a pointer the
-// allocator did not hand out is `INVALID_ARGUMENT`.
-EtCudaStatus et_cuda_device_deallocate(void *ptr);
-
-// Number of live allocations made by `et_cuda_device_allocate`.
-//
-// # Safety
-// `out` must be null or valid for a write of a `size_t`.
-EtCudaStatus et_cuda_device_allocations(size_t *out);
-
-// Copy `nbytes` from host memory to device memory of `device`, ordered on the device's legacy
-// default stream; returns once the source may be reused, without waiting for the device.
-//
-// # Safety
-// `src` must be readable host memory and `dst` device memory of `device`, `nbytes` each.
-EtCudaStatus et_cuda_copy_host_to_device(void *dst, const void *src, size_t nbytes, int32_t device);
-
-// Copy `nbytes` from device memory of `device` to host memory, after all work queued before on
-// the device's streams (one host wait).
-//
-// # Safety
-// `src` must be device memory of `device` and `dst` writable host memory, `nbytes` each.
-EtCudaStatus et_cuda_copy_device_to_host(void *dst, const void *src, size_t nbytes, int32_t device);
-
-// Whether `ptr` is CUDA device memory. Fails with `NO_DEVICE` when there is no driver.
-//
-// # Safety
-// `out` must be null or valid for a write of a `bool`.
-EtCudaStatus et_cuda_is_device_pointer(const void *ptr, bool *out);
-
-// Counters of one handle, or process-wide when `handle` is null.
-//
-// # Safety
-// `out` must be null or valid for a write of an `EtCudaStats`.
-EtCudaStatus et_cuda_stats(const struct EtCudaHandle *handle, struct EtCudaStats *out);
-
-// Order this thread's executes on `stream` (a `CUstream`/`cudaStream_t` of the method's device;
-// null is the legacy default stream) until `et_cuda_clear_caller_stream`: each execute starts
-// after the work queued on `stream` and `stream` waits for the execute's work (the methods keep
-// their own streams and memory; CUDA graphs and the shared stream work as without). A stream of
-// another device is refused by the execute with `INVALID_ARGUMENT`.
-//
-// # Safety
-// `stream` must stay a live stream until it is cleared or replaced.
-EtCudaStatus et_cuda_set_caller_stream(void *stream);
-
-// This thread's caller stream: `*out_set` says whether one is set, `*out_stream` which.
-//
-// # Safety
-// Each pointer must be null or valid for a write.
-EtCudaStatus et_cuda_caller_stream(void **out_stream, bool *out_set);
-
-// Stop ordering this thread's executes on a caller stream.
-EtCudaStatus et_cuda_clear_caller_stream(void);
 
 // Set a boolean backend option. Unknown keys are ignored (`OK`); a known key of another type is
 // `INVALID_ARGUMENT`.

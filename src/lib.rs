@@ -67,7 +67,8 @@
 #![allow(missing_docs)] // the C boundary's constants are documented in the header's sections
 
 pub(crate) mod aoti;
-mod api;
+pub mod api;
+pub mod config;
 pub(crate) mod cuda;
 pub(crate) mod delegate;
 pub mod dtype;
@@ -79,12 +80,10 @@ pub mod options;
 mod stats;
 pub(crate) mod tensor;
 
-pub use api::{
-    device_count, driver_version, global_stats, mem_info, CallerStreamGuard, DeviceTensor, Input,
-    Method, MethodOptions,
-};
+pub use api::memory::{device_count, driver_version, global_stats, mem_info, CallerStreamGuard};
+pub use api::{Blobs, DeviceTensor, Input, InputArg, Method, MethodOptions, OutputArg, OutputInfo};
+pub use config::{MethodConfig, OutputPlacement};
 pub use error::{Error, ErrorKind, Result};
-pub use options::{ExecMode, OutputPlacement};
 pub use stats::Stats;
 pub use tensor::MAX_RANK;
 
@@ -115,8 +114,8 @@ pub mod fuzzing {
     pub fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
         crate::tensor::is_contiguous(sizes, strides)
     }
-    /// Whether `method` is in the current skip-copy option.
+    /// Whether `method` leaves its outputs on the device under the current options.
     pub fn skip_copy_for(method: &str) -> bool {
-        crate::options::skip_copy_for(method)
+        crate::MethodConfig::from_options(method, 0).is_ok_and(|c| c.outputs_on_device)
     }
 }

@@ -1,5 +1,6 @@
 //! Process-wide backend options, with upstream's names and types, plus this
-//! backend's own; and the execution mode and output placement they select.
+//! backend's own. They apply to methods loaded afterwards: each load turns
+//! them into that method's [`crate::MethodConfig`].
 //! Unknown keys are ignored on set (like upstream) and reported as
 //! `UnknownOption` on get; a known key with a value of the wrong type is
 //! `InvalidArgument`.
@@ -13,8 +14,6 @@ pub const USE_SHARED_CUDA_STREAM: &str = "use_shared_cuda_stream";
 pub const SKIP_COPY_OUTPUT_TO_CPU_FOR_METHOD: &str = "skip_copy_output_to_cpu_for_method";
 /// The CUDA device methods loaded afterwards run on (int).
 pub const DEVICE_INDEX: &str = "device_index";
-/// `default`, `sync-always` or `upstream-1.2` (string; baselines for benchmarks).
-pub const EXECUTION_MODE: &str = "execution_mode";
 /// Comma-separated methods replayed as CUDA graphs (string, upstream's name).
 pub const ENABLE_CUDA_GRAPH_FOR_METHOD: &str = "enable_cuda_graph_for_method";
 /// Most graphs kept per method, one per input shape signature (int, ≥ 1).
@@ -30,36 +29,7 @@ pub const SHARE_MUTABLE_BUFFERS_ACROSS_METHODS: &str = "share_mutable_buffers_ac
 
 /// Longest string value accepted (ExecuTorch's `kMaxOptionValueLength` minus the NUL).
 pub(crate) const MAX_STR_LEN: usize = 255;
-/// Default of [`CUDA_GRAPH_CACHE_SIZE`].
-pub const DEFAULT_GRAPH_CACHE_SIZE: usize = 8;
-/// Largest accepted [`CUDA_GRAPH_CACHE_SIZE`].
-pub const MAX_GRAPH_CACHE_SIZE: usize = 1024;
-
-/// How a method executes. Only `Default` is meant for production; the others
-/// reproduce older behaviour so one binary can measure the difference.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ExecMode {
-    /// Stream-ordered; the host waits only for host outputs.
-    #[default]
-    Default,
-    /// Synchronize the stream at the end of every execute.
-    SyncAlways,
-    /// ExecuTorch 1.2: `AOTInductorModelContainerRun` (which waits on the previous run's
-    /// event), stream synchronize, pageable blocking copies.
-    Upstream12,
-}
-
-/// Where execute delivers outputs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OutputPlacement {
-    /// Decided by `skip_copy_output_to_cpu_for_method` and the method name.
-    #[default]
-    FromOptions,
-    /// Copied into the caller's buffers (host or device memory).
-    Copy,
-    /// Left on the device, owned by the method until its next execute or destroy.
-    Device,
-}
+pub use crate::config::{DEFAULT_GRAPH_CACHE_SIZE, MAX_GRAPH_CACHE_SIZE};
 
 /// A typed option value.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,7 +55,6 @@ pub(crate) struct Options {
     pub(crate) use_shared_cuda_stream: bool,
     pub(crate) skip_copy_output_to_cpu_for_method: String,
     pub(crate) device_index: i64,
-    pub(crate) execution_mode: String,
     pub(crate) enable_cuda_graph_for_method: String,
     pub(crate) cuda_graph_cache_size: i64,
     pub(crate) cuda_graph_private_memory: bool,
@@ -104,7 +73,6 @@ impl Options {
             use_shared_cuda_stream: false,
             skip_copy_output_to_cpu_for_method: String::new(),
             device_index: 0,
-            execution_mode: String::new(),
             enable_cuda_graph_for_method: String::new(),
             cuda_graph_cache_size: DEFAULT_GRAPH_CACHE_SIZE as i64,
             cuda_graph_private_memory: true,
@@ -125,10 +93,11 @@ pub(crate) fn current() -> Options {
     lock().clone()
 }
 
-/// Whether `method` is in the current skip-copy list (no copy of the options:
-/// execute asks this on every call).
-pub(crate) fn skip_copy_for(method: &str) -> bool {
-    in_list(&lock().skip_copy_output_to_cpu_for_method, method)
+/// Serializes the unit tests that set the process-wide options.
+#[cfg(test)]
+pub(crate) fn test_lock() -> std::sync::MutexGuard<'static, ()> {
+    static L: Mutex<()> = Mutex::new(());
+    L.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Reset every option to its default.
@@ -141,18 +110,6 @@ fn wrong_type(key: &str, want: &str, got: &Value) -> Error {
         "option {key} must be a {want}, got a {}",
         got.type_name()
     ))
-}
-
-/// Parse an `execution_mode` value; "" means default.
-pub(crate) fn parse_mode(s: &str) -> Result<ExecMode> {
-    match s.trim() {
-        "" | "default" => Ok(ExecMode::Default),
-        "sync-always" => Ok(ExecMode::SyncAlways),
-        "upstream-1.2" => Ok(ExecMode::Upstream12),
-        other => Err(Error::invalid_argument(format!(
-            "option {EXECUTION_MODE}: unknown mode {other:?} (expected default, sync-always or upstream-1.2)"
-        ))),
-    }
 }
 
 fn method_list(key: &str, v: Value) -> Result<String> {
@@ -207,13 +164,6 @@ pub fn set(key: &str, v: Value) -> Result<()> {
             }
             other => return Err(wrong_type(key, "int", &other)),
         },
-        EXECUTION_MODE => match v {
-            Value::Str(s) => {
-                parse_mode(&s)?;
-                o.execution_mode = s;
-            }
-            other => return Err(wrong_type(key, "string", &other)),
-        },
         _ => log::debug!("ignoring unknown option {key:?}"),
     }
     Ok(())
@@ -231,7 +181,6 @@ pub fn get(key: &str) -> Result<Value> {
             Value::Str(o.skip_copy_output_to_cpu_for_method.clone())
         }
         ENABLE_CUDA_GRAPH_FOR_METHOD => Value::Str(o.enable_cuda_graph_for_method.clone()),
-        EXECUTION_MODE => Value::Str(o.execution_mode.clone()),
         DEVICE_INDEX => Value::Int(o.device_index),
         CUDA_GRAPH_CACHE_SIZE => Value::Int(o.cuda_graph_cache_size),
         _ => {
@@ -253,13 +202,5 @@ mod tests {
         assert!(in_list(l, "decoder"));
         assert!(!in_list(l, "enc"));
         assert!(!in_list(l, ""));
-    }
-
-    #[test]
-    fn mode_parsing() {
-        assert_eq!(parse_mode("sync-always").unwrap(), ExecMode::SyncAlways);
-        assert_eq!(parse_mode("upstream-1.2").unwrap(), ExecMode::Upstream12);
-        assert_eq!(parse_mode("").unwrap(), ExecMode::Default);
-        assert!(parse_mode("fast").is_err());
     }
 }

@@ -9,10 +9,9 @@
 mod common;
 use common::*;
 use executorch_cuda::ffi::{
-    EtCudaStatus as S, EtCudaTensor, ET_CUDA_EXEC_MODE_DEFAULT, ET_CUDA_STATUS_EXECUTION_FAILED,
-    ET_CUDA_STATUS_INTERNAL, ET_CUDA_STATUS_INVALID_ARGUMENT, ET_CUDA_STATUS_INVALID_PROGRAM,
-    ET_CUDA_STATUS_LOAD_FAILED, ET_CUDA_STATUS_NO_DEVICE, ET_CUDA_STATUS_OK,
-    ET_CUDA_STATUS_OUT_OF_MEMORY,
+    EtCudaStatus as S, EtCudaTensor, ET_CUDA_STATUS_EXECUTION_FAILED, ET_CUDA_STATUS_INTERNAL,
+    ET_CUDA_STATUS_INVALID_ARGUMENT, ET_CUDA_STATUS_INVALID_PROGRAM, ET_CUDA_STATUS_LOAD_FAILED,
+    ET_CUDA_STATUS_NO_DEVICE, ET_CUDA_STATUS_OK, ET_CUDA_STATUS_OUT_OF_MEMORY,
 };
 use std::ffi::{c_void, CString};
 
@@ -38,15 +37,15 @@ fn init_bytes(
     key: Option<&'static str>,
     device: i32,
 ) -> Box<dyn Fn() -> (S, String)> {
-    Box::new(move || {
-        match Handle::from_bytes(&so, &w, key, device, false, ET_CUDA_EXEC_MODE_DEFAULT) {
+    Box::new(
+        move || match Handle::from_bytes(&so, &w, key, device, false) {
             Ok(h) => {
                 drop(h);
                 (ET_CUDA_STATUS_OK, String::new())
             }
             Err(e) => e,
-        }
-    })
+        },
+    )
 }
 
 fn status(st: S) -> (S, String) {
@@ -115,14 +114,19 @@ fn run_cases(category: &str, cases: Vec<Case>) {
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
-/// The status and message of an init with `mode` as its execution mode code.
-fn init_with_mode(mode: i32) -> (S, String) {
+/// The status and message of an init whose configuration has `cache` graphs and device `dev`.
+fn init_with_config(cache: u32, dev: i32) -> (S, String) {
     let so = blob("mlp_f32", "forward_so_blob.bin");
     let name = CString::new("forward").unwrap();
+    let base = init_args(&so, &[], &name);
     let args = executorch_cuda::ffi::EtCudaInitArgs {
         weights_data: std::ptr::null(),
-        mode,
-        ..init_args(&so, &[], &name)
+        config: executorch_cuda::ffi::EtCudaMethodConfig {
+            graph_cache_size: cache,
+            device_index: dev,
+            ..base.config
+        },
+        ..base
     };
     let mut h = std::ptr::null_mut();
     // SAFETY: args point at live buffers; the out-pointer is a local.
@@ -425,16 +429,16 @@ fn handles_and_arguments() {
         }),
     });
     cases.push(Case {
-        name: "init with execution mode 7",
-        expect_gpu: (ET_CUDA_STATUS_INVALID_ARGUMENT, "execution mode 7"),
-        expect_cpu: (ET_CUDA_STATUS_INVALID_ARGUMENT, "execution mode 7"),
-        run: Box::new(|| init_with_mode(7)),
+        name: "init with a graph cache of 0",
+        expect_gpu: (ET_CUDA_STATUS_INVALID_ARGUMENT, "graph cache size 0"),
+        expect_cpu: (ET_CUDA_STATUS_INVALID_ARGUMENT, "graph cache size 0"),
+        run: Box::new(|| init_with_config(0, 0)),
     });
     cases.push(Case {
-        name: "init with execution mode -2",
-        expect_gpu: (ET_CUDA_STATUS_INVALID_ARGUMENT, "execution mode -2"),
-        expect_cpu: (ET_CUDA_STATUS_INVALID_ARGUMENT, "execution mode -2"),
-        run: Box::new(|| init_with_mode(-2)),
+        name: "init with device -2",
+        expect_gpu: (ET_CUDA_STATUS_INVALID_ARGUMENT, "device index -2"),
+        expect_cpu: (ET_CUDA_STATUS_INVALID_ARGUMENT, "device index -2"),
+        run: Box::new(|| init_with_config(8, -2)),
     });
     cases.push(Case {
         name: "log callback with level 9",
@@ -502,13 +506,13 @@ fn options() {
                 }),
             },
             Case {
-                name: "unknown execution mode",
-                expect_gpu: (ET_CUDA_STATUS_INVALID_ARGUMENT, "unknown mode"),
-                expect_cpu: (ET_CUDA_STATUS_INVALID_ARGUMENT, "unknown mode"),
+                name: "method list over 255 bytes",
+                expect_gpu: (ET_CUDA_STATUS_INVALID_ARGUMENT, "at most 255"),
+                expect_cpu: (ET_CUDA_STATUS_INVALID_ARGUMENT, "at most 255"),
                 run: Box::new(|| {
                     let (k, v) = (
-                        CString::new("execution_mode").unwrap(),
-                        CString::new("fastest").unwrap(),
+                        CString::new("enable_cuda_graph_for_method").unwrap(),
+                        CString::new("x".repeat(300)).unwrap(),
                     );
                     // SAFETY: NUL-terminated strings.
                     status(unsafe { (api().set_option_str)(k.as_ptr(), v.as_ptr()) })
@@ -542,7 +546,7 @@ fn options() {
                 expect_gpu: (ET_CUDA_STATUS_INVALID_ARGUMENT, "buf_len is 0"),
                 expect_cpu: (ET_CUDA_STATUS_INVALID_ARGUMENT, "buf_len is 0"),
                 run: Box::new(|| {
-                    let k = CString::new("execution_mode").unwrap();
+                    let k = CString::new("enable_cuda_graph_for_method").unwrap();
                     let mut b = [0 as std::ffi::c_char; 1];
                     // SAFETY: NUL-terminated key; a zero length is the case under test.
                     status(unsafe { (api().get_option_str)(k.as_ptr(), b.as_mut_ptr(), 0) })
@@ -840,7 +844,7 @@ fn execute_time() {
     let mut ran = 0;
     let mut failures: Vec<String> = Vec::new();
     if gpu {
-        let h = Handle::load("mlp_f32", 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
+        let h = Handle::load("mlp_f32", 0, false).unwrap();
         for (name, want, frag, f) in &exec_cases {
             let (got, msg) = f(&h);
             ran += 1;
@@ -868,8 +872,7 @@ fn execute_time() {
         }
         if let Some(f) = fake {
             // The fake model: a failing run, and an out-of-memory inside the run; the next run works.
-            let h = Handle::from_bytes(&f, &[0; 16], None, 0, false, ET_CUDA_EXEC_MODE_DEFAULT)
-                .unwrap();
+            let h = Handle::from_bytes(&f, &[0; 16], None, 0, false).unwrap();
             for (name, dt, want, frag) in [
                 (
                     "model run fails",
@@ -924,7 +927,7 @@ fn execute_time() {
             }
         }
         // A destroyed handle: execute, a second destroy and stats are errors, not use-after-free.
-        let dead = Handle::load("mlp_f32", 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
+        let dead = Handle::load("mlp_f32", 0, false).unwrap();
         let p = dead.0;
         std::mem::forget(dead);
         // SAFETY: a live handle, destroyed once here.
@@ -955,7 +958,7 @@ fn execute_time() {
             }
         }
         // After all of it, a good program still loads and runs.
-        let h = Handle::load("mlp_f32", 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
+        let h = Handle::load("mlp_f32", 0, false).unwrap();
         let mut input = good_in.clone();
         let mut out = vec![0u8; o.bytes.len()];
         let (st, m) = exec_one(

@@ -6,9 +6,7 @@
 mod common;
 use common::*;
 use cudarc::driver::result;
-use executorch_cuda::ffi::{
-    ET_CUDA_EXEC_MODE_DEFAULT, ET_CUDA_EXEC_MODE_UPSTREAM12, ET_CUDA_STATUS_OK,
-};
+use executorch_cuda::ffi::ET_CUDA_STATUS_OK;
 use std::ffi::c_void;
 
 const COPY: i32 = 1;
@@ -80,8 +78,7 @@ fn fixtures_match_reference_host_and_device_io() {
         .copied()
         .filter(|f| only.as_deref().is_none_or(|o| o == *f))
     {
-        let h = Handle::load(fx, 0, false, ET_CUDA_EXEC_MODE_DEFAULT)
-            .unwrap_or_else(|e| panic!("{fx}: {e:?}"));
+        let h = Handle::load(fx, 0, false).unwrap_or_else(|e| panic!("{fx}: {e:?}"));
         for (ci, case) in cases(fx, "forward").iter().enumerate() {
             for (label, dev_in, placement) in [
                 ("host-in/host-out", false, COPY),
@@ -110,7 +107,7 @@ fn fixtures_match_reference_host_and_device_io() {
 fn host_waits_zero_on_device_path_one_on_host_outputs() {
     require_gpu("host_waits_zero_on_device_path_one_on_host_outputs");
     for fx in FIXTURES {
-        let h = Handle::load(fx, 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
+        let h = Handle::load(fx, 0, false).unwrap();
         let case = &cases(fx, "forward")[0];
         // Warm-up (first run may fold constants and load kernels).
         run_case(&h, case, true, DEVICE);
@@ -183,7 +180,7 @@ fn init_execute_destroy_cycles() {
     let mut first_free = 0usize;
     let mut first_rss = 0u64;
     for c in 0..cycles {
-        let h = Handle::load(fx, 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
+        let h = Handle::load(fx, 0, false).unwrap();
         let out = run_case(&h, case, false, COPY);
         assert!(compare("float32", &out[0], &case.outputs[0].bytes).1);
         drop(h);
@@ -262,9 +259,9 @@ fn launch_spin(stream: *mut c_void, ns: u64) {
 fn execute_does_not_wait_for_queued_gpu_work() {
     require_gpu("execute_does_not_wait_for_queued_gpu_work");
     let spin_ns: u64 = 50_000_000;
-    for mode in [ET_CUDA_EXEC_MODE_DEFAULT, ET_CUDA_EXEC_MODE_UPSTREAM12] {
+    {
         let fx = "mlp_f32";
-        let h = Handle::load(fx, 0, false, mode).unwrap();
+        let h = Handle::load(fx, 0, false).unwrap();
         let case = &cases(fx, "forward")[0];
         run_case(&h, case, true, DEVICE); // warm-up
         let (_dev_in, ins, mut outs) = device_io(case);
@@ -278,14 +275,12 @@ fn execute_does_not_wait_for_queued_gpu_work() {
         // SAFETY: live handle.
         assert_eq!(unsafe { (api().synchronize)(h.0) }, ET_CUDA_STATUS_OK);
         let total = t0.elapsed();
-        println!("mode {mode}: 2 device-resident executes behind a {} ms kernel returned after {:.3} ms (stream drained after {:.3} ms)", spin_ns / 1_000_000, host.as_secs_f64() * 1e3, total.as_secs_f64() * 1e3);
-        if mode == ET_CUDA_EXEC_MODE_DEFAULT {
-            assert!(
-                host.as_nanos() < (spin_ns / 5) as u128,
-                "execute waited for queued GPU work: {host:?}"
-            );
-            assert!(total.as_nanos() >= spin_ns as u128);
-        }
+        println!("2 device-resident executes behind a {} ms kernel returned after {:.3} ms (stream drained after {:.3} ms)", spin_ns / 1_000_000, host.as_secs_f64() * 1e3, total.as_secs_f64() * 1e3);
+        assert!(
+            host.as_nanos() < (spin_ns / 5) as u128,
+            "execute waited for queued GPU work: {host:?}"
+        );
+        assert!(total.as_nanos() >= spin_ns as u128);
     }
 }
 
@@ -322,7 +317,7 @@ fn threads_with_own_handles_match_single_threaded_bit_for_bit() {
     let fx = "mlp_f32";
     let case = cases(fx, "forward")[0].clone();
     let reference: Vec<Vec<u8>> = {
-        let h = Handle::load(fx, 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
+        let h = Handle::load(fx, 0, false).unwrap();
         (0..8)
             .map(|k| run_bytes(&h, &case, &mut scaled_input(&case, k)))
             .collect()
@@ -333,7 +328,7 @@ fn threads_with_own_handles_match_single_threaded_bit_for_bit() {
             for (k, want) in reference.iter().enumerate() {
                 let case = &case;
                 sc.spawn(move || {
-                    let h = Handle::load(fx, 0, shared, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
+                    let h = Handle::load(fx, 0, shared).unwrap();
                     let mut inp = scaled_input(case, k);
                     for it in 0..200 {
                         assert_eq!(
@@ -351,7 +346,7 @@ fn threads_with_own_handles_match_single_threaded_bit_for_bit() {
         );
     }
     // Two threads on one handle: serialized by the handle's lock.
-    let h = Handle::load(fx, 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
+    let h = Handle::load(fx, 0, false).unwrap();
     let hp = h.0 as usize;
     std::thread::scope(|sc| {
         for (k, want) in reference.iter().enumerate().take(2) {
@@ -372,9 +367,9 @@ fn threads_with_own_handles_match_single_threaded_bit_for_bit() {
 #[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
 fn two_programs_loaded_at_once_and_one_destroyed() {
     require_gpu("two_programs_loaded_at_once_and_one_destroyed");
-    let a = Handle::load("mlp_f32", 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
-    let b = Handle::load("conv_f32", 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
-    let c = Handle::load("attn_bf16", 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
+    let a = Handle::load("mlp_f32", 0, false).unwrap();
+    let b = Handle::load("conv_f32", 0, false).unwrap();
+    let c = Handle::load("attn_bf16", 0, false).unwrap();
     for (h, fx) in [(&a, "mlp_f32"), (&b, "conv_f32"), (&c, "attn_bf16")] {
         let case = &cases(fx, "forward")[0];
         let out = run_case(h, case, false, COPY);
@@ -421,8 +416,7 @@ fn fake_model_cycles_keep_rss_and_device_memory_flat() {
     let base = stats(std::ptr::null());
     let (mut rss0, mut free0) = (0u64, 0usize);
     for c in 0..cycles {
-        let h =
-            Handle::from_bytes(&so, &[0; 16], None, 0, false, ET_CUDA_EXEC_MODE_DEFAULT).unwrap();
+        let h = Handle::from_bytes(&so, &[0; 16], None, 0, false).unwrap();
         let src: Vec<u8> = (0..64).collect();
         let mut dst = vec![0u8; 64];
         let mut outs = [desc("float32", &[16], dst.as_mut_ptr().cast(), 64)];

@@ -9,8 +9,7 @@
 mod common;
 use common::*;
 use executorch_cuda::ffi::{
-    EtCudaInitArgs, EtCudaStats, EtCudaTensor, ET_CUDA_EXEC_MODE_FROM_OPTIONS,
-    ET_CUDA_STATUS_INVALID_ARGUMENT, ET_CUDA_STATUS_OK,
+    EtCudaInitArgs, EtCudaStats, EtCudaTensor, ET_CUDA_STATUS_INVALID_ARGUMENT, ET_CUDA_STATUS_OK,
 };
 use std::ffi::{c_void, CString};
 
@@ -59,7 +58,6 @@ fn load_with_options(so: &[u8], w: &[u8], group: u64) -> Handle {
     let name = CString::new("forward").unwrap();
     let args = EtCudaInitArgs {
         use_backend_options: true,
-        mode: ET_CUDA_EXEC_MODE_FROM_OPTIONS,
         share_group: group,
         ..init_args(so, w, &name)
     };

@@ -20,7 +20,7 @@ unsafe fn round_trips_and_errors() {
         c("use_shared_cuda_stream"),
         c("skip_copy_output_to_cpu_for_method"),
         c("device_index"),
-        c("execution_mode"),
+        c("cuda_graph_cache_size"),
     );
     let mut b = false;
     let mut i = -1i64;
@@ -58,12 +58,9 @@ unsafe fn round_trips_and_errors() {
         ET_CUDA_STATUS_OK
     );
     assert_eq!(i, 3);
+    assert_eq!(et_cuda_set_option_int(mode.as_ptr(), 4), ET_CUDA_STATUS_OK);
     assert_eq!(
-        et_cuda_set_option_str(mode.as_ptr(), c("sync-always").as_ptr()),
-        ET_CUDA_STATUS_OK
-    );
-    assert_eq!(
-        et_cuda_set_option_str(mode.as_ptr(), c("turbo").as_ptr()),
+        et_cuda_set_option_int(mode.as_ptr(), 0),
         ET_CUDA_STATUS_INVALID_ARGUMENT
     );
     // Wrong types.

@@ -3,7 +3,7 @@
 //! `ffi::FORCE_PANIC`, which makes every boundary panic inside its guard.
 
 use executorch_cuda::ffi::shim::*;
-use executorch_cuda::ffi::{api::*, options::*, types::*};
+use executorch_cuda::ffi::{api::*, memory::*, options::*, types::*};
 use std::ffi::{CStr, CString};
 use std::sync::atomic::Ordering;
 

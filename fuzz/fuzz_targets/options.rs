@@ -8,7 +8,7 @@ fuzz_target!(|data: &[u8]| {
     if data.is_empty() {
         return;
     }
-    let keys = ["use_shared_cuda_stream", "skip_copy_output_to_cpu_for_method", "device_index", "execution_mode"];
+    let keys = ["use_shared_cuda_stream", "skip_copy_output_to_cpu_for_method", "device_index", "enable_cuda_graph_for_method"];
     let key = match data[0] % 5 {
         4 => String::from_utf8_lossy(&data[1..data.len().min(40)]).into_owned(),
         k => keys[k as usize].to_string(),

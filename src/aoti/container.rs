@@ -400,23 +400,20 @@ impl Container {
         self.api.run_single_threaded.is_some()
     }
 
-    /// Run the model. `inputs` are stolen (the container deletes them, and the
-    /// slots must not be used again); `outputs` receive new handles the caller owns.
+    /// Run the model (single-threaded entry point where the `.so` has one). `inputs` are
+    /// stolen (the container deletes them, and the slots must not be used again); `outputs`
+    /// receive new handles the caller owns.
     ///
     /// # Safety
     /// `inputs` must hold `num_inputs` live handles and `outputs` `num_outputs` slots; `stream`
     /// must be a live stream of the container's device.
     pub(crate) unsafe fn run(
         &self,
-        single_threaded: bool,
         inputs: &mut [AtenTensorHandle],
         outputs: &mut [AtenTensorHandle],
         stream: *mut c_void,
     ) -> Result<()> {
-        let f = match (single_threaded, self.api.run_single_threaded) {
-            (true, Some(f)) => f,
-            _ => self.api.run,
-        };
+        let f = self.api.run_single_threaded.unwrap_or(self.api.run);
         let _ = crate::error::take_callback_failure();
         // SAFETY: forwarded contract; the .so catches its own exceptions.
         let rc = unsafe {

@@ -6,13 +6,141 @@
 //! ends in host memory waits once for the stream. Strided layouts go through
 //! a host buffer (the generated code only asks for them off the hot path).
 
-use super::memory;
 use super::stream;
-use super::{device, pointer_kind, ContextGuard, PointerKind};
+use super::{check, device, pointer_kind, ContextGuard, PointerKind};
 use crate::error::{invalid, Error, Result};
+use crate::stats::{self, Event};
 use crate::tensor::{contiguous_strides, Device, Tensor};
 use cudarc::driver::sys;
 use std::ffi::c_void;
+
+// Counted raw copies (the driver calls every copy of the library goes through).
+
+/// Direction of a copy, for the counters.
+#[derive(Debug, Clone, Copy)]
+enum Dir {
+    HtoD,
+    DtoH,
+    DtoD,
+}
+
+/// Count and enqueue one copy of `n` bytes; `f` makes the driver call.
+fn counted_copy(dir: Dir, n: usize, what: &str, f: impl FnOnce() -> sys::CUresult) -> Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    stats::record(match dir {
+        Dir::HtoD => Event::HtoD(n as u64),
+        Dir::DtoH => Event::DtoH(n as u64),
+        Dir::DtoD => Event::DtoD(n as u64),
+    });
+    check(f(), what)
+}
+
+/// Asynchronous host-to-device copy on `stream` (the host memory must stay
+/// valid and unchanged until the copy ran: use pinned staging).
+///
+/// # Safety
+/// `src` must be readable for `n` bytes and `dst` a device allocation of at least `n` bytes.
+pub(crate) unsafe fn copy_htod_async(
+    dst: sys::CUdeviceptr,
+    src: *const c_void,
+    n: usize,
+    stream: sys::CUstream,
+) -> Result<()> {
+    // SAFETY: forwarded contract.
+    counted_copy(Dir::HtoD, n, "cuMemcpyHtoDAsync", || unsafe {
+        sys::cuMemcpyHtoDAsync_v2(dst, src, n, stream)
+    })
+}
+
+/// Asynchronous device-to-host copy on `stream`.
+///
+/// # Safety
+/// `dst` must be writable for `n` bytes until the copy ran; `src` a device range of `n` bytes.
+pub(crate) unsafe fn copy_dtoh_async(
+    dst: *mut c_void,
+    src: sys::CUdeviceptr,
+    n: usize,
+    stream: sys::CUstream,
+) -> Result<()> {
+    // SAFETY: forwarded contract.
+    counted_copy(Dir::DtoH, n, "cuMemcpyDtoHAsync", || unsafe {
+        sys::cuMemcpyDtoHAsync_v2(dst, src, n, stream)
+    })
+}
+
+/// Asynchronous device-to-device copy on `stream`.
+///
+/// # Safety
+/// Both ranges must be device memory of at least `n` bytes.
+pub(crate) unsafe fn copy_dtod_async(
+    dst: sys::CUdeviceptr,
+    src: sys::CUdeviceptr,
+    n: usize,
+    stream: sys::CUstream,
+) -> Result<()> {
+    // SAFETY: forwarded contract.
+    counted_copy(Dir::DtoD, n, "cuMemcpyDtoDAsync", || unsafe {
+        sys::cuMemcpyDtoDAsync_v2(dst, src, n, stream)
+    })
+}
+
+/// Blocking device-to-host copy after the stream was drained (the wait was
+/// already counted): moves bytes, waits for nothing else.
+///
+/// # Safety
+/// As for [`copy_dtoh_async`].
+pub(crate) unsafe fn copy_dtoh_drained(
+    dst: *mut c_void,
+    src: sys::CUdeviceptr,
+    n: usize,
+) -> Result<()> {
+    // SAFETY: forwarded contract.
+    counted_copy(Dir::DtoH, n, "cuMemcpyDtoH", || unsafe {
+        sys::cuMemcpyDtoH_v2(dst, src, n)
+    })
+}
+
+/// Asynchronous device-to-device copy of `rows` rows of `width` bytes between
+/// two pitched layouts (row starts `dst_pitch` / `src_pitch` bytes apart).
+///
+/// # Safety
+/// Both ranges must be device memory covering `rows` rows at their pitch.
+pub(crate) unsafe fn copy_dtod_2d_async(
+    dst: sys::CUdeviceptr,
+    dst_pitch: usize,
+    src: sys::CUdeviceptr,
+    src_pitch: usize,
+    width: usize,
+    rows: usize,
+    stream: sys::CUstream,
+) -> Result<()> {
+    // Every field spelled out: the memory-type fields are Rust enums without a zero
+    // value, so `mem::zeroed` would be undefined behaviour (core aborts on it).
+    let p = sys::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        srcHost: std::ptr::null(),
+        srcDevice: src,
+        srcArray: std::ptr::null_mut(),
+        srcPitch: src_pitch,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: dst,
+        dstArray: std::ptr::null_mut(),
+        dstPitch: dst_pitch,
+        WidthInBytes: width,
+        Height: rows,
+    };
+    counted_copy(Dir::DtoD, width * rows, "cuMemcpy2DAsync", || {
+        // SAFETY: forwarded contract; `p` describes both ranges.
+        unsafe { sys::cuMemcpy2DAsync_v2(&p, stream) }
+    })
+}
 
 /// A zeroed host buffer of `n` bytes; an allocation failure is an error, not an abort.
 pub(crate) fn host_buffer(n: usize) -> Result<Vec<u8>> {
@@ -51,9 +179,7 @@ fn read_span(x: &Tensor, off: usize, dst: &mut [u8]) -> Result<()> {
             let s = stream::current(i).raw;
             // SAFETY: device span inside the storage; `dst` is host memory of n bytes that
             // stays borrowed until the wait below.
-            unsafe {
-                memory::copy_dtoh_async(dst.as_mut_ptr().cast(), base as u64 + off as u64, n, s)?
-            };
+            unsafe { copy_dtoh_async(dst.as_mut_ptr().cast(), base as u64 + off as u64, n, s)? };
             stream::synchronize(s)?;
         }
     }
@@ -79,9 +205,7 @@ fn write_span(x: &Tensor, off: usize, src: &[u8]) -> Result<()> {
             let s = stream::current(i).raw;
             // SAFETY: device span inside the storage; `src` holds n bytes and stays borrowed
             // until the wait below.
-            unsafe {
-                memory::copy_htod_async(base as u64 + off as u64, src.as_ptr().cast(), n, s)?
-            };
+            unsafe { copy_htod_async(base as u64 + off as u64, src.as_ptr().cast(), n, s)? };
             // `src` is pageable or short-lived: wait for the DMA so the caller may drop it.
             stream::synchronize(s)?;
         }
@@ -237,7 +361,7 @@ pub(crate) fn copy_tensor(dst: &Tensor, src: &Tensor) -> Result<()> {
                 let _g = ContextGuard::device(&d)?;
                 let s = stream::current(i).raw;
                 // SAFETY: device ranges validated against their storages.
-                unsafe { memory::copy_dtod_async(dp as u64, sp as u64, n, s)? };
+                unsafe { copy_dtod_async(dp as u64, sp as u64, n, s)? };
             }
             (Device::Cuda(_), Device::Cpu) => {
                 // SAFETY: `sp` is host memory of n bytes (validated view).
@@ -267,7 +391,7 @@ pub(crate) fn copy_tensor(dst: &Tensor, src: &Tensor) -> Result<()> {
             // SAFETY: both views were validated to lie inside their storages, which cover
             // `rows` rows at these pitches.
             return unsafe {
-                memory::copy_dtod_2d_async(
+                copy_dtod_2d_async(
                     dst.data_ptr() as u64,
                     d.pitch,
                     src.data_ptr() as u64,
@@ -367,10 +491,10 @@ unsafe fn enqueue_copy(
     // SAFETY: the caller guarantees n valid bytes at both pointers.
     unsafe {
         match (dd, sd) {
-            (true, true) => memory::copy_dtod_async(dst as u64, src as u64, n, s).map(|_| false),
+            (true, true) => copy_dtod_async(dst as u64, src as u64, n, s).map(|_| false),
             // A pageable source is staged by the driver before the call returns.
-            (true, false) => memory::copy_htod_async(dst as u64, src, n, s).map(|_| false),
-            (false, true) => memory::copy_dtoh_async(dst, src as u64, n, s).map(|_| true),
+            (true, false) => copy_htod_async(dst as u64, src, n, s).map(|_| false),
+            (false, true) => copy_dtoh_async(dst, src as u64, n, s).map(|_| true),
             (false, false) => {
                 std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), n);
                 Ok(false)
@@ -419,7 +543,7 @@ pub(crate) unsafe fn copy_htod_ordered(
     let d = device(ordinal)?;
     let _g = ContextGuard::device(&d)?;
     // SAFETY: forwarded contract. A pageable source is staged by the driver before return.
-    unsafe { memory::copy_htod_async(dst as u64, src, n, std::ptr::null_mut()) }
+    unsafe { copy_htod_async(dst as u64, src, n, std::ptr::null_mut()) }
 }
 
 /// Device-to-host copy after all work queued on `ordinal`'s streams (the
@@ -440,7 +564,7 @@ pub(crate) unsafe fn copy_dtoh_ordered(
     let d = device(ordinal)?;
     let _g = ContextGuard::device(&d)?;
     // SAFETY: forwarded contract; `dst` stays valid until the wait below.
-    unsafe { memory::copy_dtoh_async(dst, src as u64, n, std::ptr::null_mut())? };
+    unsafe { copy_dtoh_async(dst, src as u64, n, std::ptr::null_mut())? };
     stream::synchronize(std::ptr::null_mut())
 }
 

@@ -232,46 +232,50 @@ pub(crate) enum PointerKind {
     Device(i32),
 }
 
-/// Look up what kind of memory `ptr` is.
+/// Look up what kind of memory `ptr` is. One `cuPointerGetAttributes` call, which (unlike
+/// `cuPointerGetAttribute`) reports a pointer CUDA does not know with default values instead
+/// of `CUDA_ERROR_INVALID_VALUE`: probing host memory leaves no error for compute-sanitizer
+/// to count.
 pub(crate) fn pointer_kind(ptr: *const c_void) -> Result<PointerKind> {
     driver()?;
     if ptr.is_null() {
         return Ok(PointerKind::Pageable);
     }
     let mut mem_type: u32 = 0;
-    // SAFETY: out-pointer to a local u32 of the attribute's type.
-    let r = unsafe {
-        sys::cuPointerGetAttribute(
-            (&mut mem_type as *mut u32).cast(),
-            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-            ptr as sys::CUdeviceptr,
-        )
-    };
-    match r {
-        sys::CUresult::CUDA_SUCCESS => {}
-        // Not a CUDA allocation: pageable host memory.
-        sys::CUresult::CUDA_ERROR_INVALID_VALUE => return Ok(PointerKind::Pageable),
-        other => {
-            return Err(driver_error(
-                result::DriverError(other),
-                "cuPointerGetAttribute",
-            ))
-        }
-    }
-    if mem_type == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32 {
-        return Ok(PointerKind::Pinned);
-    }
     let mut ordinal: i32 = -1;
-    // SAFETY: out-pointer to a local i32 of the attribute's type.
+    let mut attrs = [
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+    ];
+    let mut data: [*mut c_void; 2] = [
+        (&mut mem_type as *mut u32).cast(),
+        (&mut ordinal as *mut i32).cast(),
+    ];
+    // SAFETY: two attributes, each with an out-pointer to a local of the attribute's type.
     let r = unsafe {
-        sys::cuPointerGetAttribute(
-            (&mut ordinal as *mut i32).cast(),
-            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        sys::cuPointerGetAttributes(
+            2,
+            attrs.as_mut_ptr(),
+            data.as_mut_ptr(),
             ptr as sys::CUdeviceptr,
         )
     };
-    check(r, "cuPointerGetAttribute(DEVICE_ORDINAL)")?;
-    Ok(PointerKind::Device(ordinal))
+    check(r, "cuPointerGetAttributes")?;
+    Ok(classify(mem_type, ordinal))
+}
+
+/// The kind of memory from its `CU_POINTER_ATTRIBUTE_MEMORY_TYPE` (0 when CUDA does not know
+/// the pointer) and device ordinal.
+fn classify(mem_type: u32, ordinal: i32) -> PointerKind {
+    if mem_type == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32 {
+        PointerKind::Pinned
+    } else if mem_type == sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32
+        || mem_type == sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED as u32
+    {
+        PointerKind::Device(ordinal)
+    } else {
+        PointerKind::Pageable
+    }
 }
 
 /// Whether `ptr` is device memory.
@@ -289,6 +293,19 @@ pub(crate) fn mem_info(ordinal: i32) -> Result<(usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pointer_classification() {
+        assert_eq!(classify(0, -1), PointerKind::Pageable);
+        assert_eq!(
+            classify(sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32, 0),
+            PointerKind::Pinned
+        );
+        assert_eq!(
+            classify(sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32, 2),
+            PointerKind::Device(2)
+        );
+    }
 
     #[test]
     fn no_driver_is_an_error_not_a_panic() {

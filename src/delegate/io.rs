@@ -3,10 +3,9 @@
 //! device-to-device (into a graph's buffers); host memory is staged.
 
 use super::staging::{Staging, DIRECT_COPY_MIN};
-use crate::cuda::{self, memory, PointerKind};
+use crate::cuda::{self, copy, memory, PointerKind};
 use crate::dtype::{self, DType};
 use crate::error::{invalid, Result};
-use crate::options::ExecMode;
 use crate::tensor::{self, Device, Memory, Tensor};
 use cudarc::driver::sys::CUstream;
 use std::ffi::c_void;
@@ -14,34 +13,43 @@ use std::sync::Arc;
 
 /// One input of an execute: a contiguous tensor in host or device memory.
 #[derive(Debug, Clone)]
-pub(crate) struct InputArg {
-    pub(crate) dtype: DType,
-    pub(crate) sizes: Vec<i64>,
-    pub(crate) strides: Vec<i64>,
+pub struct InputArg {
+    /// c10 ScalarType code.
+    pub dtype: DType,
+    /// Sizes.
+    pub sizes: Vec<i64>,
+    /// Strides in elements (contiguous ones only).
+    pub strides: Vec<i64>,
     /// Host or device memory (looked up).
-    pub(crate) data: *const c_void,
+    pub data: *const c_void,
     /// Bytes readable at `data`.
-    pub(crate) nbytes: usize,
+    pub nbytes: usize,
 }
 
 /// One output slot: the dtype the caller expects (`None`: any) and, for
 /// copied outputs, the caller's buffer (host or device memory) and its capacity.
 #[derive(Debug, Clone)]
-pub(crate) struct OutputArg {
-    pub(crate) dtype: Option<DType>,
-    pub(crate) data: *mut c_void,
-    pub(crate) capacity: usize,
+pub struct OutputArg {
+    /// The dtype the caller expects (`None`: any).
+    pub dtype: Option<DType>,
+    /// The caller's buffer (host or device memory; null: leave the output on the device).
+    pub data: *mut c_void,
+    /// Bytes writable at `data`.
+    pub capacity: usize,
 }
 
 /// What an execute delivered for one output.
 #[derive(Debug, Clone)]
-pub(crate) struct OutputInfo {
-    pub(crate) sizes: Vec<i64>,
-    pub(crate) strides: Vec<i64>,
+pub struct OutputInfo {
+    /// The output's sizes (dynamic shapes: what the model produced).
+    pub sizes: Vec<i64>,
+    /// Its strides in elements (contiguous).
+    pub strides: Vec<i64>,
     /// Where the elements are: the caller's buffer, or device memory owned by
     /// the method (left on the device), valid until its next execute or destroy.
-    pub(crate) data: *mut c_void,
-    pub(crate) nbytes: usize,
+    pub data: *mut c_void,
+    /// Bytes of the elements.
+    pub nbytes: usize,
     /// The output left on the device (a reference that keeps its memory alive).
     pub(crate) tensor: Option<Tensor>,
 }
@@ -109,7 +117,6 @@ pub(crate) struct CopyCtx<'a> {
     pub(crate) stream: CUstream,
     pub(crate) staging: &'a mut Staging,
     pub(crate) exec: u64,
-    pub(crate) mode: ExecMode,
 }
 
 /// Enqueue the copy of `input` (`n` bytes, host or device memory) into the device memory at `dst`.
@@ -130,24 +137,20 @@ pub(crate) unsafe fn copy_input(
     match kind {
         // SAFETY: `input.data` has n readable device bytes and `dst` n writable device bytes.
         PointerKind::Device(_) => unsafe {
-            memory::copy_dtod_async(dst as u64, input.data as u64, n, s)
-        },
-        // SAFETY: `input.data` has n readable host bytes and `dst` n writable device bytes.
-        _ if ctx.mode == ExecMode::Upstream12 => unsafe {
-            memory::copy_htod_blocking(dst as u64, input.data, n)
+            copy::copy_dtod_async(dst as u64, input.data as u64, n, s)
         },
         // Large pageable input: the driver stages it in pipelined chunks and returns once the
         // bytes are staged (no wait for the stream), faster than a host memcpy into our staging.
-        // SAFETY: as above.
+        // SAFETY: `input.data` has n readable host bytes and `dst` n writable device bytes.
         PointerKind::Pageable if n >= DIRECT_COPY_MIN => unsafe {
-            memory::copy_htod_async(dst as u64, input.data, n, s)
+            copy::copy_htod_async(dst as u64, input.data, n, s)
         },
         PointerKind::Pageable | PointerKind::Pinned => {
             let slot = ctx.staging.input_slot(ctx.exec, n)?;
             // SAFETY: the slot has >= n bytes and no copy in flight; the source has n bytes.
             unsafe {
                 std::ptr::copy_nonoverlapping(input.data.cast::<u8>(), slot.buf.ptr(), n);
-                memory::copy_htod_async(dst as u64, slot.buf.ptr().cast(), n, s)?;
+                copy::copy_htod_async(dst as u64, slot.buf.ptr().cast(), n, s)?;
             }
             slot.done.record(s)
         }

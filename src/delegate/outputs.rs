@@ -4,13 +4,12 @@
 
 use super::io::{OutputArg, OutputInfo};
 use super::staging::{output_slice, Staging, DIRECT_COPY_MIN};
-use crate::cuda::{self, copy, memory, stream, PointerKind};
+use crate::cuda::{self, copy, stream, PointerKind};
 use crate::error::{invalid, Result};
-use crate::options::ExecMode;
 use crate::tensor::{self, Tensor};
 use cudarc::driver::sys::CUstream;
 
-/// Resolved output placement (no `FromOptions` any more).
+/// Resolved output placement (the configuration consulted already).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Placement {
     Copy,
@@ -85,7 +84,6 @@ pub(crate) unsafe fn deliver(
     outs: Vec<Tensor>,
     outputs: &[OutputArg],
     placement: Placement,
-    mode: ExecMode,
     stream_raw: CUstream,
     staging: &mut Staging,
     kept: &mut Vec<Tensor>,
@@ -94,22 +92,6 @@ pub(crate) unsafe fn deliver(
     if placement == Placement::Device {
         for (j, t) in outs.into_iter().enumerate() {
             infos.push(keep_on_device(j, &outputs[j], t, kept)?);
-        }
-        return Ok(infos);
-    }
-    if mode == ExecMode::Upstream12 {
-        // ExecuTorch 1.2: synchronize, then blocking pageable copies.
-        stream::synchronize(stream_raw)?;
-        for (j, t) in outs.into_iter().enumerate() {
-            if outputs[j].data.is_null() {
-                infos.push(keep_on_device(j, &outputs[j], t, kept)?);
-                continue;
-            }
-            check_output(j, &outputs[j], &t)?;
-            let (t, n) = for_copy(j, &outputs[j], t)?;
-            // SAFETY: the caller's buffer has >= n bytes (checked), device source of n bytes.
-            unsafe { copy::copy_bytes(outputs[j].data, t.data_ptr(), n, stream_raw)? };
-            infos.push(copied_info(&outputs[j], &t, n));
         }
         return Ok(infos);
     }
@@ -134,7 +116,7 @@ pub(crate) unsafe fn deliver(
             PointerKind::Device(_) => {
                 // SAFETY: both ranges are device memory of >= n bytes.
                 unsafe {
-                    memory::copy_dtod_async(want.data as u64, t.data_ptr() as u64, n, stream_raw)?
+                    copy::copy_dtod_async(want.data as u64, t.data_ptr() as u64, n, stream_raw)?
                 };
             }
             PointerKind::Pageable if n >= DIRECT_COPY_MIN => direct.push((j, n, t)),
@@ -155,7 +137,7 @@ pub(crate) unsafe fn deliver(
     for (_, off, n, t) in &staged {
         // SAFETY: the staging buffer holds `total` bytes; the source is a device range of n bytes.
         unsafe {
-            memory::copy_dtoh_async(buf.add(*off).cast(), t.data_ptr() as u64, *n, stream_raw)?
+            copy::copy_dtoh_async(buf.add(*off).cast(), t.data_ptr() as u64, *n, stream_raw)?
         };
     }
     // The one host wait of this execute.
@@ -164,7 +146,7 @@ pub(crate) unsafe fn deliver(
         // The stream is drained: the driver's pageable copy (pipelined through its own
         // staging) only moves bytes, faster than device -> pinned -> memcpy for large data.
         // SAFETY: the caller's buffer has >= n bytes (checked); device source of n bytes.
-        unsafe { memory::copy_dtoh_drained(outputs[*j].data, t.data_ptr() as u64, *n)? };
+        unsafe { copy::copy_dtoh_drained(outputs[*j].data, t.data_ptr() as u64, *n)? };
     }
     for (j, off, n, _) in &staged {
         // SAFETY: the copy finished; the caller's buffer has >= n bytes (checked above).

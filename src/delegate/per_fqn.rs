@@ -17,7 +17,7 @@ use super::sharing::{self, SharePolicy, SharedConstants, View};
 use crate::aoti::container::ConstantInfo;
 use crate::aoti::payload::FqnEntry;
 use crate::aoti::{self, Container};
-use crate::cuda::{memory, stream::CudaStream, DeviceState};
+use crate::cuda::{copy, memory, stream::CudaStream, DeviceState};
 use crate::error::{Error, Result};
 use crate::tensor::{device_type, Device, HostAlloc, Memory, Storage, Tensor};
 use std::sync::Arc;
@@ -121,7 +121,7 @@ fn upload(m: &Matched<'_>, device: &Arc<DeviceState>, stream: &Arc<CudaStream>) 
         let d = memory::alloc_on_stream(device.clone(), n, stream.raw(), Some(stream.clone()))?;
         // SAFETY: `d` is a fresh device allocation of n bytes and the source slice has n bytes;
         // the caller waits for the stream before the slice may go away.
-        unsafe { memory::copy_htod_async(d.ptr(), m.bytes.as_ptr().cast(), n, stream.raw())? };
+        unsafe { copy::copy_htod_async(d.ptr(), m.bytes.as_ptr().cast(), n, stream.raw())? };
         Memory::Device(d)
     };
     let storage = Storage {

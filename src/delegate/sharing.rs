@@ -27,7 +27,7 @@
 
 use crate::aoti::container::{constant_type, ConstantInfo, ConstantMapEntry};
 use crate::aoti::{self, AtenTensorHandle, Container, Library};
-use crate::cuda::{memory, stream::CudaStream, DeviceState};
+use crate::cuda::{copy, memory, stream::CudaStream, DeviceState};
 use crate::error::{Error, Result};
 use crate::tensor::{Device, Memory, Tensor};
 use std::ffi::CString;
@@ -258,7 +258,7 @@ fn own_copy(t: &Tensor, device: &Arc<DeviceState>, stream: &Arc<CudaStream>) -> 
     } else {
         let m = memory::alloc_on_stream(device.clone(), n, stream.raw(), Some(stream.clone()))?;
         // SAFETY: both ranges are device memory of n bytes (the source storage's span).
-        unsafe { memory::copy_dtod_async(m.ptr(), t.storage.base_ptr() as u64, n, stream.raw())? };
+        unsafe { copy::copy_dtod_async(m.ptr(), t.storage.base_ptr() as u64, n, stream.raw())? };
         Memory::Device(m)
     };
     let storage = Arc::new(crate::tensor::Storage {

@@ -28,6 +28,7 @@
 //!   are borrowed: valid while the object lives / until the next call.
 
 pub mod api;
+pub mod memory;
 pub mod options;
 pub mod shim;
 pub mod types;

@@ -3,8 +3,8 @@
 //! `TryFrom`: a value outside the list is an `InvalidArgument` error, never
 //! undefined behaviour.
 
+use crate::config::{MethodConfig, OutputPlacement};
 use crate::error::{Error, ErrorKind};
-use crate::options::{ExecMode, OutputPlacement};
 use crate::stats::Stats;
 use std::ffi::{c_char, c_void};
 
@@ -52,8 +52,9 @@ pub(crate) fn status_of(e: &Error) -> EtCudaStatus {
 
 /// How `et_cuda_execute` delivers outputs (an `int32_t`).
 pub type EtCudaOutputPlacement = i32;
-/// Decide from the `skip_copy_output_to_cpu_for_method` option and the handle's method name.
-pub const ET_CUDA_OUTPUT_PLACEMENT_FROM_OPTIONS: EtCudaOutputPlacement = 0;
+/// As the handle's configuration says (`EtCudaMethodConfig::outputs_on_device`; with
+/// `use_backend_options`, the `skip_copy_output_to_cpu_for_method` option at load time).
+pub const ET_CUDA_OUTPUT_PLACEMENT_FROM_CONFIG: EtCudaOutputPlacement = 0;
 /// Copy each output into the caller's `data` (host or device memory, looked up); `nbytes` is its capacity.
 pub const ET_CUDA_OUTPUT_PLACEMENT_COPY: EtCudaOutputPlacement = 1;
 /// Leave outputs on the device: `data` is set to device memory owned by the handle, valid until the
@@ -67,44 +68,12 @@ impl TryFrom<EtCudaOutputPlacement> for Placement {
     type Error = Error;
     fn try_from(v: EtCudaOutputPlacement) -> Result<Placement, Error> {
         Ok(Placement(match v {
-            ET_CUDA_OUTPUT_PLACEMENT_FROM_OPTIONS => OutputPlacement::FromOptions,
+            ET_CUDA_OUTPUT_PLACEMENT_FROM_CONFIG => OutputPlacement::FromConfig,
             ET_CUDA_OUTPUT_PLACEMENT_COPY => OutputPlacement::Copy,
             ET_CUDA_OUTPUT_PLACEMENT_DEVICE => OutputPlacement::Device,
             other => {
                 return Err(Error::invalid_argument(format!(
-                    "output placement {other} is not one of 0 (from options), 1 (copy), 2 (device)"
-                )))
-            }
-        }))
-    }
-}
-
-/// Execution mode of a handle (an `int32_t`). Only the default is meant for production; the
-/// others reproduce older behaviour for benchmarks.
-pub type EtCudaExecMode = i32;
-/// Take the mode from the `execution_mode` option when `use_backend_options` is set, else the default.
-pub const ET_CUDA_EXEC_MODE_FROM_OPTIONS: EtCudaExecMode = 0;
-/// Stream-ordered, no host waits unless outputs go to host memory.
-pub const ET_CUDA_EXEC_MODE_DEFAULT: EtCudaExecMode = 1;
-/// Synchronize the stream at the end of every execute.
-pub const ET_CUDA_EXEC_MODE_SYNC_ALWAYS: EtCudaExecMode = 2;
-/// What ExecuTorch 1.2 does: `AOTInductorModelContainerRun`, synchronize, pageable copies.
-pub const ET_CUDA_EXEC_MODE_UPSTREAM12: EtCudaExecMode = 3;
-
-/// A mode code, checked (`None`: from options).
-pub(crate) struct Mode(pub(crate) Option<ExecMode>);
-
-impl TryFrom<EtCudaExecMode> for Mode {
-    type Error = Error;
-    fn try_from(v: EtCudaExecMode) -> Result<Mode, Error> {
-        Ok(Mode(match v {
-            ET_CUDA_EXEC_MODE_FROM_OPTIONS => None,
-            ET_CUDA_EXEC_MODE_DEFAULT => Some(ExecMode::Default),
-            ET_CUDA_EXEC_MODE_SYNC_ALWAYS => Some(ExecMode::SyncAlways),
-            ET_CUDA_EXEC_MODE_UPSTREAM12 => Some(ExecMode::Upstream12),
-            other => {
-                return Err(Error::invalid_argument(format!(
-                    "execution mode {other} is not one of 0 (from options), 1 (default), 2 (sync-always), 3 (upstream-1.2)"
+                    "output placement {other} is not one of 0 (from the configuration), 1 (copy), 2 (device)"
                 )))
             }
         }))
@@ -156,6 +125,87 @@ pub type EtCudaNamedDataFn = Option<
     ) -> i32,
 >;
 
+/// How a method is loaded and run: the C form of the library's one method configuration
+/// (Rust `MethodConfig`). Fill it with `et_cuda_default_method_config` and change what
+/// differs.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EtCudaMethodConfig {
+    /// CUDA device ordinal.
+    pub device_index: i32,
+    /// Share one stream (per device) with every other handle that asks for it; the stream is
+    /// destroyed with the last handle using it.
+    pub use_shared_stream: bool,
+    /// Replay CUDA graphs keyed by the input signature.
+    pub cuda_graphs: bool,
+    /// Most graphs kept (1..1024; the least recently used is dropped).
+    pub graph_cache_size: u32,
+    /// Graphs keep their memory in blocks of their own instead of allocation nodes.
+    pub graph_private_memory: bool,
+    /// Hold constants identical to those of handles loaded before only once.
+    pub weight_sharing: bool,
+    /// With weight sharing: registered buffers (a KV cache) of the same `share_group` too.
+    pub share_mutable_buffers: bool,
+    /// Executes with `ET_CUDA_OUTPUT_PLACEMENT_FROM_CONFIG` leave outputs on the device.
+    pub outputs_on_device: bool,
+}
+
+impl From<&MethodConfig> for EtCudaMethodConfig {
+    fn from(c: &MethodConfig) -> EtCudaMethodConfig {
+        // Exhaustive: a field added to MethodConfig does not compile until it is here.
+        let MethodConfig {
+            device,
+            shared_stream,
+            cuda_graphs,
+            graph_cache_size,
+            graph_private_memory,
+            weight_sharing,
+            share_mutable_buffers,
+            share_group: _,
+            outputs_on_device,
+        } = *c;
+        EtCudaMethodConfig {
+            device_index: device,
+            use_shared_stream: shared_stream,
+            cuda_graphs,
+            graph_cache_size: u32::try_from(graph_cache_size).unwrap_or(u32::MAX),
+            graph_private_memory,
+            weight_sharing,
+            share_mutable_buffers,
+            outputs_on_device,
+        }
+    }
+}
+
+impl EtCudaMethodConfig {
+    /// The Rust configuration, checked, for a method of program `share_group`.
+    pub(crate) fn to_config(self, share_group: u64) -> Result<MethodConfig, Error> {
+        let EtCudaMethodConfig {
+            device_index,
+            use_shared_stream,
+            cuda_graphs,
+            graph_cache_size,
+            graph_private_memory,
+            weight_sharing,
+            share_mutable_buffers,
+            outputs_on_device,
+        } = self;
+        let c = MethodConfig {
+            device: device_index,
+            shared_stream: use_shared_stream,
+            cuda_graphs,
+            graph_cache_size: graph_cache_size as usize,
+            graph_private_memory,
+            weight_sharing,
+            share_mutable_buffers,
+            share_group,
+            outputs_on_device,
+        };
+        c.validate()?;
+        Ok(c)
+    }
+}
+
 /// Arguments of `et_cuda_init`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -171,18 +221,13 @@ pub struct EtCudaInitArgs {
     /// Named-data key of the `.so`; when it has the form `<sha256 hex>_so_blob` the bytes are
     /// checked against that hash. May be null.
     pub so_key: *const c_char,
-    /// When true, `device_index`, `use_shared_stream`, a `FROM_OPTIONS` mode, CUDA graphs and weight
-    /// sharing come from the process-wide backend options (`et_cuda_set_option_*`).
-    pub use_backend_options: bool,
-    /// CUDA device ordinal.
-    pub device_index: i32,
-    /// Share one stream (per device) with every other handle that asks for it; the stream is
-    /// destroyed with the last handle using it.
-    pub use_shared_stream: bool,
-    /// Execution mode (`ET_CUDA_EXEC_MODE_*`).
-    pub mode: EtCudaExecMode,
     /// Named-data key of the weights; `<sha256 hex>_weights_blob` is checked like `so_key`. May be null.
     pub weights_key: *const c_char,
+    /// When true, the configuration comes from the process-wide backend options
+    /// (`et_cuda_set_option_*`) for this method name, and `config` is ignored.
+    pub use_backend_options: bool,
+    /// How the method is loaded and run (unless `use_backend_options`).
+    pub config: EtCudaMethodConfig,
     /// The program this method belongs to (any value the caller picks, e.g. the address of its
     /// named-data map; 0 for none): mutable buffers are only shared within one program.
     pub share_group: u64,
@@ -268,8 +313,32 @@ mod tests {
         assert!(Placement::try_from(7).is_err());
         assert!(Placement::try_from(-1).is_err());
         assert_eq!(Placement::try_from(2).unwrap().0, OutputPlacement::Device);
-        assert!(Mode::try_from(4).is_err());
-        assert_eq!(Mode::try_from(0).unwrap().0, None);
-        assert_eq!(Mode::try_from(3).unwrap().0, Some(ExecMode::Upstream12));
+    }
+
+    #[test]
+    fn method_config_round_trips_and_is_checked() {
+        let rust = MethodConfig {
+            device: 3,
+            shared_stream: true,
+            cuda_graphs: true,
+            graph_cache_size: 5,
+            graph_private_memory: false,
+            weight_sharing: true,
+            share_mutable_buffers: true,
+            share_group: 9,
+            outputs_on_device: true,
+        };
+        let c = EtCudaMethodConfig::from(&rust);
+        assert_eq!(c.to_config(9).unwrap(), rust);
+        let d = EtCudaMethodConfig::from(&MethodConfig::default());
+        assert_eq!(d.to_config(0).unwrap(), MethodConfig::default());
+        let zero = EtCudaMethodConfig {
+            graph_cache_size: 0,
+            ..d
+        };
+        assert_eq!(
+            zero.to_config(0).unwrap_err().kind(),
+            crate::ErrorKind::InvalidArgument
+        );
     }
 }

@@ -298,7 +298,7 @@ pub fn stats(h: *const c_void) -> EtCudaStats {
 pub struct Handle(pub *mut c_void);
 
 /// `et_cuda_init` arguments for the `.so` bytes `so` and weights `w` of method `name`, every
-/// other field at its plain value: no backend options, device 0, the default execution mode,
+/// other field at its plain value: no backend options, the default method configuration,
 /// no keys, payload, share group or named data. The slices and `name` must outlive the call.
 pub fn init_args(so: &[u8], w: &[u8], name: &CStr) -> EtCudaInitArgs {
     EtCudaInitArgs {
@@ -308,11 +308,11 @@ pub fn init_args(so: &[u8], w: &[u8], name: &CStr) -> EtCudaInitArgs {
         weights_len: w.len(),
         method_name: name.as_ptr(),
         so_key: std::ptr::null(),
-        use_backend_options: false,
-        device_index: 0,
-        use_shared_stream: false,
-        mode: executorch_cuda::ffi::ET_CUDA_EXEC_MODE_DEFAULT,
         weights_key: std::ptr::null(),
+        use_backend_options: false,
+        config: executorch_cuda::ffi::EtCudaMethodConfig::from(
+            &executorch_cuda::MethodConfig::default(),
+        ),
         share_group: 0,
         payload_data: std::ptr::null(),
         payload_len: 0,
@@ -326,11 +326,10 @@ impl Handle {
         fixture: &str,
         device: i32,
         shared_stream: bool,
-        mode: executorch_cuda::ffi::EtCudaExecMode,
     ) -> Result<Handle, (EtCudaStatus, String)> {
         let so = blob(fixture, "forward_so_blob.bin");
         let w = blob(fixture, "forward_weights_blob.bin");
-        Handle::from_bytes(&so, &w, None, device, shared_stream, mode)
+        Handle::from_bytes(&so, &w, None, device, shared_stream)
     }
 
     pub fn from_bytes(
@@ -339,16 +338,18 @@ impl Handle {
         so_key: Option<&str>,
         device: i32,
         shared_stream: bool,
-        mode: executorch_cuda::ffi::EtCudaExecMode,
     ) -> Result<Handle, (EtCudaStatus, String)> {
         let name = CString::new("forward").unwrap();
         let key = so_key.map(|k| CString::new(k).unwrap());
+        let base = init_args(so, w, &name);
         let args = EtCudaInitArgs {
             so_key: key.as_ref().map_or(std::ptr::null(), |k| k.as_ptr()),
-            device_index: device,
-            use_shared_stream: shared_stream,
-            mode,
-            ..init_args(so, w, &name)
+            config: executorch_cuda::ffi::EtCudaMethodConfig {
+                device_index: device,
+                use_shared_stream: shared_stream,
+                ..base.config
+            },
+            ..base
         };
         let mut h = std::ptr::null_mut();
         // SAFETY: args point at live buffers for the duration of the call.

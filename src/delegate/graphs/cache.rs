@@ -1,48 +1,9 @@
-//! CUDA graphs per method, keyed by the input shape signature.
-//!
-//! The first execute of a shape runs eagerly (it loads the generated code's
-//! kernels and folds constants, neither of which can be captured); the
-//! second captures the run into a graph and launches it; later ones replay
-//! it on the method's stream, and nothing waits. Device inputs are captured
-//! where the caller has them and replayed only while the caller passes the
-//! same addresses; once one moves, the shape is captured again over input
-//! buffers of the graph's own, into which its inputs (and host inputs
-//! always) are copied on the method's stream before each launch.
-//! A capture is made twice: the first traces the run's allocations, the
-//! second takes them from blocks of the graph's own planned from that trace
-//! ([`crate::cuda::arena`]), so the graph holds kernels and copies only and
-//! its outputs keep fixed addresses across replays. Where the second capture
-//! meets an allocation the plan did not foresee (or with
-//! `cuda_graph_private_memory=false`), the first is used: its allocations are
-//! allocation nodes, instantiated "auto free on launch".
-//! A shape whose capture fails runs eagerly from then on. At most
-//! `capacity` graphs are kept per method; the least recently used goes.
+//! The bookkeeping of one method's graphs: which input shapes were warmed
+//! up, captured, failed or seen with moving device inputs, and the least
+//! recently used eviction of at most `capacity` graphs. Generic over the
+//! entry so the tests need no GPU.
 
-use crate::cuda::arena::Arena;
-use crate::cuda::graph::GraphExec;
-use crate::dtype::DType;
-use crate::tensor::Tensor;
-use std::sync::Arc;
-
-/// The input shape signature a graph was captured for.
-pub(crate) type ShapeKey = Vec<(DType, Vec<i64>)>;
-
-/// One captured graph.
-pub(crate) struct GraphEntry {
-    // Field order is drop order: the outputs (graph allocations, freed stream-ordered) and the
-    // input buffers go before the executable.
-    /// The outputs the graph writes (fixed addresses).
-    pub(crate) outputs: Vec<Tensor>,
-    /// What the graph reads its inputs from: buffers of its own (device memory of the
-    /// pool, owned here) or, where `in_place[i]` is set, the caller's device memory at
-    /// that address (borrowed: replayed only when the caller passes that address again).
-    pub(crate) inputs: Vec<Tensor>,
-    pub(crate) in_place: Vec<Option<usize>>,
-    /// The blocks its intermediates and outputs live in (`None`: allocation nodes); held
-    /// for as long as the graph may run.
-    pub(crate) _arena: Option<Arc<Arena>>,
-    pub(crate) exec: GraphExec,
-}
+use super::ShapeKey;
 
 /// What to do with an execute of a given shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,8 +22,8 @@ struct Slot<E> {
     last_use: u64,
 }
 
-/// The graphs of one method (`E` is [`GraphEntry`]; generic for the tests).
-pub(crate) struct GraphCache<E = GraphEntry> {
+/// The graphs of one method (`E` is [`super::GraphEntry`]; generic for the tests).
+pub(crate) struct GraphCache<E> {
     capacity: usize,
     entries: Vec<Slot<E>>,
     /// Shapes run eagerly once (the next execute of one captures).
@@ -193,7 +154,7 @@ mod tests {
     use super::*;
 
     fn key(n: i64) -> ShapeKey {
-        vec![(6, vec![1, n])]
+        vec![(6, vec![1, n], vec![n, 1])]
     }
 
     #[test]

@@ -1,77 +1,32 @@
-//! The safe Rust API: load a method from its blobs, run it on host slices or
-//! on device tensors this crate owns, read results back.
+//! The safe Rust API, the one front door: load a method from its blobs or
+//! from a program's named data ([`Blobs`]), run it on host slices or on
+//! device tensors this crate owns, read results back; device memory,
+//! copies and the caller stream ([`memory`]). The C API (`crate::ffi`) is a
+//! translation of C types onto this module.
 //!
-//! Everything here is safe to call: memory the library reads or writes is
-//! either a Rust slice or a [`DeviceTensor`] whose device memory the library
-//! allocated and keeps alive. The one way to hand in device memory from
-//! elsewhere, [`Input::device_raw`], is `unsafe`.
+//! Everything here is safe to call unless marked `unsafe`: memory the
+//! library reads or writes is either a Rust slice or a [`DeviceTensor`] whose
+//! device memory the library allocated and keeps alive. The ways to hand in
+//! memory from elsewhere ([`Input::device_raw`], [`Method::execute_raw`]) are
+//! `unsafe`.
 
+pub mod memory;
+mod program;
+
+pub use crate::delegate::io::{InputArg, OutputArg, OutputInfo};
+pub use program::{Blobs, NamedDataLookup};
+
+use crate::config::{MethodConfig, OutputPlacement};
 use crate::cuda::{self, copy, ContextGuard};
-use crate::delegate::io::{InputArg, OutputArg};
-use crate::delegate::sharing::SharePolicy;
-use crate::delegate::{CudaHandle, InitParams, MethodConfig};
+use crate::delegate::CudaHandle;
 use crate::dtype::{self, DType};
 use crate::error::{invalid, Error, Result};
-use crate::options::{ExecMode, OutputPlacement};
 use crate::stats::Stats;
 use crate::tensor::{self, Device, Tensor};
 use std::ffi::c_void;
 
-/// How to load a method.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MethodOptions {
-    /// CUDA device ordinal.
-    pub device: i32,
-    /// Share one stream (per device) with every other method that asks for it.
-    pub shared_stream: bool,
-    /// Replay CUDA graphs keyed by the input shapes.
-    pub cuda_graphs: bool,
-    /// Most graphs kept (least recently used evicted).
-    pub graph_cache_size: usize,
-    /// Graphs keep their memory in blocks of their own (default), not allocation nodes.
-    pub graph_private_memory: bool,
-    /// Hold constants identical to those of methods loaded earlier only once.
-    pub weight_sharing: bool,
-    /// With `weight_sharing`: registered buffers of the same `share_group` and FQN too.
-    pub share_mutable_buffers: bool,
-    /// The program this method belongs to (any number the caller picks; 0 for none).
-    pub share_group: u64,
-    /// Execution mode (baselines for benchmarks).
-    pub mode: ExecMode,
-}
-
-impl Default for MethodOptions {
-    fn default() -> MethodOptions {
-        MethodOptions {
-            device: 0,
-            shared_stream: false,
-            cuda_graphs: false,
-            graph_cache_size: crate::options::DEFAULT_GRAPH_CACHE_SIZE,
-            graph_private_memory: true,
-            weight_sharing: false,
-            share_mutable_buffers: false,
-            share_group: 0,
-            mode: ExecMode::Default,
-        }
-    }
-}
-
-impl MethodOptions {
-    pub(crate) fn config(&self) -> MethodConfig {
-        MethodConfig {
-            device_index: self.device,
-            shared_stream: self.shared_stream,
-            mode: self.mode,
-            cuda_graphs: self.cuda_graphs,
-            graph_cache_size: self.graph_cache_size,
-            graph_private_memory: self.graph_private_memory,
-            share_weights: self.weight_sharing.then_some(SharePolicy {
-                mutable_buffers: self.share_mutable_buffers,
-                group: self.share_group,
-            }),
-        }
-    }
-}
+/// The former name of [`MethodConfig`].
+pub type MethodOptions = MethodConfig;
 
 /// Device memory the library owns, holding one contiguous tensor. Freed
 /// (stream-ordered) when dropped.
@@ -216,22 +171,32 @@ pub struct Method {
 
 impl Method {
     /// Load a method from its `.so` bytes and weights blob (both copied).
-    pub fn load(name: &str, so: &[u8], weights: &[u8], options: &MethodOptions) -> Result<Method> {
-        crate::logging::install();
-        let inner = CudaHandle::init(InitParams {
+    pub fn load(name: &str, so: &[u8], weights: &[u8], config: &MethodConfig) -> Result<Method> {
+        let blobs = Blobs::Bytes {
             so,
-            weights: crate::delegate::Weights::Blob(weights),
-            method_name: name.to_string(),
+            weights,
             so_key: None,
             weights_key: None,
-            config: options.config(),
-        })?;
-        Ok(Method { inner })
+        };
+        Method::load_from(name, blobs, config)
+    }
+
+    /// Load a method from its blobs, given as bytes or found through the program's named data.
+    pub fn load_from(name: &str, blobs: Blobs<'_>, config: &MethodConfig) -> Result<Method> {
+        crate::logging::install();
+        let params = program::init_params(name, blobs, config)?;
+        Ok(Method {
+            inner: CudaHandle::init(params)?,
+        })
     }
 
     /// The method's name.
     pub fn name(&self) -> &str {
         self.inner.method_name()
+    }
+    /// The configuration it was loaded with.
+    pub fn config(&self) -> &MethodConfig {
+        self.inner.config()
     }
     /// Number of inputs.
     pub fn num_inputs(&self) -> usize {
@@ -245,9 +210,31 @@ impl Method {
     pub fn stats(&self) -> Stats {
         self.inner.stats()
     }
+    /// The method's CUDA stream (a `CUstream`), borrowed: valid while the method lives.
+    pub fn stream(&self) -> *mut c_void {
+        self.inner.stream_raw()
+    }
+    /// Number of CUDA graphs the method holds now.
+    pub fn graph_count(&self) -> usize {
+        self.inner.graph_count()
+    }
     /// Wait for the method's queued work.
     pub fn synchronize(&self) -> Result<()> {
         self.inner.synchronize()
+    }
+    /// Delete the container and free everything the method owns, reporting a failure of the
+    /// final wait (dropping does the same and logs it). Later executes fail.
+    pub fn destroy(&self) -> Result<()> {
+        self.inner.destroy()
+    }
+
+    /// Copy `n` bytes in the order of the method's stream; waits only when `dst` is host memory.
+    ///
+    /// # Safety
+    /// `dst` and `src` must each be valid for `n` bytes (host or device memory).
+    pub unsafe fn memcpy(&self, dst: *mut c_void, src: *const c_void, n: usize) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.inner.memcpy(dst, src, n) }
     }
 
     /// Run the method; the outputs stay on the device (no host wait). A
@@ -286,6 +273,25 @@ impl Method {
         Ok(infos.into_iter().map(|i| i.sizes).collect())
     }
 
+    /// Run the method on raw tensor descriptions (what the C API hands in).
+    /// Outputs go where `placement` says; an output slot with null `data` is
+    /// left on the device.
+    ///
+    /// # Safety
+    /// Every input's `data` must be valid for reads of its `nbytes` (host or
+    /// device memory) until this call returns and, for device memory, until
+    /// the work it queued has run; every output's non-null `data` must be
+    /// valid for writes of its `capacity` bytes likewise.
+    pub unsafe fn execute_raw(
+        &self,
+        inputs: &[InputArg],
+        outputs: &[OutputArg],
+        placement: OutputPlacement,
+    ) -> Result<Vec<OutputInfo>> {
+        // SAFETY: forwarded contract.
+        unsafe { self.inner.execute(inputs, outputs, placement) }
+    }
+
     fn output_slots(&self, host: Option<&mut [&mut [u8]]>) -> Result<Vec<OutputArg>> {
         let n = self.num_outputs();
         match host {
@@ -313,48 +319,5 @@ impl Method {
                     .collect())
             }
         }
-    }
-}
-
-/// Number of CUDA devices (a `NoDevice` error without a driver).
-pub fn device_count() -> Result<i32> {
-    cuda::device_count()
-}
-
-/// The CUDA driver's version (e.g. 13000).
-pub fn driver_version() -> Result<i32> {
-    cuda::driver_version()
-}
-
-/// Free and total memory of a device, from the driver.
-pub fn mem_info(device: i32) -> Result<(usize, usize)> {
-    cuda::mem_info(device)
-}
-
-/// Process-wide counters.
-pub fn global_stats() -> Stats {
-    crate::stats::global().snapshot()
-}
-
-/// Orders the executes of this thread on a stream the caller owns, until dropped.
-pub struct CallerStreamGuard {
-    prev: Option<cuda::stream::CallerStream>,
-}
-
-impl CallerStreamGuard {
-    /// Use `stream` (a `CUstream`/`cudaStream_t`; null is the legacy default stream).
-    ///
-    /// # Safety
-    /// `stream` must be a live CUDA stream (or null) for as long as the guard lives.
-    pub unsafe fn new(stream: *mut c_void) -> CallerStreamGuard {
-        CallerStreamGuard {
-            prev: cuda::stream::set_caller_stream(Some(cuda::stream::CallerStream(stream.cast()))),
-        }
-    }
-}
-
-impl Drop for CallerStreamGuard {
-    fn drop(&mut self) {
-        cuda::stream::set_caller_stream(self.prev);
     }
 }

@@ -1,0 +1,87 @@
+//! Where a method's blobs come from: bytes the caller has, or named data
+//! that the delegate's processed payload names (empty: `<method>_so_blob` /
+//! `<method>_weights_blob`; text `"<so_key>\n<weights_key>"`, ExecuTorch
+//! 1.3/1.4; binary `ETCUDAFQN3`, ExecuTorch 1.5: one storage per constant).
+
+use crate::aoti::payload::{self, Payload};
+use crate::delegate::{InitParams, Weights};
+use crate::error::{Error, Result};
+use crate::MethodConfig;
+
+/// Looks up the program's named data by key: the bytes, valid while the load runs.
+pub type NamedDataLookup<'a> = dyn Fn(&str) -> Option<&'a [u8]> + 'a;
+
+/// The blobs of one method.
+pub enum Blobs<'a> {
+    /// The `.so` and its weights blob; keys of the form `<sha256 hex>_so_blob` /
+    /// `<sha256 hex>_weights_blob` are verified against the bytes.
+    Bytes {
+        so: &'a [u8],
+        weights: &'a [u8],
+        so_key: Option<&'a str>,
+        weights_key: Option<&'a str>,
+    },
+    /// The delegate's processed payload, and the program's named data it refers to.
+    NamedData {
+        payload: &'a [u8],
+        lookup: &'a NamedDataLookup<'a>,
+    },
+}
+
+fn fetch<'a>(lookup: &NamedDataLookup<'a>, key: &str, what: &str) -> Result<&'a [u8]> {
+    lookup(key).ok_or_else(|| {
+        Error::invalid_program(format!(
+            "the program has no named data {key:?} ({what}); was the .ptd file passed?"
+        ))
+    })
+}
+
+/// What the delegate loads for `method` from `blobs`.
+pub(crate) fn init_params<'a>(
+    method: &str,
+    blobs: Blobs<'a>,
+    config: &MethodConfig,
+) -> Result<InitParams<'a>> {
+    let (so, weights, so_key, weights_key) = match blobs {
+        Blobs::Bytes {
+            so,
+            weights,
+            so_key,
+            weights_key,
+        } => (
+            so,
+            Weights::Blob(weights),
+            so_key.map(str::to_string),
+            weights_key.map(str::to_string),
+        ),
+        Blobs::NamedData { payload, lookup } => match payload::parse(payload, method)? {
+            Payload::Keys {
+                so_key,
+                weights_key,
+            } => (
+                fetch(lookup, &so_key, "the .so")?,
+                Weights::Blob(fetch(lookup, &weights_key, "the weights")?),
+                Some(so_key),
+                Some(weights_key),
+            ),
+            Payload::PerFqn { so_key, entries } => {
+                let so = fetch(lookup, &so_key, "the .so")?;
+                let mut storages = Vec::with_capacity(entries.len());
+                for e in entries {
+                    let what = format!("the weights of {}", e.fqn);
+                    let bytes = fetch(lookup, &e.storage_key, &what)?;
+                    storages.push((e, bytes));
+                }
+                (so, Weights::PerFqn(storages), Some(so_key), None)
+            }
+        },
+    };
+    Ok(InitParams {
+        so,
+        weights,
+        method_name: method.to_string(),
+        so_key,
+        weights_key,
+        config: config.clone(),
+    })
+}
