@@ -94,6 +94,11 @@ impl HostAlloc {
         stats::record_for(owner.as_ref(), Event::HostAlloc(layout.size() as u64));
         Ok(HostAlloc { ptr, layout, owner })
     }
+
+    /// The first byte.
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
 }
 
 impl Drop for HostAlloc {

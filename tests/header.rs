@@ -8,7 +8,7 @@ fn header_is_fresh() {
     let mut out = Vec::new();
     // The header is generated from the C API's files only (not the aoti_torch_* shims).
     let mut b = cbindgen::Builder::new().with_config(cfg);
-    for f in ["types.rs", "api.rs", "options.rs"] {
+    for f in ["types.rs", "api.rs", "memory.rs", "options.rs"] {
         b = b.with_src(format!("{dir}/src/ffi/{f}"));
     }
     b.generate().expect("cbindgen").write(&mut out);

@@ -29,7 +29,7 @@ use crate::aoti::container::{constant_type, ConstantInfo, ConstantMapEntry};
 use crate::aoti::{self, AtenTensorHandle, Container, Library};
 use crate::cuda::{copy, memory, stream::CudaStream, DeviceState};
 use crate::error::{Error, Result};
-use crate::tensor::{Device, Memory, Tensor};
+use crate::tensor::{Device, HostAlloc, Memory, Tensor};
 use std::ffi::CString;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -250,9 +250,14 @@ pub(super) fn register(
     }
 }
 
-/// A copy of constant `t` in memory the method owns (the bytes of its storage span).
+/// A copy of constant `t` in memory the method owns (the bytes of its storage span), on the
+/// device the constant is on: device memory copied on `stream`, host memory copied at once.
 fn own_copy(t: &Tensor, device: &Arc<DeviceState>, stream: &Arc<CudaStream>) -> Result<Tensor> {
     let n = t.storage.nbytes;
+    let at = t.storage.device;
+    if at == Device::Cpu {
+        return host_copy(t);
+    }
     let memory = if n == 0 {
         Memory::Empty
     } else {
@@ -264,7 +269,39 @@ fn own_copy(t: &Tensor, device: &Arc<DeviceState>, stream: &Arc<CudaStream>) -> 
     let storage = Arc::new(crate::tensor::Storage {
         memory,
         nbytes: n,
-        device: Device::Cuda(device.ordinal),
+        device: at,
+    });
+    Tensor::view(
+        storage,
+        t.dtype,
+        t.sizes.clone(),
+        t.strides.clone(),
+        t.storage_offset,
+    )
+}
+
+/// A copy of a host-resident constant `t` in host memory the method owns.
+fn host_copy(t: &Tensor) -> Result<Tensor> {
+    let n = t.storage.nbytes;
+    let memory = if n == 0 {
+        Memory::Empty
+    } else {
+        let h = HostAlloc::new(n)?;
+        // SAFETY: both ranges are host memory of n bytes (the source storage's span and a fresh
+        // allocation), not overlapping.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                t.storage.base_ptr().cast::<u8>().cast_const(),
+                h.ptr(),
+                n,
+            )
+        };
+        Memory::Host(h)
+    };
+    let storage = Arc::new(crate::tensor::Storage {
+        memory,
+        nbytes: n,
+        device: Device::Cpu,
     });
     Tensor::view(
         storage,
@@ -298,13 +335,8 @@ pub(crate) fn load(
         constants
             .iter()
             .map(|c| {
-                find(
-                    &reg,
-                    c.info,
-                    &c.view(),
-                    Device::Cuda(device.ordinal),
-                    policy,
-                )
+                // Each constant where the container put it: AOTInductor can keep some on the CPU.
+                find(&reg, c.info, &c.view(), c.tensor.device(), policy)
             })
             .collect()
     };
@@ -362,4 +394,33 @@ pub(crate) fn load(
 /// the registry holds no memory of its own.
 pub(crate) fn prune() {
     registry().retain(|e| e.owner.strong_count() > 0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_constants_are_copied_on_the_host() {
+        let h = HostAlloc::new(8).unwrap();
+        // SAFETY: a fresh 8-byte host allocation.
+        unsafe { std::ptr::copy_nonoverlapping([1u8, 2, 3, 4, 5, 6, 7, 8].as_ptr(), h.ptr(), 8) };
+        let storage = Arc::new(crate::tensor::Storage {
+            memory: Memory::Host(h),
+            nbytes: 8,
+            device: Device::Cpu,
+        });
+        let t = Tensor::view(storage, 6, vec![2], vec![1], 0).unwrap();
+        let c = host_copy(&t).unwrap();
+        assert_eq!(c.device(), Device::Cpu);
+        assert_ne!(c.storage.base_ptr(), t.storage.base_ptr());
+        // SAFETY: both storages hold 8 host bytes.
+        let (a, b) = unsafe {
+            (
+                std::slice::from_raw_parts(t.storage.base_ptr().cast::<u8>(), 8),
+                std::slice::from_raw_parts(c.storage.base_ptr().cast::<u8>(), 8),
+            )
+        };
+        assert_eq!(a, b);
+    }
 }
