@@ -418,8 +418,6 @@ if on ours; then
     if [ "$dev" != "$host" ]; then
       et "$m" "et default host-io (re-export)" 60 --manifest "$dev" "${bench[@]}"
     fi
-    et "$m" "et sync-always host-io" 60 --manifest "$host" "${bench[@]}" --option execution_mode=sync-always
-    et "$m" "et upstream-1.2 host-io (emulation)" 90 --manifest "$host" "${bench[@]}" --option execution_mode=upstream-1.2
   done
   # The runner refuses device IO on a program whose inputs are memory-planned.
   et mlp_f32 "check: device-io refused on planned inputs" 30 \

@@ -33,10 +33,9 @@ for lib in rs/libexecutorch_cuda.so rs/libexecutorch_cuda_baseline.so; do
   [ -f "$lib" ] && check ./shim_alloc "$lib" 1000000
 done
 
-for mode in default sync-always upstream-1.2; do
-  check ./et_cuda_run --manifest fixtures/mlp_f32/manifest.json --option execution_mode=$mode \
-    --bench 200 --warmup 20 --stats
-done
+check ./et_cuda_run --manifest fixtures/mlp_f32/manifest.json --bench 200 --warmup 20 --stats
+check ./et_cuda_run --manifest fixtures/mlp_f32/manifest.json --option enable_cuda_graph_for_method=forward \
+  --bench 200 --warmup 20 --stats
 
 printf '\n%d check(s) failed\n' "${#failed[@]}"
 for f in "${failed[@]}"; do echo "FAILED: $f"; done
