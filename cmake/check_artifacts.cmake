@@ -2,7 +2,8 @@
 #   cmake -DREADELF=readelf [-DLIB=<libexecutorch_cuda.so.N> -DSONAME=<name>] [-DMAX_BYTES=<n>]
 #         [-DRUNPATH_FILES=<a|b|...>] [-DFORBIDDEN=<text>] -P check_artifacts.cmake
 # LIB: smaller than MAX_BYTES (default 3 MB), no DWARF (.debug_* sections), the
-#      SONAME, and only aoti_torch_* and et_cuda_* among its exported symbols.
+#      SONAME, and only aoti_torch_*, et_cuda_* and cuModuleLoadData (served to the
+#      generated code, see src/ffi/shim/driver.rs) among its exported symbols.
 # RUNPATH_FILES: no empty RUNPATH entry (which searches the current folder) and
 #      no entry containing FORBIDDEN (e.g. the source or build folder).
 if(NOT DEFINED MAX_BYTES)
@@ -49,7 +50,7 @@ if(LIB)
         continue()
       endif()
       math(EXPR _count "${_count} + 1")
-      if(NOT _name MATCHES "^(aoti_torch_|et_cuda_)")
+      if(NOT _name MATCHES "^(aoti_torch_|et_cuda_|cuModuleLoadData$)")
         list(APPEND _bad "${_name}")
       endif()
     endif()
@@ -58,9 +59,9 @@ if(LIB)
     message(FATAL_ERROR "found only ${_count} exported symbols in ${LIB}: is readelf's format unexpected?")
   endif()
   if(_bad)
-    message(FATAL_ERROR "${LIB} exports symbols outside aoti_torch_*/et_cuda_*: ${_bad}")
+    message(FATAL_ERROR "${LIB} exports symbols outside aoti_torch_*/et_cuda_*/cuModuleLoadData: ${_bad}")
   endif()
-  message(STATUS "${LIB}: SONAME ${SONAME}, no DWARF, ${_count} exported symbols, all aoti_torch_*/et_cuda_*")
+  message(STATUS "${LIB}: SONAME ${SONAME}, no DWARF, ${_count} exported symbols, all aoti_torch_*/et_cuda_*/cuModuleLoadData")
 endif()
 
 if(RUNPATH_FILES)

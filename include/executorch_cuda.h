@@ -146,6 +146,9 @@ typedef struct EtCudaStats {
   uint64_t graph_fallbacks;
   // Bytes of constants served from other methods' buffers (weight sharing).
   uint64_t shared_constant_bytes;
+  // CUDA modules the generated code of live handles loaded (process-wide only; each is
+  // unloaded when its handle is destroyed).
+  uint64_t generated_modules;
 } EtCudaStats;
 
 // Log levels for `et_cuda_set_log_callback` (an `int32_t`).

@@ -42,6 +42,9 @@ pub struct Stats {
     pub graph_fallbacks: u64,
     /// Bytes of constants this method shares with other methods instead of holding its own copy.
     pub shared_constant_bytes: u64,
+    /// CUDA modules the generated code of live containers loaded (process-wide counters
+    /// only; unloaded with their container).
+    pub generated_modules: u64,
 }
 
 #[derive(Debug, Default)]
@@ -172,6 +175,7 @@ impl Counters {
             graph_replays: self.graph_replays.load(Relaxed),
             graph_fallbacks: self.graph_fallbacks.load(Relaxed),
             shared_constant_bytes: self.shared_constant_bytes.load(Relaxed),
+            generated_modules: 0,
         }
     }
 }

@@ -588,8 +588,14 @@ fn device_init() {
         },
         Case {
             name: "negative device index",
-            expect_gpu: (ET_CUDA_STATUS_NO_DEVICE, "no CUDA device -1"),
-            expect_cpu: nodev,
+            expect_gpu: (
+                ET_CUDA_STATUS_INVALID_ARGUMENT,
+                "device index -1 is negative",
+            ),
+            expect_cpu: (
+                ET_CUDA_STATUS_INVALID_ARGUMENT,
+                "device index -1 is negative",
+            ),
             run: init_bytes(so.clone(), w.clone(), None, -1),
         },
         Case {

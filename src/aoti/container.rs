@@ -1,6 +1,7 @@
 //! The AOTInductor model container of one loaded method: its C entry points
 //! (`torch/csrc/inductor/aoti_runtime/interface.h`), resolved from the `.so`.
 
+use super::owned::OwnerScope;
 use super::{AtenTensorHandle, Library};
 use crate::error::{Error, Result};
 use std::ffi::{c_char, c_void, CStr, CString};
@@ -194,6 +195,9 @@ pub(crate) struct Container {
     pub(crate) num_inputs: usize,
     pub(crate) num_outputs: usize,
     device: i32,
+    /// What the generated code makes for this container is recorded under this id
+    /// ([`super::owned`]) and released after the container is deleted.
+    owner: u64,
     _lib: Arc<Library>,
 }
 
@@ -209,10 +213,14 @@ impl Container {
         let dev =
             CString::new(format!("cuda:{device}")).map_err(|_| Error::internal("device string"))?;
         let mut handle: ContainerHandle = std::ptr::null_mut();
+        let owner = super::owned::new_owner();
+        let scope = OwnerScope::enter(owner);
         // SAFETY: valid out-pointer and device string; the .so catches its own exceptions.
         let rc =
             unsafe { (api.create_with_device)(&mut handle, 1, dev.as_ptr(), std::ptr::null()) };
+        drop(scope);
         if rc != 0 || handle.is_null() {
+            super::owned::release(owner);
             return Err(Error::load_failed(format!(
                 "AOTInductorModelContainerCreateWithDevice(cuda:{device}) failed (code {rc}){}",
                 last_error_suffix(&api)
@@ -224,6 +232,7 @@ impl Container {
             num_inputs: 0,
             num_outputs: 0,
             device,
+            owner,
             _lib: lib,
         };
         c.num_inputs = c.count(c.api.num_inputs, "GetNumInputs")?;
@@ -271,6 +280,7 @@ impl Container {
             ));
         };
         let _ = crate::error::take_callback_failure();
+        let _owner = OwnerScope::enter(self.owner);
         // SAFETY: live container; `blob` holds exactly the size the model declared.
         let rc = unsafe { f(self.handle, blob.as_ptr()) };
         if rc != 0 {
@@ -381,6 +391,8 @@ impl Container {
                 "the .so has no constant-management entry points",
             ));
         };
+        // The container makes its own handles over ours and never deletes them.
+        let _owner = OwnerScope::adopting(self.owner);
         // SAFETY: live container; `pairs` is a valid array whose handles outlive the container
         // (the caller's contract); use_inactive = false, validate_full_update = false.
         let rc = unsafe {
@@ -415,6 +427,7 @@ impl Container {
     ) -> Result<()> {
         let f = self.api.run_single_threaded.unwrap_or(self.api.run);
         let _ = crate::error::take_callback_failure();
+        let _owner = OwnerScope::enter(self.owner);
         // SAFETY: forwarded contract; the .so catches its own exceptions.
         let rc = unsafe {
             f(
@@ -467,11 +480,15 @@ impl Drop for Container {
         // context current on this thread.
         let _ctx = crate::cuda::device(self.device)
             .and_then(|d| crate::cuda::ContextGuard::device(&d).map(|g| (d, g)));
-        // SAFETY: the container is live and deleted once; each distinct .so stays loaded
-        // for the life of the process, so its code and globals outlive every container.
-        let rc = unsafe { (self.api.delete)(self.handle) };
+        let rc = {
+            let _owner = OwnerScope::enter(self.owner);
+            // SAFETY: the container is live and deleted once; each distinct .so stays loaded
+            // for the life of the process, so its code and globals outlive every container.
+            unsafe { (self.api.delete)(self.handle) }
+        };
         if rc != 0 {
             log::error!("AOTInductorModelContainerDelete failed (code {rc})");
         }
+        super::owned::release(self.owner);
     }
 }

@@ -9,6 +9,7 @@
 pub(crate) mod container;
 pub(crate) mod elf;
 pub(crate) mod loader;
+pub(crate) mod owned;
 pub(crate) mod payload;
 
 pub(crate) use container::Container;

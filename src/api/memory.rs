@@ -22,9 +22,11 @@ pub fn mem_info(device: i32) -> Result<(usize, usize)> {
     cuda::mem_info(device)
 }
 
-/// Process-wide counters.
+/// Process-wide counters (with the generated code's modules loaded now).
 pub fn global_stats() -> Stats {
-    crate::stats::global().snapshot()
+    let mut s = crate::stats::global().snapshot();
+    s.generated_modules = crate::aoti::owned::recorded().0 as u64;
+    s
 }
 
 /// Whether `ptr` is CUDA device memory (a `NoDevice` error without a driver).

@@ -279,6 +279,9 @@ pub struct EtCudaStats {
     pub graph_fallbacks: u64,
     /// Bytes of constants served from other methods' buffers (weight sharing).
     pub shared_constant_bytes: u64,
+    /// CUDA modules the generated code of live handles loaded (process-wide only; each is
+    /// unloaded when its handle is destroyed).
+    pub generated_modules: u64,
 }
 
 impl From<Stats> for EtCudaStats {
@@ -300,6 +303,7 @@ impl From<Stats> for EtCudaStats {
             graph_replays: s.graph_replays,
             graph_fallbacks: s.graph_fallbacks,
             shared_constant_bytes: s.shared_constant_bytes,
+            generated_modules: s.generated_modules,
         }
     }
 }

@@ -10,10 +10,13 @@
 //!
 //! Files: [`tensor`] (lifetime and attributes), [`views`] (creation, views,
 //! copies, scalars), [`device`] (device and stream guards), [`diag`]
-//! (diagnostics and unsupported features), [`int4`] (the int4 matmul fallback op).
+//! (diagnostics and unsupported features), [`int4`] (the int4 matmul fallback op),
+//! [`driver`] (`cuModuleLoadData`, so that the generated code's modules are
+//! unloaded with their container).
 
 pub mod device;
 pub mod diag;
+pub mod driver;
 pub mod int4;
 pub mod tensor;
 pub mod views;

@@ -119,6 +119,7 @@ pub unsafe extern "C" fn aoti_torch_delete_tensor_object(
         if tensor.is_null() {
             return invalid("null handle ignored");
         }
+        crate::aoti::owned::handle_deleted(tensor);
         // SAFETY: a live handle, deleted once by its owner (the contract).
         drop(unsafe { crate::aoti::from_handle(tensor) });
         Ok(())
@@ -138,7 +139,10 @@ pub unsafe extern "C" fn aoti_torch_new_tensor_handle(
         // SAFETY: forwarded contract.
         let t = unsafe { tensor(orig_handle)? }.clone();
         // SAFETY: forwarded contract.
-        unsafe { give(new_handle, t) }
+        unsafe { give(new_handle, t)? };
+        // SAFETY: `give` wrote a new handle through the (checked) out-pointer.
+        crate::aoti::owned::handle_made(unsafe { *new_handle });
+        Ok(())
     })
 }
 
