@@ -86,7 +86,6 @@ n=$(find "$T/out" -type f | wc -l)
 [ "$n" -le 8 ] && ok "\$OUT holds $n files (at most 8)" || bad "\$OUT holds $n files"
 if [ -s "$R" ]; then
   has "$R" "| mlp_f32 | et default device-io + graphs + wait per call |" "run.sh: graphs row"
-  has "$R" "| mlp_f32 | et upstream-1.2 host-io (emulation) |" "run.sh: emulation row kept and marked"
   has "$R" "| mlp_f32 | upstream v1.2.0 (C++) host-io |" "run.sh: upstream v1.2.0 row"
   has "$R" "| et15dev_mlp_f32 | upstream main cff6f4dd32 (C++) device-io + graphs + wait per call |" "run.sh: upstream graphs row"
   has "$R" "- upstream v1.4.1 refuses programs exported by ExecuTorch 1.2" "run.sh: refusal recorded"

@@ -84,6 +84,11 @@ Backend
                          "mem: ... context_mib= loaded_mib= peak_mib= end_mib=", beyond the CUDA
                          context, after the methods were loaded and the most seen between steps
                            et_cuda_run --manifest m.json --mem --backend-lib /opt/et/libcuda_backend.so
+  --load-cycles N        load the program, run the method (--method, the manifest's first, or
+                         forward) once on zero inputs and destroy it, N times in this process; prints
+                         what stays behind per cycle (own allocations, generated-code modules, device
+                         memory, RSS) and fails when the backend reports allocations or modules left
+                           et_cuda_run --manifest m.json --load-cycles 10000
 
 Benchmark (on the first case's inputs, or zeros without a manifest)
   --bench N              time N executes: "<method> bench: ... p50=...us", plus
@@ -165,6 +170,7 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--option") a.options.push_back(next());
     else if (arg == "--stats") a.stats = true;
     else if (arg == "--mem") a.mem = true;
+    else if (arg == "--load-cycles") a.load_cycles = parse_count(arg, next());
     else if (arg == "--generate") a.generate = parse_count(arg, next());
     else if (arg == "--generate-rounds") a.generate_rounds = parse_count(arg, next());
     else if (arg == "--prompt-ids") a.prompt_ids = parse_ids(arg, next()), a.have_prompt_ids = true;
@@ -187,6 +193,9 @@ Args parse_args(int argc, char** argv) {
                 "only with --generate N");
   }
   if (a.generate_rounds < 1) usage_error("--generate-rounds", "must be at least 1");
+  if (a.load_cycles > 0 && (generating || a.bench > 0 || a.enqueue > 0 || !a.pipeline.empty() || a.device_io)) {
+    usage_error("--load-cycles", "cannot be combined with --generate, --bench, --enqueue, --pipeline or --device-io");
+  }
   if (generating && (a.bench > 0 || a.enqueue > 0 || !a.pipeline.empty() || a.device_io)) {
     usage_error("--generate", "cannot be combined with --bench, --enqueue, --pipeline or --device-io");
   }

@@ -26,6 +26,7 @@ struct Args {
 
   // --generate
   long generate = 0;  // N new tokens; 0: no token loop
+  long load_cycles = 0;      // --load-cycles N: load, run once and destroy N times
   long generate_rounds = 1;  // the whole loop this many times (prompt from position 0 each time)
   bool have_prompt_ids = false, have_expect_tokens = false;
   std::vector<int64_t> prompt_ids, expect_tokens;

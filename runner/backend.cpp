@@ -520,6 +520,14 @@ void mem_sample(bool after_load) {
   ++g_mem.samples;
 }
 
+bool mem_used_bytes(size_t& used) {
+  if (!g_mem.started || g_mem.get_info == nullptr) return false;
+  size_t free_bytes = 0, total = 0;
+  if (g_mem.get_info(&free_bytes, &total) != 0) return false;
+  used = total - free_bytes;
+  return true;
+}
+
 void mem_report() {
   if (!g_mem.enabled) return;
   if (!g_mem.started) {

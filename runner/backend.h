@@ -97,6 +97,8 @@ void mem_enable(int32_t device);
 // Takes a sample when --mem is on (the baseline the first time); `after_load`
 // marks the sample taken right after a method was loaded.
 void mem_sample(bool after_load = false);
+// Device memory in use now (after mem_enable and a first mem_sample); false without figures.
+bool mem_used_bytes(size_t& used);
 // "mem: device=... total_mib=... context_mib=... loaded_mib=... peak_mib=... end_mib=... samples=N",
 // or "mem: n/a (why)"; nothing when --mem is off.
 void mem_report();

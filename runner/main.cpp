@@ -14,6 +14,7 @@
 #include "backend.h"
 #include "bench.h"
 #include "common.h"
+#include "cycles.h"
 #include "file_check.h"
 #include "generate.h"
 #include "manifest.h"
@@ -177,6 +178,11 @@ int run(int argc, char** argv) {
     set_backend_option("use_shared_cuda_stream=true");
   }
 
+  if (a.load_cycles > 0) {
+    std::string method = a.method;
+    if (method.empty()) method = have_manifest && !manifest.methods.empty() ? manifest.methods[0].first : "forward";
+    return run_load_cycles(a, method, device_index) ? kExitOk : kExitFailure;
+  }
   const double load_start_ms = steady_ms();
   Module module(a.model, a.data);
   load_program(module, a);
