@@ -4,8 +4,14 @@
 //! host (the adapter routes it into ExecuTorch's `ET_LOG`), or, without one,
 //! writes warnings and errors to stderr. A Rust host that installed its own
 //! `log` logger first keeps it.
+//!
+//! A sink may call back into the library, including [`set_sink`] (or
+//! `et_cuda_set_log_callback`): no lock is held while it runs. A record the
+//! sink itself causes (it logs, or calls a function that warns) goes to
+//! stderr instead of into the sink again, so a sink never recurses.
 
-use std::sync::{Once, RwLock};
+use std::cell::Cell;
+use std::sync::{Arc, Condvar, Mutex, Once, RwLock};
 
 /// Severity, most severe first (the `log` crate's order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -49,11 +55,15 @@ impl Level {
     }
 }
 
-/// Where records go: a function taking the level and the message.
+/// Where records go: a function taking the level and the message. It may
+/// call the library, [`set_sink`] included (see the module documentation).
 pub type Sink = Box<dyn Fn(Level, &str) + Send + Sync>;
 
+/// The installed sink; each call holds a clone, so the lock is not held while it runs.
+type Shared = Arc<dyn Fn(Level, &str) + Send + Sync>;
+
 struct Config {
-    sink: Option<Sink>,
+    sink: Option<Shared>,
     max: Level,
 }
 
@@ -62,6 +72,22 @@ static CONFIG: RwLock<Config> = RwLock::new(Config {
     max: Level::Warn,
 });
 static INSTALL: Once = Once::new();
+/// Signalled whenever a sink call ends (for [`set_sink`] waiting out a replaced sink).
+static CALL_ENDED: (Mutex<()>, Condvar) = (Mutex::new(()), Condvar::new());
+
+thread_local! {
+    /// The sink this thread is running (its address), if any: a record logged from
+    /// inside it goes to stderr, and `set_sink` called from inside it does not wait for it.
+    static IN_SINK: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+fn addr(s: &Shared) -> usize {
+    Arc::as_ptr(s).cast::<()>() as usize
+}
+
+fn to_stderr(level: Level, msg: &str) {
+    eprintln!("[executorch_cuda {:?}] {msg}", level);
+}
 
 struct Logger;
 
@@ -73,14 +99,36 @@ impl log::Log for Logger {
 
     fn log(&self, r: &log::Record<'_>) {
         let level = Level::from_log(r.level());
-        let c = CONFIG.read().unwrap_or_else(|p| p.into_inner());
-        if level > c.max {
-            return;
-        }
+        let sink = {
+            let c = CONFIG.read().unwrap_or_else(|p| p.into_inner());
+            if level > c.max {
+                return;
+            }
+            c.sink.clone()
+        };
         let msg = r.args().to_string();
-        match &c.sink {
-            Some(sink) => sink(level, &msg),
-            None => eprintln!("[executorch_cuda {:?}] {msg}", level),
+        let Some(sink) = sink else {
+            return to_stderr(level, &msg);
+        };
+        if IN_SINK.with(Cell::get).is_some() {
+            // Logged from inside the sink: calling it again could recurse without end.
+            return to_stderr(level, &msg);
+        }
+        /// Clears the thread's mark and drops its clone even when the sink unwinds.
+        struct Running(Option<Shared>);
+        impl Drop for Running {
+            fn drop(&mut self) {
+                IN_SINK.with(|c| c.set(None));
+                drop(self.0.take());
+                let (m, cv) = &CALL_ENDED;
+                let _g = m.lock().unwrap_or_else(|p| p.into_inner());
+                cv.notify_all();
+            }
+        }
+        IN_SINK.with(|c| c.set(Some(addr(&sink))));
+        let run = Running(Some(sink));
+        if let Some(f) = &run.0 {
+            f(level, &msg);
         }
     }
 
@@ -100,21 +148,126 @@ pub(crate) fn install() {
 }
 
 /// Send records at `max` and more severe to `sink` (`None`: back to stderr).
+///
+/// When this returns, the replaced sink is running on no other thread and is
+/// not called again, so whatever it uses may be freed. It may be called from
+/// inside a sink (then that one call of the replaced sink is still running
+/// on this thread, and finishes after this returns).
 pub fn set_sink(sink: Option<Sink>, max: Level) {
     install();
-    let mut c = CONFIG.write().unwrap_or_else(|p| p.into_inner());
-    c.sink = sink;
-    c.max = max;
-    log::set_max_level(max.filter());
+    let old = {
+        let mut c = CONFIG.write().unwrap_or_else(|p| p.into_inner());
+        c.max = max;
+        log::set_max_level(max.filter());
+        std::mem::replace(&mut c.sink, sink.map(Shared::from))
+    };
+    let Some(old) = old else { return };
+    // Wait out the calls of the old sink on other threads (each holds a clone).
+    let mine = usize::from(IN_SINK.with(Cell::get) == Some(addr(&old)));
+    let (m, cv) = &CALL_ENDED;
+    let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
+    while Arc::strong_count(&old) > 1 + mine {
+        g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{mpsc, Arc, Mutex};
+    use std::time::Duration;
+
+    /// The sink is process-wide: the tests that set one run one at a time.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Run `f` on a thread; fail (instead of hanging) when it has not returned in 20 s.
+    fn returns_in_time(what: &str, f: impl FnOnce() + Send + 'static) {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            f();
+            let _ = tx.send(());
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_secs(20)).is_ok(),
+            "{what} did not return within 20 s (deadlock)"
+        );
+    }
+
+    #[test]
+    fn a_sink_may_replace_the_sink() {
+        let _s = serial();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        set_sink(
+            Some(Box::new(move |_, m| {
+                if m == "replace me" {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    set_sink(None, Level::Warn);
+                }
+            })),
+            Level::Warn,
+        );
+        returns_in_time("a sink calling set_sink", || log::warn!("replace me"));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        // The replacement took effect: this one goes to stderr, not to the old sink.
+        log::warn!("replace me");
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_record_logged_inside_the_sink_does_not_reenter_it() {
+        let _s = serial();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        set_sink(
+            Some(Box::new(move |_, m| {
+                if m.starts_with("nested") {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    log::warn!("nested again");
+                }
+            })),
+            Level::Warn,
+        );
+        returns_in_time("a sink that logs", || log::warn!("nested"));
+        set_sink(None, Level::Warn);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn set_sink_waits_for_the_old_sink_on_other_threads() {
+        let _s = serial();
+        let (entered_tx, entered_rx) = mpsc::channel();
+        let entered_tx = Mutex::new(entered_tx);
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        set_sink(
+            Some(Box::new(move |_, m| {
+                if m == "slow" {
+                    let _ = entered_tx.lock().unwrap().send(());
+                    std::thread::sleep(Duration::from_millis(300));
+                    d.store(true, Ordering::SeqCst);
+                }
+            })),
+            Level::Warn,
+        );
+        let t = std::thread::spawn(|| log::warn!("slow"));
+        entered_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        set_sink(None, Level::Warn);
+        assert!(
+            done.load(Ordering::SeqCst),
+            "set_sink returned while the old sink was still running"
+        );
+        t.join().unwrap();
+    }
 
     #[test]
     fn records_reach_the_sink_at_or_above_the_level() {
+        let _s = serial();
         let got = Arc::new(Mutex::new(Vec::<(Level, String)>::new()));
         let g = got.clone();
         set_sink(

@@ -7,13 +7,16 @@
 //!   device, storage offset, sizes, strides); each storage is its own named
 //!   data entry, shared by every method of the program that uses it.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
+use crate::tensor::{self, device_type, Device, Memory, Storage, Tensor};
+use std::collections::HashSet;
+use std::sync::Arc;
 
 /// The magic that starts a binary payload.
 pub(crate) const FQN_MAGIC: &[u8] = b"ETCUDAFQN3";
-/// Most entries and dimensions a payload may declare (bounds on untrusted input).
+/// Most entries and string bytes a payload may declare (bounds on untrusted
+/// input); ranks are bounded by the tensor layer's [`tensor::MAX_RANK`].
 const MAX_ENTRIES: u32 = 1 << 20;
-const MAX_NDIM: u32 = 64;
 const MAX_STRING: u32 = 1 << 16;
 
 /// One constant storage named by a binary payload.
@@ -27,6 +30,71 @@ pub(crate) struct FqnEntry {
     pub(crate) storage_offset: i64,
     pub(crate) sizes: Vec<i64>,
     pub(crate) strides: Vec<i64>,
+}
+
+impl FqnEntry {
+    /// What the metadata alone can tell: a device this backend places storages on,
+    /// and a view that fits the declared byte count (the upload's own limits:
+    /// rank, dtype, no overflow, at most `isize::MAX` bytes).
+    pub(crate) fn check_metadata(&self) -> Result<()> {
+        if self.device_type != device_type::CPU && self.device_type != device_type::CUDA {
+            return Err(Error::invalid_program(format!(
+                "constant {} (storage {}) is on device type {} (only CPU 0 and CUDA 1)",
+                self.fqn, self.storage_key, self.device_type
+            )));
+        }
+        let nbytes = usize::try_from(self.storage_nbytes)
+            .ok()
+            .filter(|&n| n <= isize::MAX as usize)
+            .ok_or_else(|| {
+                Error::invalid_program(format!(
+                    "constant {} (storage {}) declares {} bytes, more than an allocation can have",
+                    self.fqn, self.storage_key, self.storage_nbytes
+                ))
+            })?;
+        self.check_view(nbytes)
+    }
+
+    /// Whether this entry's view (dtype, sizes, strides, offset) fits `nbytes`
+    /// storage bytes: the very check the upload's [`Tensor::view`] makes on a
+    /// storage of that size, so a view accepted here is accepted there.
+    pub(crate) fn check_view(&self, nbytes: usize) -> Result<()> {
+        // A probe storage of the same size: no memory, dropped right after the check,
+        // never handed out (nothing reads through it).
+        let probe = Arc::new(Storage {
+            memory: Memory::Empty,
+            nbytes,
+            device: Device::Cpu,
+        });
+        Tensor::view(
+            probe,
+            self.dtype,
+            self.sizes.clone(),
+            self.strides.clone(),
+            self.storage_offset,
+        )
+        .map(drop)
+        .map_err(|e| {
+            Error::invalid_program(format!(
+                "constant {} (storage {}): its view (dtype {}, sizes {:?}, strides {:?}, offset {}) does not fit {nbytes} bytes: {}",
+                self.fqn,
+                self.storage_key,
+                self.dtype,
+                self.sizes,
+                self.strides,
+                self.storage_offset,
+                inner(e)
+            ))
+        })
+    }
+}
+
+/// An error's message without its kind (for an error that becomes part of another).
+fn inner(e: Error) -> String {
+    match e.kind() {
+        ErrorKind::InvalidArgument | ErrorKind::InvalidProgram => e.message().to_string(),
+        _ => e.to_string(),
+    }
 }
 
 /// Where a method's blobs are.
@@ -130,11 +198,11 @@ pub(crate) fn parse(payload: &[u8], method: &str) -> Result<Payload> {
             String::from_utf8_lossy(FQN_MAGIC)
         ))
     })?;
-    let mut lines = text.split('\n');
+    let mut lines = text.split('\n').map(|l| l.trim_end_matches('\r'));
     match (lines.next(), lines.next(), lines.next()) {
         (Some(so), Some(w), None) if !so.is_empty() && !w.is_empty() => Ok(Payload::Keys {
-            so_key: so.trim_end_matches('\r').to_string(),
-            weights_key: w.trim_end_matches('\r').to_string(),
+            so_key: so.to_string(),
+            weights_key: w.to_string(),
         }),
         _ => Err(bad(format!(
             "{} bytes of text that are not \"<so_key>\\n<weights_key>\"",
@@ -149,11 +217,15 @@ fn parse_fqn(payload: &[u8]) -> Result<Payload> {
         at: FQN_MAGIC.len(),
     };
     let so_key = r.string("the .so key")?;
+    if so_key.is_empty() {
+        return Err(bad("the .so key is empty"));
+    }
     let n = r.u32("the entry count")?;
     if n > MAX_ENTRIES {
         return Err(bad(format!("{n} entries")));
     }
     let mut entries = Vec::new();
+    let mut seen = HashSet::new();
     for i in 0..n {
         let what = |f: &str| format!("entry {i}'s {f}");
         let fqn = r.string(&what("FQN"))?;
@@ -162,9 +234,18 @@ fn parse_fqn(payload: &[u8]) -> Result<Payload> {
         let dtype = r.i32(&what("dtype"))?;
         let device_type = r.i32(&what("device"))?;
         let storage_offset = r.i64(&what("storage offset"))?;
+        if fqn.is_empty() {
+            return Err(bad(format!("entry {i}'s FQN is empty")));
+        }
+        if storage_key.is_empty() {
+            return Err(bad(format!("entry {i} ({fqn}) has an empty storage key")));
+        }
         let ndim = r.u32(&what("rank"))?;
-        if ndim > MAX_NDIM {
-            return Err(bad(format!("entry {i} ({fqn}) has rank {ndim}")));
+        if ndim as usize > tensor::MAX_RANK {
+            return Err(bad(format!(
+                "entry {i} ({fqn}) has rank {ndim}, above the limit of {}",
+                tensor::MAX_RANK
+            )));
         }
         let sizes = (0..ndim)
             .map(|_| r.i64(&what("sizes")))
@@ -172,7 +253,10 @@ fn parse_fqn(payload: &[u8]) -> Result<Payload> {
         let strides = (0..ndim)
             .map(|_| r.i64(&what("strides")))
             .collect::<Result<Vec<_>>>()?;
-        entries.push(FqnEntry {
+        if !seen.insert(fqn.clone()) {
+            return Err(bad(format!("entry {i} repeats the FQN {fqn}")));
+        }
+        let e = FqnEntry {
             fqn,
             storage_key,
             storage_nbytes,
@@ -181,7 +265,10 @@ fn parse_fqn(payload: &[u8]) -> Result<Payload> {
             storage_offset,
             sizes,
             strides,
-        });
+        };
+        e.check_metadata()
+            .map_err(|err| bad(format!("entry {i}: {}", inner(err))))?;
+        entries.push(e);
     }
     if r.at != payload.len() {
         return Err(bad(format!(
@@ -192,36 +279,80 @@ fn parse_fqn(payload: &[u8]) -> Result<Payload> {
     Ok(Payload::PerFqn { so_key, entries })
 }
 
+/// Encode a binary payload: the tests' and the fuzz bodies' own writer of the
+/// documented layout (the library only reads payloads).
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn encode(so_key: &str, entries: &[FqnEntry]) -> Vec<u8> {
+    let mut o = FQN_MAGIC.to_vec();
+    let s = |o: &mut Vec<u8>, v: &str| {
+        o.extend((v.len() as u32).to_le_bytes());
+        o.extend(v.as_bytes());
+    };
+    s(&mut o, so_key);
+    o.extend((entries.len() as u32).to_le_bytes());
+    for e in entries {
+        s(&mut o, &e.fqn);
+        s(&mut o, &e.storage_key);
+        o.extend(e.storage_nbytes.to_le_bytes());
+        o.extend(e.dtype.to_le_bytes());
+        o.extend(e.device_type.to_le_bytes());
+        o.extend(e.storage_offset.to_le_bytes());
+        o.extend((e.sizes.len() as u32).to_le_bytes());
+        for v in &e.sizes {
+            o.extend(v.to_le_bytes());
+        }
+        for v in &e.strides {
+            o.extend(v.to_le_bytes());
+        }
+    }
+    o
+}
+
+/// Fuzz body (`fuzz/fuzz_targets/payload.rs`, and a test over `fuzz/seeds/payload`):
+/// any bytes parse or fail with a clean error, and what parses keeps the
+/// parser's promises (non-empty keys, unique FQNs, views that fit, exact layout).
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn fuzz_parse(data: &[u8]) {
+    for method in ["forward", ""] {
+        match parse(data, method) {
+            Ok(Payload::Keys {
+                so_key,
+                weights_key,
+            }) => {
+                for k in [&so_key, &weights_key] {
+                    assert!(
+                        !k.is_empty() && !k.contains('\n') && !k.ends_with('\r'),
+                        "{k:?}"
+                    );
+                }
+            }
+            Ok(Payload::PerFqn { so_key, entries }) => {
+                assert!(!so_key.is_empty());
+                let mut seen = HashSet::new();
+                for e in &entries {
+                    assert!(!e.fqn.is_empty() && !e.storage_key.is_empty(), "{e:?}");
+                    assert!(seen.insert(e.fqn.as_str()), "duplicate {}", e.fqn);
+                    assert!(e.sizes.len() <= tensor::MAX_RANK);
+                    if let Err(err) = e.check_view(e.storage_nbytes as usize) {
+                        panic!("parsed an entry whose view the upload refuses: {err}");
+                    }
+                }
+                assert_eq!(encode(&so_key, &entries), data, "not an exact parse");
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::InvalidProgram | ErrorKind::InvalidArgument
+                ) => {}
+            Err(e) => panic!("unexpected error kind: {e:?}"),
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
+    pub(crate) use super::encode;
     use super::*;
-
-    /// Encode a binary payload (the test's own writer of the documented layout).
-    pub(crate) fn encode(so_key: &str, entries: &[FqnEntry]) -> Vec<u8> {
-        let mut o = FQN_MAGIC.to_vec();
-        let s = |o: &mut Vec<u8>, v: &str| {
-            o.extend((v.len() as u32).to_le_bytes());
-            o.extend(v.as_bytes());
-        };
-        s(&mut o, so_key);
-        o.extend((entries.len() as u32).to_le_bytes());
-        for e in entries {
-            s(&mut o, &e.fqn);
-            s(&mut o, &e.storage_key);
-            o.extend(e.storage_nbytes.to_le_bytes());
-            o.extend(e.dtype.to_le_bytes());
-            o.extend(e.device_type.to_le_bytes());
-            o.extend(e.storage_offset.to_le_bytes());
-            o.extend((e.sizes.len() as u32).to_le_bytes());
-            for v in &e.sizes {
-                o.extend(v.to_le_bytes());
-            }
-            for v in &e.strides {
-                o.extend(v.to_le_bytes());
-            }
-        }
-        o
-    }
 
     pub(crate) fn entry(fqn: &str, n: u64) -> FqnEntry {
         FqnEntry {
@@ -295,5 +426,116 @@ pub(crate) mod tests {
             .unwrap_err()
             .to_string()
             .contains("entries"));
+    }
+
+    #[test]
+    fn a_carriage_return_alone_is_not_a_key() {
+        for p in [&b"\r\nw"[..], b"so\n\r", b"\r\r\n\rw\n"] {
+            let e = parse(p, "m").unwrap_err().to_string();
+            assert!(e.contains("<so_key>"), "{p:?}: {e}");
+        }
+        assert_eq!(
+            parse(b"a\r\nb\r\n", "m").unwrap(),
+            Payload::Keys {
+                so_key: "a".into(),
+                weights_key: "b".into()
+            }
+        );
+    }
+
+    #[test]
+    fn per_fqn_metadata_is_checked_at_parse() {
+        let err = |es: &[FqnEntry]| {
+            parse(&encode("k_so_blob", es), "m")
+                .unwrap_err()
+                .to_string()
+        };
+        // Rank: the tensor layer's limit, not the format's.
+        let mut r16 = entry("w", 4);
+        r16.sizes = vec![1; crate::tensor::MAX_RANK];
+        r16.strides = vec![1; crate::tensor::MAX_RANK];
+        assert!(parse(&encode("k", &[r16.clone()]), "m").is_ok());
+        let mut r17 = r16.clone();
+        r17.sizes.push(1);
+        r17.strides.push(1);
+        let e = err(&[r17]);
+        assert!(
+            e.contains("entry 0 (w) has rank 17, above the limit of 16"),
+            "{e}"
+        );
+        // Sizes whose bytes overflow isize, over a storage that holds the (expanded) view.
+        let mut wide = entry("w", 4);
+        wide.sizes = vec![1 << 61];
+        wide.strides = vec![0];
+        let e = err(&[wide]);
+        assert!(e.contains("entry 0") && e.contains("isize::MAX"), "{e}");
+        let mut huge = entry("w", 4);
+        huge.storage_nbytes = u64::MAX;
+        let e = err(&[huge]);
+        assert!(e.contains("declares 18446744073709551615 bytes"), "{e}");
+        // A view past the declared bytes, an unknown dtype, a device that is neither CPU nor CUDA.
+        let mut past = entry("w", 8);
+        past.sizes = vec![3];
+        let e = err(&[past]);
+        assert!(
+            e.contains("constant w") && e.contains("needs 12 bytes"),
+            "{e}"
+        );
+        let mut dt = entry("w", 8);
+        dt.dtype = 99;
+        assert!(err(&[dt]).contains("unknown dtype code 99"));
+        let mut dev = entry("w", 8);
+        dev.device_type = 13;
+        assert!(err(&[dev]).contains("device type 13"));
+    }
+
+    #[test]
+    fn duplicate_fqns_and_empty_keys_are_refused() {
+        let e = parse(
+            &encode(
+                "k",
+                &[
+                    entry("fc1.weight", 8),
+                    entry("fc1.bias", 4),
+                    entry("fc1.weight", 8),
+                ],
+            ),
+            "m",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("entry 2 repeats the FQN fc1.weight"), "{e}");
+        let e = parse(&encode("", &[entry("w", 8)]), "m")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("the .so key is empty"), "{e}");
+        let e = parse(&encode("k", &[entry("", 8)]), "m")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("entry 0's FQN is empty"), "{e}");
+        let mut nokey = entry("w", 8);
+        nokey.storage_key.clear();
+        let e = parse(&encode("k", &[nokey]), "m").unwrap_err().to_string();
+        assert!(e.contains("entry 0 (w) has an empty storage key"), "{e}");
+        // Two constants may share one storage (tied weights): only FQNs must be unique.
+        let mut tied = entry("lm_head.weight", 8);
+        tied.storage_key = entry("embed.weight", 8).storage_key;
+        assert!(parse(&encode("k", &[entry("embed.weight", 8), tied]), "m").is_ok());
+    }
+
+    /// The fuzz target's body over its seeds (so CI runs it without cargo-fuzz).
+    #[test]
+    fn fuzz_body_over_the_seeds() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/payload");
+        let mut n = 0;
+        for f in std::fs::read_dir(&dir).unwrap() {
+            let b = std::fs::read(f.unwrap().path()).unwrap();
+            fuzz_parse(&b);
+            for cut in 0..b.len() {
+                fuzz_parse(&b[..cut]);
+            }
+            n += 1;
+        }
+        assert!(n >= 3, "{n} seeds in {}", dir.display());
     }
 }

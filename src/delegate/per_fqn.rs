@@ -24,15 +24,17 @@ use std::sync::Arc;
 
 /// One constant of the container and the storage that backs it.
 #[derive(Debug)]
-pub(super) struct Matched<'a> {
-    pub(super) info: &'a ConstantInfo,
-    pub(super) entry: &'a FqnEntry,
-    pub(super) bytes: &'a [u8],
+pub(crate) struct Matched<'a> {
+    pub(crate) info: &'a ConstantInfo,
+    pub(crate) entry: &'a FqnEntry,
+    pub(crate) bytes: &'a [u8],
 }
 
 /// Pair every constant the container expects (folded ones excluded) with its
 /// storage, checking what the payload says against the bytes and the model.
-pub(super) fn match_storages<'a>(
+/// A match's view is one the upload's [`Tensor::view`] accepts (both use
+/// [`FqnEntry::check_view`]'s check on the storage's byte count).
+pub(crate) fn match_storages<'a>(
     infos: &'a [ConstantInfo],
     storages: &'a [(FqnEntry, &'a [u8])],
 ) -> Result<Vec<Matched<'a>>> {
@@ -80,20 +82,8 @@ pub(super) fn match_storages<'a>(
                 entry.device_type
             )));
         }
-        let elem = crate::dtype::checked_element_size(entry.dtype)?;
-        let need =
-            crate::tensor::required_bytes(&entry.sizes, &entry.strides, entry.storage_offset, elem)
-                .map_err(|e| Error::invalid_program(format!("{}: {e}", what())))?;
-        if need > bytes.len() {
-            return Err(Error::invalid_program(format!(
-                "{}: its view (sizes {:?}, strides {:?}, offset {}) needs {need} bytes but the storage has {}",
-                what(),
-                entry.sizes,
-                entry.strides,
-                entry.storage_offset,
-                bytes.len()
-            )));
-        }
+        // The upload views the storage with exactly this check.
+        entry.check_view(bytes.len())?;
         out.push(Matched { info, entry, bytes });
     }
     Ok(out)
@@ -235,6 +225,110 @@ pub(super) fn load(
     Ok((container, held))
 }
 
+/// Fuzz body (`fuzz/fuzz_targets/per_fqn_match.rs`, and a test over
+/// `fuzz/seeds/per_fqn_match`): constants and storages described by `data`
+/// through the matcher; every match must be a view the upload's
+/// [`Tensor::view`] accepts on a storage of the matched bytes. Returns the
+/// number of matches.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn fuzz_match(data: &[u8]) -> usize {
+    use crate::tensor::{HostAlloc, Memory, Storage};
+    let mut it = data.iter().copied();
+    let mut next = move || it.next().unwrap_or(0);
+    // Mostly small values, sometimes the extremes.
+    let val = |b: u8| -> i64 {
+        match b {
+            255 => i64::MAX,
+            254 => i64::MAX / 3,
+            253 => 1 << 40,
+            252 => 1 << 61,
+            251 => -1,
+            x => (x % 8) as i64,
+        }
+    };
+    let blob = [0u8; 256];
+    let n = (next() % 5) as usize;
+    let mut storages = Vec::with_capacity(n);
+    for _ in 0..n {
+        let rank = (next() % 18) as usize;
+        let sizes: Vec<i64> = (0..rank).map(|_| val(next())).collect();
+        let strides: Vec<i64> = (0..rank).map(|_| val(next())).collect();
+        let e = FqnEntry {
+            fqn: format!("c{}", next() % 4),
+            storage_key: format!("s{}", next() % 4),
+            storage_nbytes: match next() {
+                255 => u64::MAX,
+                254 => 1 << 62,
+                b => b as u64,
+            },
+            dtype: [6, 15, 4, 11, 99, 12][(next() % 6) as usize],
+            device_type: [1, 0, 13][(next() % 3) as usize],
+            storage_offset: val(next()),
+            sizes,
+            strides,
+        };
+        let len = if next() & 1 == 0 {
+            (e.storage_nbytes.min(255)) as usize
+        } else {
+            next() as usize
+        };
+        storages.push((e, &blob[..len]));
+    }
+    let infos: Vec<ConstantInfo> = (0..(next() % 5) as usize)
+        .map(|i| {
+            let like = storages.get(i).map(|(e, _)| e);
+            ConstantInfo {
+                name: format!("c{}", next() % 5),
+                original_fqn: match (next() % 3, like) {
+                    (0, Some(e)) => e.fqn.clone(),
+                    (1, _) => String::new(),
+                    _ => format!("c{}", next() % 5),
+                },
+                from_folded: next() % 8 == 0,
+                kind: 1,
+                dtype: match (next() % 4, like) {
+                    (0, _) => 15,
+                    (_, Some(e)) => e.dtype,
+                    _ => 6,
+                },
+                data_size: (next() % 8) as usize,
+            }
+        })
+        .collect();
+    let Ok(matched) = match_storages(&infos, &storages) else {
+        return 0;
+    };
+    for m in &matched {
+        let n = m.bytes.len();
+        let memory = if n == 0 {
+            Memory::Empty
+        } else {
+            match HostAlloc::new(n) {
+                Ok(h) => Memory::Host(h),
+                Err(_) => return 0,
+            }
+        };
+        let storage = Storage {
+            memory,
+            nbytes: n,
+            device: crate::tensor::Device::Cpu,
+        };
+        if let Err(e) = Tensor::view(
+            Arc::new(storage),
+            m.entry.dtype,
+            m.entry.sizes.clone(),
+            m.entry.strides.clone(),
+            m.entry.storage_offset,
+        ) {
+            panic!(
+                "the matcher accepted {:?} but the upload's view refuses it: {e}",
+                m.entry
+            );
+        }
+    }
+    matched.len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,5 +411,58 @@ mod tests {
         neg.strides = vec![-1];
         let e = err(&[(neg, &b[..])]);
         assert!(e.contains("negative"), "{e}");
+    }
+
+    /// The fuzz target's body over its seeds and a fixed pseudo-random sweep
+    /// (so CI runs it without cargo-fuzz).
+    #[test]
+    fn fuzz_body_over_seeds_and_a_sweep() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/per_fqn_match");
+        let mut n = 0;
+        for f in std::fs::read_dir(&dir).unwrap() {
+            fuzz_match(&std::fs::read(f.unwrap().path()).unwrap());
+            n += 1;
+        }
+        assert!(n >= 2, "{n} seeds in {}", dir.display());
+        assert_eq!(
+            fuzz_match(&std::fs::read(dir.join("one_match")).unwrap()),
+            1
+        );
+        let mut matches = 0;
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..10_000 {
+            let b: Vec<u8> = (0..96)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            matches += fuzz_match(&b);
+        }
+        // The sweep reaches the view check, not only the matcher's early refusals.
+        assert!(matches > 30, "{matches} matches");
+    }
+
+    #[test]
+    fn the_matcher_uses_the_uploads_view_check() {
+        // Rank 17 and sizes past isize::MAX bytes: refused by the matcher, as by the upload.
+        let infos = vec![info("w", "w", 4, false)];
+        let b = [0u8; 4];
+        let mut r17 = entry("w", 4);
+        r17.sizes = vec![1; 17];
+        r17.strides = vec![1; 17];
+        let e = match_storages(&infos, &[(r17, &b[..])])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rank 17 is above the limit of 16"), "{e}");
+        let mut wide = entry("w", 4);
+        wide.sizes = vec![1 << 61];
+        wide.strides = vec![0];
+        let e = match_storages(&infos, &[(wide, &b[..])])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("isize::MAX"), "{e}");
     }
 }
