@@ -7,6 +7,8 @@
 #     decoders, canned int4 rows): every section runs and the dated results file has each kind of
 #     row; a second run writes a second file, leaves the first byte for byte and adds one index
 #     line; bench/results.py itself (testdata/test_results.py) and bench/RESULTS.md against bench/results/;
+#  3c. bench/side_by_side_table.py on canned logs (testdata/sbs_canned) and bench/side_by_side.sh end to
+#     end with SBS_TEST_CPU=1 (fake runner, programs and upstream builds);
 #  4. et_cuda_run --mem against a stand-in libcuda.so.1, when a built runner is there
 #     (ET_CUDA_RUN=path, default build/et_cuda_run) and cc works; skipped otherwise.
 # Ends with "N passed, N failed"; exit status 1 when anything failed.
@@ -170,6 +172,47 @@ if python3 "$HERE/results.py" check --dir "$HERE/results" --index "$HERE/RESULTS
   ok "results.py check on bench/RESULTS.md and bench/results/"
 else
   bad "bench/RESULTS.md vs bench/results/: $(cat "$T/repo_check.out")"
+fi
+
+# ------------------------------------------------------------------ 3c. side by side (bench/side_by_side.sh)
+S=$T/sbs.md
+if python3 "$HERE/side_by_side_table.py" --index "$HERE/testdata/sbs_canned/runs.tsv" \
+  --notes "$HERE/testdata/sbs_canned/notes.txt" --out "$S" >/dev/null 2>"$T/sbs.err"; then
+  ok "side_by_side_table.py on the canned logs"
+else
+  bad "side_by_side_table.py: $(tail -3 "$T/sbs.err")"
+fi
+has "$S" "| et14_qwen3_bf16 | ours | plain | 2/2 (max err 0.25) | MATCH | yes | ok |" "sbs: cases and tokens"
+has "$S" "| et14_qwen3_bf16 | ours | plain | 3 x 48 | 0.200 | 30000.0 | 6000.0 | 1.00 | 10.000 | ok |" "sbs: steady token loop, host CPU per token"
+has "$S" "| et14_qwen3_bf16 | ours | plain | 750.0 | 400.0 | 5.000 | 4.0 / 128.0 | ok |" "sbs: cold start, load, memory"
+has "$S" "| et14_qwen3_bf16 | v1.4.1 | best | 1 x 48 | 5.500 | 1100.0 | 5500.0 | n/a | – | ok in the 1-round run; the 3-round run: error:" "sbs: upstream steady run failed, 1-round figures shown"
+has "$S" "| et14_qwen3_bf16 | plain | v1.4.1 | 6000.0 | 4000.0 | 1.50x | 0.75x | 0.80x |" "sbs: ours / upstream"
+has "$S" "| et14_qwen3_bf16 | best | v1.4.1 | 5000.0 | 5500.0 (both 1-round runs: a steady run failed) | 0.91x | 0.78x | 0.65x |" "sbs: 1-round runs compared with each other"
+has "$S" "- et14_llama1b_bf16 / ours / plain / cases: skipped" "sbs: skipped run listed"
+has "$S" "<!-- figure: sbs.decode_ours_over_upstream.v1.4.1.plain.et14_qwen3_bf16 | 1.5 | x | higher |" "sbs: figure line"
+if grep -q "sbs.decode_ours_over_upstream.v1.4.1.best" "$S"; then bad "sbs: figure from a 1-round comparison"; else ok "sbs: no figure from 1-round runs"; fi
+# end to end: fake runner, fake programs and upstream builds; two programs, one upstream build
+if env -u PYTHONPATH SBS_TEST_CPU=1 OUT="$T/sbsout" SBS_WORK="$T/sbsw" SBS_MODELS="$T/sbsm" SBS_UPSTREAM_DIR="$T/sbsu" \
+  SBS_PROGRAMS=et14_qwen3_bf16,et14_qwen3_pd_bf16 SBS_BUILDS=v1.4.1 ET_RESULTS_COMMIT=abc1234 \
+  bash "$HERE/side_by_side.sh" >"$T/sbs.log" 2>&1; then
+  ok "side_by_side.sh SBS_TEST_CPU=1 exits 0"
+else
+  bad "side_by_side.sh SBS_TEST_CPU=1: exit status $? ($(tail -3 "$T/sbs.log"))"
+fi
+S2=$T/sbsout/$TODAY-abc1234-side-by-side.md
+for f in "$S2" "$T/sbsout/sbs_logs.tar.xz" "$T/sbsout/et14_models.tar.xz"; do
+  [ -s "$f" ] && ok "side_by_side.sh wrote $(basename "$f")" || bad "side_by_side.sh: no $(basename "$f")"
+done
+if [ -s "$S2" ]; then
+  has "$S2" "| et14_qwen3_bf16 | ours | best | 3 x 48 |" "sbs run: ours best steady row"
+  has "$S2" "| et14_qwen3_bf16 | v1.4.1 | plain | 3 x 48 |" "sbs run: upstream plain steady row"
+  has "$S2" "| et14_qwen3_pd_bf16 | ours | best |" "sbs run: prefill+decode program"
+  has "$S2" "| et14_qwen3_bf16 | best | v1.4.1 |" "sbs run: ratio row"
+  n=$(grep -c "" "$T/sbsw/run/runs.tsv" 2>/dev/null)
+  [ "$n" = 24 ] && ok "sbs run: 24 runner calls (2 programs x 2 backends x 2 configs x 3)" || bad "sbs run: $n runner calls"
+  grep -q -- "--option share_mutable_buffers_across_methods=true" "$T"/sbsw/run/logs/et14_qwen3_pd_bf16.ours.best.steady.log &&
+    ! grep -q "share_mutable" "$T"/sbsw/run/logs/et14_qwen3_pd_bf16.v1.4.1.best.steady.log &&
+    ok "sbs run: cache sharing option for ours only" || bad "sbs run: options of the pd runs"
 fi
 
 # ------------------------------------------------------------------ 4. et_cuda_run --mem
