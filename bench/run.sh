@@ -16,9 +16,10 @@
 #      int4      kernels/check_int4.py's bench phase (or BENCH_INT4_JSON)
 #      aoti      PyTorch's AOTInductor runtime (with whatever time is left)
 #    every et_cuda_run call also prints --mem (device memory) and, with our backend, --stats;
-# 3. bench/table.py: $OUT/RESULTS.md (targets with PASS/MISS first), printed last.
+# 3. bench/table.py: $OUT/<date>-<commit>-bench.md (targets with PASS/MISS first; bench/results.py
+#    names it, never over an existing file), printed last.
 # A section never starts a run that would pass its share of the time budget; what was skipped,
-# refused or failed is listed in the notes. $OUT gets at most four files: RESULTS.md,
+# refused or failed is listed in the notes. $OUT gets at most four files: the results file,
 # bench_logs.tar.xz (every log, the run index, the JSON rows), bench_models.tar.xz (the exported
 # programs, <= 15 MiB, smallest first: carry it back as BENCH_MODELS_TAR) and int4_results.json.
 #
@@ -54,6 +55,10 @@
 #                            figures are the last round's, without first-call costs
 #   BENCH_SECTIONS=...       default ours,upstream,tokens,torch,int4,aoti (drop a word to skip it)
 #   BENCH_RUNNER=<f>         et_cuda_run to use (default: the bundle's)
+#   BENCH_TAG=<t>            the results file's tag (default bench): $OUT/<date>-<commit>-<t>.md
+#   BENCH_RESULTS_DIR=<dir>  also copy the results file into DIR (a fresh name) and append its line
+#                            to BENCH_RESULTS_INDEX (default bench/RESULTS.md); BENCH_WHAT its text
+#   ET_RESULTS_COMMIT=<c>    the commit in the file name (default: git, else the bundle's COMMIT file)
 #   BENCH_TEST_CPU=1         test of this script on a machine without a GPU: bench/testdata/fake_runner.py
 #                            stands in for et_cuda_run, a fake upstream folder and suite folder are made,
 #                            exports run without delegation when torch is importable; numbers mean nothing
@@ -614,17 +619,30 @@ fi
 
 # ------------------------------------------------------------------ 3. the table, the files
 note "elapsed: $(($(date +%s) - START))s"
+# The results file: <date>-<commit>-<tag>.md, a fresh name (never an existing file replaced).
+RESULT=$(ET_RESULTS_BUNDLE=$BUNDLE python3 "$BENCH/results.py" name --dir "$OUT" --tag "${BENCH_TAG:-bench}")
 python3 "$BENCH/table.py" --index "$INDEX" --torch "$TORCH_ROWS" --notes "$NOTES" --int4 "$INT4_JSON" \
-  --gen-n "$GEN_N" --out "$OUT/RESULTS.md" >"$LOGS/table.log" 2>&1 || {
+  --gen-n "$GEN_N" --out "$RESULT" >"$LOGS/table.log" 2>&1 || {
   echo "table.py failed:"
   tail -20 "$LOGS/table.log"
 }
+# Kept in a results folder with its index line (here: BENCH_RESULTS_DIR=bench/results; on the GPU
+# machine the file comes back in $OUT and `bench/results.py add` does this on the way in).
+if [ -n "${BENCH_RESULTS_DIR:-}" ] && [ -f "$RESULT" ]; then
+  python3 "$BENCH/results.py" add "$RESULT" --dir "$BENCH_RESULTS_DIR" \
+    --index "${BENCH_RESULTS_INDEX:-$BENCH/RESULTS.md}" \
+    --what "${BENCH_WHAT:-bench/run.sh: sections ${SECTIONS//,/ } models ${BENCH_MODELS_LIST[*]}}" ||
+    echo "results.py add failed: $RESULT stays in $OUT only"
+fi
 [ -f "$INT4_JSON" ] && cp "$INT4_JSON" "$OUT/int4_results.json"
 python3 "$BENCH/pack.py" --models "$MODELS" --out "$OUT/bench_models.tar.xz" --limit-mb 15 >"$LOGS/pack.log" 2>&1 ||
   echo "pack.py failed: $(tail -3 "$LOGS/pack.log")"
 cat "$LOGS/pack.log"
-cp "$OUT/RESULTS.md" "$RUN/" 2>/dev/null
-tar -C "$RUN" -cf - . | xz -T0 -6 >"$OUT/bench_logs.tar.xz" 2>/dev/null || echo "could not pack the logs"
+cp "$RESULT" "$RUN/" 2>/dev/null
+# A second run into the same $OUT keeps the first run's archive too.
+LOGS_TAR=$OUT/bench_logs.tar.xz
+[ -e "$LOGS_TAR" ] && LOGS_TAR=$OUT/bench_logs.$(basename "$RESULT" .md).tar.xz
+tar -C "$RUN" -cf - . | xz -T0 -6 >"$LOGS_TAR" 2>/dev/null || echo "could not pack the logs"
 echo
-echo "==================== $OUT/RESULTS.md ($(($(date +%s) - START))s)"
-cat "$OUT/RESULTS.md" 2>/dev/null || echo "(no RESULTS.md)"
+echo "==================== $RESULT ($(($(date +%s) - START))s)"
+cat "$RESULT" 2>/dev/null || echo "(no results file)"

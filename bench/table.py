@@ -9,7 +9,8 @@ seconds (rc "skipped" when the time budget left no room, "not run" when run.sh c
 to). A relative log or manifest path is taken relative to the index file's folder. Each
 log holds et_cuda_run's output (runner/README.md, "Output lines"). torch.jsonl:
 torch_bench.py's rows. int4_results.json: kernels/check_int4.py's results (or its
-bench phase's part file). Prints the markdown and writes it to --out.
+bench phase's part file). Prints the markdown and writes it to --out, which must not exist
+(results files are never replaced: bench/results.py names a fresh one).
 
 Variants (what run.sh names them): "check: ..." (a run that must fail), "pipeline ...",
 "enqueue ...", "gen ..." (token loop), "mem ..." (memory only), everything else a
@@ -256,6 +257,7 @@ class Report:
         self.problems, self.pipeline_lines, self.enqueue_lines, self.checks = [], [], [], []
         self.crash_notes = []
         self.targets = []     # (target, subject, measured, verdict)
+        self.figs = []        # "<!-- figure: ... -->" lines for bench/results.py
         self.runs = []
         base = os.path.dirname(os.path.abspath(a.index))
         self.index_dir = base
@@ -622,6 +624,11 @@ class Report:
         return out
 
     # -------------------------------------------------------------- targets
+    def fig(self, key, value, unit, better, what):
+        """A figure for the index's best-figures table (bench/results.py reads these lines)."""
+        if isinstance(value, (int, float)):
+            self.figs.append(f"<!-- figure: {key} | {value:.6g} | {unit} | {better} | {what} -->")
+
     def add_target(self, target, subject, measured, ok):
         verdict = "n/a" if ok is None else ("PASS" if ok else "MISS")
         self.targets.append((target, subject, measured, verdict))
@@ -642,11 +649,16 @@ class Report:
             else:
                 self.add_target("graphs + wait p50 ≤ torch cudagraph p50", m,
                                 f"{g['p50']:.1f} µs vs {t['p50']:.1f} µs ({g['p50'] / t['p50']:.2f}x)", g["p50"] <= t["p50"])
+            if g is not None and g["p50"] is not None:
+                self.fig(f"graphs_wait_p50_us.{m}", g["p50"], "µs", "lower",
+                         "device-io + graphs + wait per call, p50" + (f" (torch cudagraph {t['p50']:.1f} µs)"
+                                                                      if t is not None and t["p50"] is not None else ""))
             if g is not None and g["overhead"] is not None:
                 st = g["stats"] or {}
                 rep = st.get("graph_replays")
                 extra = f"; {rep} replays, {st.get('graph_captures', '?')} captures, {st.get('graph_fallbacks', '?')} fallbacks" if rep is not None else ""
                 ok = g["overhead"] <= 5.0 and (rep is None or rep > 0)
+                self.fig(f"replay_overhead_us.{m}", g["overhead"], "µs", "lower", "backend overhead per replayed execute")
                 self.add_target("backend overhead per replayed execute ≤ 5 µs", m,
                                 f"{g['overhead']:.1f} µs (lib execute {fmt(g['lib_exec'])} µs/call{extra})", ok)
             else:
@@ -665,6 +677,8 @@ class Report:
                                 f"not measured: {short(ours['status'] if ours['status'] != 'ok' else 'tokens ' + str(og.get('result')), 100)}",
                                 False if og.get("result") == "MISMATCH" else None)
                 continue
+            self.fig(f"decode_tok_s.graphs.{model}", ot, "tok/s", "higher",
+                     f"token loop, {self.a.gen_n or '?'} tokens, ours: {ours['variant'][4:]}")
             ups = [r for r in self.gen if r["model"] == model and r["variant"].startswith("gen upstream")
                    and r["variant"].endswith("+ graphs") and r["status"] == "ok" and r["p"]["generate"]
                    and num(r["p"]["generate"].get("decode_tok_s"))]
@@ -703,6 +717,8 @@ class Report:
                 else:
                     self.add_target("two-method program: weights held ≤ 1.05× one copy", "qwen3_pd_bf16", text,
                                     d["held_drv"] <= 1.05)
+                    self.fig("weights_held.qwen3_pd_bf16", d["held_drv"], "x", "lower",
+                             f"two-method program, weights held / one copy, {v[7:]}, driver's count")
             else:
                 self.add_target("two-method program: weights held ≤ 1.05× one copy", "qwen3_pd_bf16",
                                 "not measured (no sharing run with memory figures, or no weights size)", None)
@@ -714,6 +730,9 @@ class Report:
                 how = "kernel time (CUPTI)"
                 if not isinstance(tb, (int, float)):
                     tb, how = r.get("ours_TBps"), "queue time"
+                if how.startswith("kernel"):
+                    self.fig(f"int4_tb_s.M{r['m']}.NK{r['n']}", tb, "TB/s", "higher",
+                             f"int4 GEMV kernel time (CUPTI), M={r['m']} N=K={r['n']}")
                 self.add_target("int4 GEMV ≥ 2.4 TB/s (50 % of HBM)", f"M={r['m']} N=K={r['n']}",
                                 f"{tb:.2f} TB/s ({how})" if isinstance(tb, (int, float))
                                 else f"not measured ({short(r.get('error', '?'), 60)})",
@@ -801,6 +820,8 @@ class Report:
         walls = [r["wall"] for r in self.runs if r["wall"]]
         if walls:
             out += ["", f"({len(walls)} et_cuda_run calls, {sum(walls):.0f} s in all, longest {max(walls):.1f} s)"]
+        if self.figs:
+            out += [""] + self.figs
         return "\n".join(out) + "\n"
 
 
@@ -819,7 +840,8 @@ def main():
     rep.read_int4()
     text = rep.render()
     if a.out:
-        with open(a.out, "w") as f:
+        # A results file is never replaced (bench/results.py): refuse a name that is taken.
+        with open(a.out, "x") as f:
             f.write(text)
     print(text)
 

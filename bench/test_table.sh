@@ -4,7 +4,11 @@
 #  2. table.py's .ptd reader on files ExecuTorch wrote (an ExecuTorch 1.2 fixture's weights, and a
 #     FlatTensor file with several keys written by ExecuTorch 1.5.1's serializer);
 #  3. bench/run.sh end to end in BENCH_TEST_CPU=1 mode (fake runner, fake upstream builds and suite
-#     decoders, canned int4 rows): every section runs and RESULTS.md has each kind of row;
+#     decoders, canned int4 rows): every section runs and the dated results file has each kind of
+#     row; a second run writes a second file, leaves the first byte for byte and adds one index
+#     line; bench/results.py itself (testdata/test_results.py) and bench/RESULTS.md against bench/results/;
+#  3c. bench/side_by_side_table.py on canned logs (testdata/sbs_canned) and bench/side_by_side.sh end to
+#     end with SBS_TEST_CPU=1 (fake runner, programs and upstream builds);
 #  4. et_cuda_run --mem against a stand-in libcuda.so.1, when a built runner is there
 #     (ET_CUDA_RUN=path, default build/et_cuda_run) and cc works; skipped otherwise.
 # Ends with "N passed, N failed"; exit status 1 when anything failed.
@@ -50,6 +54,8 @@ has "$M" "| qwen3_pd_bf16 | et + weight sharing | 2.500 | 2500.0 | 1100.0 | 1.00
 has "$M" "| et15_qwen3_bf16 | upstream main cff6f4dd32 (C++) + graphs | 3.000 | 2500.0 | 1900.0 | n/a | 8.0 / 8.0 | MATCH (first 4 checked) | yes | ok |" "upstream token row"
 has "$M" "| mlp_f32 | upstream main cff6f4dd32 | upstream main cff6f4dd32 (C++) host-io | 2.0 | 2.0 |" "memory row of a refused run"
 has "$M" "- deep_bf16 / torch aoti: segfault (signal 11)" "torch problem listed"
+has "$M" "<!-- figure: decode_tok_s.graphs.et15_qwen3_bf16 | 2600 | tok/s | higher | token loop, 48 tokens, ours: et + graphs -->" "figure line for the index"
+if python3 "$HERE/table.py" --index "$C/runs.tsv" --out "$M" >/dev/null 2>&1; then bad "table.py replaced an existing results file"; else ok "table.py refuses to replace an existing --out"; fi
 
 # ------------------------------------------------------------------ 2. the .ptd reader
 if python3 - "$HERE" <<'EOF' >"$T/ptd.out" 2>&1; then ok "ptd_segments on ExecuTorch's files"; else bad "ptd_segments: $(tail -3 "$T/ptd.out")"; fi
@@ -72,16 +78,30 @@ EOF
 
 # ------------------------------------------------------------------ 3. run.sh, CPU mode
 # PYTHONPATH is cleared so that the result does not depend on a torch being importable here.
-if env -u PYTHONPATH BENCH_TEST_CPU=1 BENCH_INT4_JSON="$HERE/testdata/int4_sample.json" OUT="$T/out" \
+# The results are kept in $T/results with the index $T/index.md (BENCH_RESULTS_DIR/_INDEX), as here
+# with bench/results and bench/RESULTS.md; the commit in the names is fixed (ET_RESULTS_COMMIT).
+KEEP=(BENCH_RESULTS_DIR="$T/results" BENCH_RESULTS_INDEX="$T/index.md" ET_RESULTS_COMMIT=abc1234)
+if env -u PYTHONPATH "${KEEP[@]}" BENCH_TEST_CPU=1 BENCH_INT4_JSON="$HERE/testdata/int4_sample.json" OUT="$T/out" \
   BENCH_WORK="$T/work" BENCH_SUITE_DIR="$T/work/suite" bash "$HERE/run.sh" >"$T/run.log" 2>&1; then
   ok "run.sh BENCH_TEST_CPU=1 exits 0"
 else
   bad "run.sh BENCH_TEST_CPU=1: exit status $? ($(tail -3 "$T/run.log"))"
 fi
-R=$T/out/RESULTS.md
-for f in RESULTS.md bench_logs.tar.xz bench_models.tar.xz int4_results.json; do
+TODAY=$(date -u +%F)
+R=$T/out/$TODAY-abc1234-bench.md
+for f in "$TODAY-abc1234-bench.md" bench_logs.tar.xz bench_models.tar.xz int4_results.json; do
   [ -s "$T/out/$f" ] && ok "\$OUT/$f written" || bad "\$OUT/$f missing"
 done
+if [ -f "$T/results/$TODAY-abc1234-bench.md" ] && cmp -s "$R" "$T/results/$TODAY-abc1234-bench.md"; then
+  ok "results file kept in BENCH_RESULTS_DIR"
+else
+  bad "results file not in BENCH_RESULTS_DIR: $(ls "$T/results" 2>&1)"
+fi
+has "$T/index.md" "| $TODAY | abc1234 | [$TODAY-abc1234-bench.md](results/$TODAY-abc1234-bench.md) | bench/run.sh: sections" "index line of the first run"
+has "$T/index.md" "| graphs_wait_p50_us.mlp_f32 | " "best figure from the run's figure lines"
+sum1=$(sha256sum <"$R")
+sumk1=$(sha256sum <"$T/results/$TODAY-abc1234-bench.md" 2>/dev/null)
+lines1=$(grep -c "^| $TODAY | abc1234 |" "$T/index.md" 2>/dev/null)
 n=$(find "$T/out" -type f | wc -l)
 [ "$n" -le 8 ] && ok "\$OUT holds $n files (at most 8)" || bad "\$OUT holds $n files"
 if [ -s "$R" ]; then
@@ -112,13 +132,86 @@ fi
 # The bundle carried as one archive (BENCH_BUNDLE_TAR): unpacked, its fixtures used.
 mkdir -p "$T/b/gpu" && cp "$HERE/testdata/fake_runner.py" "$T/b/gpu/et_cuda_run" &&
   python3 "$HERE/testdata/make_fakes.py" --fixtures "$T/b/gpu/fixtures" >/dev/null && tar -cJf "$T/gpu.tar.xz" -C "$T/b" gpu
-if env -u PYTHONPATH BENCH_TEST_CPU=1 BENCH_BUNDLE_TAR="$T/gpu.tar.xz" BENCH_SECTIONS=ours BENCH_LIST=mlp_f32 \
-  OUT="$T/out2" BENCH_WORK="$T/work2" bash "$HERE/run.sh" >"$T/run2.log" 2>&1 &&
+# A second run, same day, same commit, same $OUT and results folder: a second file, the first
+# left byte for byte, one more index line.
+R2=$T/out/$TODAY-abc1234-bench-2.md
+if env -u PYTHONPATH "${KEEP[@]}" BENCH_TEST_CPU=1 BENCH_BUNDLE_TAR="$T/gpu.tar.xz" BENCH_SECTIONS=ours BENCH_LIST=mlp_f32 \
+  OUT="$T/out" BENCH_WORK="$T/work2" bash "$HERE/run.sh" >"$T/run2.log" 2>&1 &&
   grep -q "bundle $T/work2/bundle/gpu," "$T/run2.log" &&
-  grep -qF "| mlp_f32 | et default host-io |" "$T/out2/RESULTS.md"; then
+  grep -qF "| mlp_f32 | et default host-io |" "$R2"; then
   ok "BENCH_BUNDLE_TAR: unpacked and used"
 else
   bad "BENCH_BUNDLE_TAR: $(head -1 "$T/run2.log")"
+fi
+[ "$(sha256sum <"$R")" = "$sum1" ] && ok "second run: first results file in \$OUT unchanged" ||
+  bad "second run changed $R"
+if [ "$(sha256sum <"$T/results/$TODAY-abc1234-bench.md")" = "$sumk1" ] && [ -f "$T/results/$TODAY-abc1234-bench-2.md" ]; then
+  ok "second run: a second kept file, the first unchanged"
+else
+  bad "second run: kept files $(ls "$T/results")"
+fi
+if [ -f "$T/out/bench_logs.tar.xz" ] && [ -f "$T/out/bench_logs.$TODAY-abc1234-bench-2.tar.xz" ]; then
+  ok "second run: its own log archive"
+else
+  bad "second run: log archives $(ls "$T/out")"
+fi
+lines2=$(grep -c "^| $TODAY | abc1234 |" "$T/index.md")
+[ "$lines2" -eq $((lines1 + 1)) ] && ok "second run: the index gained one line ($lines1 -> $lines2)" ||
+  bad "second run: index lines $lines1 -> $lines2"
+python3 "$HERE/results.py" check --dir "$T/results" --index "$T/index.md" >"$T/check.out" 2>&1 &&
+  ok "results.py check on the test index" || bad "results.py check: $(cat "$T/check.out")"
+
+# ------------------------------------------------------------------ 3b. bench/results.py itself
+if python3 "$HERE/testdata/test_results.py" "$HERE" "$T/rp" >"$T/rp.out" 2>&1; then
+  ok "results.py: fresh names, no overwrite, best figures, check"
+else
+  bad "results.py: $(tail -5 "$T/rp.out")"
+fi
+if python3 "$HERE/results.py" check --dir "$HERE/results" --index "$HERE/RESULTS.md" >"$T/repo_check.out" 2>&1; then
+  ok "results.py check on bench/RESULTS.md and bench/results/"
+else
+  bad "bench/RESULTS.md vs bench/results/: $(cat "$T/repo_check.out")"
+fi
+
+# ------------------------------------------------------------------ 3c. side by side (bench/side_by_side.sh)
+S=$T/sbs.md
+if python3 "$HERE/side_by_side_table.py" --index "$HERE/testdata/sbs_canned/runs.tsv" \
+  --notes "$HERE/testdata/sbs_canned/notes.txt" --out "$S" >/dev/null 2>"$T/sbs.err"; then
+  ok "side_by_side_table.py on the canned logs"
+else
+  bad "side_by_side_table.py: $(tail -3 "$T/sbs.err")"
+fi
+has "$S" "| et14_qwen3_bf16 | ours | plain | 2/2 (max err 0.25) | MATCH | yes | ok |" "sbs: cases and tokens"
+has "$S" "| et14_qwen3_bf16 | ours | plain | 3 x 48 | 0.200 | 30000.0 | 6000.0 | 1.00 | 10.000 | ok |" "sbs: steady token loop, host CPU per token"
+has "$S" "| et14_qwen3_bf16 | ours | plain | 750.0 | 400.0 | 5.000 | 4.0 / 128.0 | ok |" "sbs: cold start, load, memory"
+has "$S" "| et14_qwen3_bf16 | v1.4.1 | best | 1 x 48 | 5.500 | 1100.0 | 5500.0 | n/a | – | ok in the 1-round run; the 3-round run: error:" "sbs: upstream steady run failed, 1-round figures shown"
+has "$S" "| et14_qwen3_bf16 | plain | v1.4.1 | 6000.0 | 4000.0 | 1.50x | 0.75x | 0.80x |" "sbs: ours / upstream"
+has "$S" "| et14_qwen3_bf16 | best | v1.4.1 | 5000.0 | 5500.0 (both 1-round runs: a steady run failed) | 0.91x | 0.78x | 0.65x |" "sbs: 1-round runs compared with each other"
+has "$S" "- et14_llama1b_bf16 / ours / plain / cases: skipped" "sbs: skipped run listed"
+has "$S" "<!-- figure: sbs.decode_ours_over_upstream.v1.4.1.plain.et14_qwen3_bf16 | 1.5 | x | higher |" "sbs: figure line"
+if grep -q "sbs.decode_ours_over_upstream.v1.4.1.best" "$S"; then bad "sbs: figure from a 1-round comparison"; else ok "sbs: no figure from 1-round runs"; fi
+# end to end: fake runner, fake programs and upstream builds; two programs, one upstream build
+if env -u PYTHONPATH SBS_TEST_CPU=1 OUT="$T/sbsout" SBS_WORK="$T/sbsw" SBS_MODELS="$T/sbsm" SBS_UPSTREAM_DIR="$T/sbsu" \
+  SBS_PROGRAMS=et14_qwen3_bf16,et14_qwen3_pd_bf16 SBS_BUILDS=v1.4.1 ET_RESULTS_COMMIT=abc1234 \
+  bash "$HERE/side_by_side.sh" >"$T/sbs.log" 2>&1; then
+  ok "side_by_side.sh SBS_TEST_CPU=1 exits 0"
+else
+  bad "side_by_side.sh SBS_TEST_CPU=1: exit status $? ($(tail -3 "$T/sbs.log"))"
+fi
+S2=$T/sbsout/$TODAY-abc1234-side-by-side.md
+for f in "$S2" "$T/sbsout/sbs_logs.tar.xz" "$T/sbsout/et14_models.tar.xz"; do
+  [ -s "$f" ] && ok "side_by_side.sh wrote $(basename "$f")" || bad "side_by_side.sh: no $(basename "$f")"
+done
+if [ -s "$S2" ]; then
+  has "$S2" "| et14_qwen3_bf16 | ours | best | 3 x 48 |" "sbs run: ours best steady row"
+  has "$S2" "| et14_qwen3_bf16 | v1.4.1 | plain | 3 x 48 |" "sbs run: upstream plain steady row"
+  has "$S2" "| et14_qwen3_pd_bf16 | ours | best |" "sbs run: prefill+decode program"
+  has "$S2" "| et14_qwen3_bf16 | best | v1.4.1 |" "sbs run: ratio row"
+  n=$(grep -c "" "$T/sbsw/run/runs.tsv" 2>/dev/null)
+  [ "$n" = 24 ] && ok "sbs run: 24 runner calls (2 programs x 2 backends x 2 configs x 3)" || bad "sbs run: $n runner calls"
+  grep -q -- "--option share_mutable_buffers_across_methods=true" "$T"/sbsw/run/logs/et14_qwen3_pd_bf16.ours.best.steady.log &&
+    ! grep -q "share_mutable" "$T"/sbsw/run/logs/et14_qwen3_pd_bf16.v1.4.1.best.steady.log &&
+    ok "sbs run: cache sharing option for ours only" || bad "sbs run: options of the pd runs"
 fi
 
 # ------------------------------------------------------------------ 4. et_cuda_run --mem

@@ -31,6 +31,11 @@ for f in "$FIXTURES"/*/; do
 done
 chmod -R u+w "$out/fixtures"
 cp "$ROOT/scripts/gpu_run.sh" "$out/run.sh"
+# The commit the bundle was built from (+ "-dirty" with uncommitted changes): results files are
+# named after it (bench/results.py) where the GPU machine has no git history.
+c=$(git -C "$ROOT" rev-parse --short=7 HEAD 2>/dev/null || echo nocommit)
+[ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ] && c=$c-dirty
+echo "$c" >"$out/COMMIT"
 
 # The Rust GPU tests: they dlopen the cdylib at rs/libexecutorch_cuda.so.
 step "Rust test binaries into $out/rs"
@@ -63,7 +68,7 @@ if [ "${ET_CUDA_BUNDLE_WHEELS:-1}" = 0 ]; then
 fi
 step "the benchmark (bench/ and its wheels) into $out/bench, $out/whl"
 mkdir -p "$out/bench" "$out/whl"
-cp "$ROOT"/bench/{run.sh,export.py,models.py,torch_bench.py,table.py,pack.py,README.md} "$out/bench/"
+cp "$ROOT"/bench/{run.sh,export.py,models.py,torch_bench.py,table.py,pack.py,results.py,README.md} "$out/bench/"
 WHEELS=${ET_CUDA_WHEELS:-/tmp/whl}
 [ -d "$WHEELS" ] || WHEELS=$ROOT/.whl
 if compgen -G "$WHEELS/executorch-*.whl" >/dev/null; then

@@ -153,7 +153,7 @@ pack() {
     cat "$R/suite/summary.md" 2>/dev/null || tail -40 "$R/suite/suite.log"
     echo
     echo "===== F. bench"
-    cat "$R/bench/out/RESULTS.md" 2>/dev/null || tail -30 "$R/bench/run.log" 2>/dev/null || cat "$R/bench.skipped" 2>/dev/null
+    cat "$R"/bench/out/*-bench*.md 2>/dev/null || tail -30 "$R/bench/run.log" 2>/dev/null || cat "$R/bench.skipped" 2>/dev/null
   } > "$OUT/summary.txt" 2>&1
   tar -cJf "$OUT/all.tar.xz" --exclude=session/bench/out -C /tmp session 2>/dev/null
 }
@@ -171,9 +171,11 @@ if part bench; then
       BENCH_UPSTREAM_DIR=/tmp/u \
       timeout -k 10 $((budget + 40)) bash bench/run.sh > "$R/bench/run.log" 2>&1
     echo "exit $?" >> "$R/bench/run.log"
-    for f in RESULTS.md int4_results.json bench_logs.tar.xz; do
+    for f in int4_results.json bench_logs.tar.xz; do
       [ -f "$R/bench/out/$f" ] && cp "$R/bench/out/$f" "$OUT/bench_$f"
     done
+    # the dated results file keeps its name (bench/results.py add takes date, commit and tag from it)
+    for f in "$R"/bench/out/*-bench*.md; do [ -f "$f" ] && cp "$f" "$OUT/"; done
   else
     echo "bench: only ${budget}s left: not run" | tee "$R/bench.skipped"
   fi

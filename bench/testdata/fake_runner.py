@@ -5,7 +5,7 @@ and table.py can be tested without a GPU. It reads the manifest (methods, cases,
 never the program. What it imitates:
 - our backend (no --backend-lib): bench-lib lines, --stats (graph and sharing counters), --mem;
 - --backend-lib .../<build>/libupstream_cuda_backend.so: no bench-lib lines, "stats: n/a";
-  main-* and v1.4.* refuse programs not named et15* with upstream's message, as they do
+  main-* and v1.4.* refuse programs not named et15* or et14* with upstream's message, as they do
   ExecuTorch 1.2 programs;
 - --device-io on a manifest without "alloc_graph_input": false: the memory-planned refusal;
 - qwen3_pd_bf16 --generate without share_mutable_buffers_across_methods: tokens differ after
@@ -15,6 +15,7 @@ The numbers are fixed functions of the command line; they mean nothing.
 import json
 import os
 import sys
+import time
 import zlib
 
 
@@ -96,7 +97,7 @@ def main(argv):
             print(f"et_cuda_run: {err}", file=sys.stderr, flush=True)
         return rc
 
-    upstream_refuses = build.startswith(("main-", "v1.4")) and not program.startswith("et15")
+    upstream_refuses = build.startswith(("main-", "v1.4")) and not program.startswith(("et15", "et14"))
     if upstream_refuses:
         return finish(1, f"{man_path}: executing 'forward' failed: Error::InvalidArgument (Tensor 0 expected "
                          "device_type=CUDA (1), got 0. Device info may not be properly propagated from CudaPartitioner.)")
@@ -116,7 +117,13 @@ def main(argv):
             f"ttft_ms={base / 30:.3f} prefill_tok_s={rate * 3:.1f} decode_tok_s={rate:.1f} "
             f"host_waits_per_token={'1.00' if ours else 'n/a'} tokens={','.join(map(str, toks))} "
             f"expected={','.join(map(str, exp[:k])) or 'none'} {'MATCH' if match else 'MISMATCH'}")
-        out('PyTorchObserver {"prompt_tokens":6,"generated_tokens":%d,"SCALING_FACTOR_UNITS_PER_SECOND":1000}' % n)
+        # Times on the monotonic clock in ms, as the runner's steady_clock: load 40 ms after start,
+        # first token base/30 ms later (bench/side_by_side.sh's cold start reads them).
+        t = time.monotonic() * 1000
+        out('PyTorchObserver {"prompt_tokens":6,"generated_tokens":%d,"model_load_start_ms":%.3f,"model_load_end_ms":%.3f,'
+            '"inference_start_ms":%.3f,"inference_end_ms":%.3f,"prompt_eval_end_ms":%.3f,"first_token_ms":%.3f,'
+            '"aggregate_sampling_time_ms":0.1,"SCALING_FACTOR_UNITS_PER_SECOND":1000}'
+            % (n, t, t + 40, t + 41, t + 41 + n * 8 * base / 1000, t + 41 + base / 30, t + 41 + base / 30))
         return finish(0 if match else 1)
     methods = man.get("methods", {})
     if args.get("method"):

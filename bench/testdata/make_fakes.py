@@ -64,7 +64,7 @@ def decoder(name):
          "generate": {"prefill_method": "forward", "decode_method": "forward", "prompt_ids": prompt,
                       "tokens": tokens, "max_seq_len": 64}}
     data = None
-    if name == "qwen3_pd_bf16":
+    if name.endswith("qwen3_pd_bf16"):
         m["generate"].update(prefill_method="prefill", decode_method="decode")
         m["data"] = data = ["aoti_cuda_blob.ptd"]
         m["methods"] = {"prefill": [{"inputs": [tensor("int64", [1, 4], "p.in0.bin"), tensor("int64", [4], "p.in1.bin")],

@@ -241,8 +241,9 @@ class QwenAttention(nn.Module):
         self.k_proj = nn.Linear(d, self.kv * self.hd, bias=False)
         self.v_proj = nn.Linear(d, self.kv * self.hd, bias=False)
         self.o_proj = nn.Linear(self.h * self.hd, d, bias=False)
-        self.q_norm = RMSNorm(self.hd)
-        self.k_norm = RMSNorm(self.hd)
+        # Qwen3 normalizes q and k per head; Llama does not (cfg "qk_norm": False).
+        self.q_norm = RMSNorm(self.hd) if c.get("qk_norm", True) else nn.Identity()
+        self.k_norm = RMSNorm(self.hd) if c.get("qk_norm", True) else nn.Identity()
         shape = (1, self.kv, c["max_seq"], self.hd)
         self.register_buffer("k_cache", torch.zeros(shape))
         self.register_buffer("v_cache", torch.zeros(shape))
@@ -282,6 +283,12 @@ class QwenBlock(nn.Module):
 
 
 QWEN_CFG = dict(vocab=1000, hidden=256, layers=2, heads=4, kv_heads=2, head_dim=64, ffn=512, max_seq=64)
+# Llama-3.2-1B's shapes (hidden 2048, 16 layers, 32 query / 8 KV heads of 64, SwiGLU 8192, vocab
+# 128256, RoPE theta 500000, no q/k norm) with a static KV cache of 1024 positions. The head is
+# its own tensor (Llama-3.2-1B ties it to the embedding; init_decoder_weights needs it separate):
+# 1.50e9 parameters, 3.0 GB in bf16.
+LLAMA1B_CFG = dict(vocab=128256, hidden=2048, layers=16, heads=32, kv_heads=8, head_dim=64, ffn=8192,
+                   max_seq=1024, qk_norm=False, rope_theta=500000.0)
 
 
 class Qwen3Decoder(nn.Module):
@@ -295,7 +302,7 @@ class Qwen3Decoder(nn.Module):
         self.layers = nn.ModuleList(QwenBlock(c) for _ in range(c["layers"]))
         self.norm = RMSNorm(c["hidden"])
         self.lm_head = nn.Linear(c["hidden"], c["vocab"], bias=False)
-        cos, sin = rope_tables(c["max_seq"], c["head_dim"])
+        cos, sin = rope_tables(c["max_seq"], c["head_dim"], c.get("rope_theta", 10000.0))
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.register_buffer("key_pos", torch.arange(c["max_seq"]), persistent=False)
@@ -334,6 +341,15 @@ def qwen3(seed):
     g = seeded(seed)
     m = Qwen3Decoder().eval()
     init_decoder_weights(m, g)
+    return m
+
+
+def llama1b(seed):
+    """The Llama-3.2-1B-shaped decoder (LLAMA1B_CFG), random weights, float32 like every builder
+    here (6 GB; the program holds it in bfloat16)."""
+    g = seeded(seed)
+    m = Qwen3Decoder(LLAMA1B_CFG).eval()
+    init_decoder_weights(m, g, std=0.02)
     return m
 
 

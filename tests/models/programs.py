@@ -196,7 +196,8 @@ def linear_int4(name, kind):
 # ----------------------------------------------------------------------------- decoders
 
 
-def decoder_program(name, make, base_seed, prompt_seed, dtype=BF16, quant=None, split=False, max_seq=64, vocab=1000):
+def decoder_program(name, make, base_seed, prompt_seed, dtype=BF16, quant=None, split=False, max_seq=64, vocab=1000,
+                    seed_tries=40):
     """Stateful decoder: forward(input_ids [1,T], cache_position [T]) -> logits.
     split=False: one method 'forward' (T dynamic 1..max_seq); cases: prefill of the
     prompt, then DECODE_CASES single-token steps feeding the greedy tokens.
@@ -207,7 +208,8 @@ def decoder_program(name, make, base_seed, prompt_seed, dtype=BF16, quant=None, 
     qfn = QUANT[quant][0] if quant else None
     prompt = torch.randint(3, vocab, (1, PROMPT_LEN), generator=gen(prompt_seed))
     qdev = "cuda" if torch.cuda.is_available() else "cpu"
-    seed, cpu_margin = pick_decoder_seed(make, base_seed, prompt, GEN_STEPS, dtype, quantize=qfn, qdev=qdev)
+    seed, cpu_margin = pick_decoder_seed(make, base_seed, prompt, GEN_STEPS, dtype, quantize=qfn, qdev=qdev,
+                                         tries=seed_tries)
     toks, info = decoder_generate(make, seed, prompt, GEN_STEPS, dtype, quantize=qfn)
     info["seed_search_min_margin"] = cpu_margin
     fac = lambda: make(seed)  # noqa: E731
@@ -264,3 +266,11 @@ def qwen3(name="qwen3_bf16", quant=None, split=False):
 
 def gemma3(name="gemma3_bf16"):
     return decoder_program(name, M.gemma3, 214, 1214, max_seq=M.GEMMA_MAX_SEQ)
+
+
+def llama1b(name="llama1b_bf16"):
+    """Llama-3.2-1B-shaped (models.LLAMA1B_CFG): T dynamic 1..1024, static KV cache of 1024.
+    One seed is tried (each try builds 1.5e9 parameters on the CPU); its greedy margin is recorded
+    in the manifest whatever it is."""
+    return decoder_program(name, M.llama1b, 310, 1310, max_seq=M.LLAMA1B_CFG["max_seq"],
+                           vocab=M.LLAMA1B_CFG["vocab"], seed_tries=1)

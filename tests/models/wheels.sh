@@ -4,6 +4,8 @@
 #   .whl/models/wheels/{common,et12,et15}/*.whl     what pip downloaded
 #   .whl/models/sites/et12.tar.xz   executorch 1.2.0 + torchao 0.17.0 + common (exporter of export_suite.py, sdpa_check.py)
 #   .whl/models/sites/et15.tar.xz   executorch 1.5.1 + torchao 0.18.0 + common (exporter of export_et15.py)
+#   .whl/models/sites/et14.tar.xz   executorch 1.4.1 + torchao 0.18.0 + common (exporter of export_et14.py;
+#                                   the wheel asks for torch >= 2.13.0a0, the GPU machine has 2.11: see README)
 # common: flatbuffers ruamel.yaml ruamel.yaml.clib expecttest kgb parameterized tabulate.
 # The site trees are what `pip install --no-deps --target` would make, less what exporting never
 # imports (other backends, runtime libraries and pybindings, examples, tests): see prune() below.
@@ -14,7 +16,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 PYVER=${PYVER:-312}
 DEST=${DEST:-$ROOT/.whl/models}
 W=$DEST/wheels
-mkdir -p "$W/common" "$W/et12" "$W/et15" "$DEST/sites"
+ENVS=${ENVS:-et12 et15 et14} # which sites to make (e.g. ENVS=et14 for the 1.4.1 one alone)
+mkdir -p "$W/common" "$W/et12" "$W/et15" "$W/et14" "$DEST/sites"
 dl() { # dir pkg==ver...
   local d=$1
   shift
@@ -24,8 +27,9 @@ dl() { # dir pkg==ver...
 }
 dl "$W/common" flatbuffers==25.12.19 ruamel.yaml==0.19.1 ruamel.yaml.clib==0.2.15 expecttest==0.3.0 kgb==7.3 \
   parameterized==0.9.0 tabulate==0.10.0
-dl "$W/et12" executorch==1.2.0 torchao==0.17.0
-dl "$W/et15" executorch==1.5.1 torchao==0.18.0
+[[ " $ENVS " == *" et12 "* ]] && dl "$W/et12" executorch==1.2.0 torchao==0.17.0
+[[ " $ENVS " == *" et15 "* ]] && dl "$W/et15" executorch==1.5.1 torchao==0.18.0
+[[ " $ENVS " == *" et14 "* ]] && dl "$W/et14" executorch==1.4.1 torchao==0.18.0
 
 prune() { # site dir
   local s=$1 e=$1/executorch
@@ -39,7 +43,7 @@ prune() { # site dir
   find "$s" -name __pycache__ -prune -exec rm -rf {} +
 }
 
-for env in et12 et15; do
+for env in $ENVS; do
   tmp=$(mktemp -d)
   for whl in "$W/common"/*.whl "$W/$env"/*.whl; do
     python3 - "$whl" "$tmp" <<'PY'
