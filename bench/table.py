@@ -438,8 +438,7 @@ class Report:
                 "backend overhead: (execute_host_ns - run_host_ns) / executes, the library's own host time per "
                 "execute outside the AOTI container's run (with CUDA graphs: outside the input copies and the graph "
                 "launch). torch rows wait with torch.cuda.synchronize once per call. Upstream rows have no library "
-                "counters (–). \"(emulation)\": this library imitating ExecuTorch 1.2's C++ backend "
-                "(execution_mode=upstream-1.2), not upstream's code; \"upstream <version> (C++)\": upstream's own "
+                "counters (–). \"upstream <version> (C++)\": upstream's own "
                 "backend built from its sources (bench/upstream/) and opened with et_cuda_run --backend-lib. "
                 "device MiB: et_cuda_run --mem (cuMemGetInfo beyond the CUDA context) after the methods were loaded, "
                 "and the largest sample between steps.", ""]
