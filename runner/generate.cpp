@@ -160,7 +160,8 @@ GeneratePlan plan_generate(Module& module, const Args& a, const Manifest* manife
   p.prefill_method = !a.prefill_method.empty() ? a.prefill_method : spec.prefill_method;
   p.decode_method = !a.decode_method.empty() ? a.decode_method : spec.decode_method;
   p.prompt = a.have_prompt_ids ? a.prompt_ids : spec.prompt_ids;
-  p.expected = a.have_expect_tokens ? a.expect_tokens : spec.tokens;
+  // The manifest's tokens follow its own prompt, not a --prompt text.
+  p.expected = a.have_expect_tokens ? a.expect_tokens : a.have_prompt ? std::vector<int64_t>{} : spec.tokens;
   p.check = !p.expected.empty();
   p.max_seq_len = spec.max_seq_len;
   if (p.prompt.empty()) {
@@ -271,8 +272,8 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
           sampler.greedy() ? std::string("greedy")
                            : "temperature=" + fixed(p.sampling.temperature, 3) + " top_p=" + fixed(p.sampling.top_p, 3) +
                                  " seed=" + std::to_string(p.sampling.seed);
-      std::fprintf(figures, "text: stop=%s prompt_tokens=%zu new_tokens=%zu sampling=%s\n", why_stop.c_str(),
-                   p.prompt.size(), tokens.size(), sampling.c_str());
+      std::fprintf(figures, "text: stop=%s prompt_tokens=%zu new_tokens=%zu sampling=%s prompt_ids=%s\n",
+                   why_stop.c_str(), p.prompt.size(), tokens.size(), sampling.c_str(), join_ints(p.prompt).c_str());
     }
 
     const long decoded = static_cast<long>(tokens.size()) - 1;
