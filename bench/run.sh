@@ -265,7 +265,7 @@ if [ "$torch_ok" = 1 ] && [ "${#missing12[@]}" -gt 0 ]; then
     note "ERROR: no ExecuTorch 1.2 for the exports: no BENCH_SITES (et12.tar.xz) and no wheels in $BUNDLE/whl"
   elif [ ! -f "$SITE/executorch/exir/__init__.py" ]; then
     say "installing $(ls "$BUNDLE"/whl/*.whl 2>/dev/null | wc -l) wheel(s) into $SITE"
-    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" "$BUNDLE"/whl/*.whl \
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" "$BUNDLE"/whl/*.whl \
       >"$LOGS/pip.log" 2>&1 || note "ERROR: pip install of the wheels failed (exports will fail): $(tail -3 "$LOGS/pip.log" | tr '\n' ' ')"
   fi
 fi

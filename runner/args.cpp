@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 
 #include <cerrno>
+#include <cmath>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +30,33 @@ long parse_count(const std::string& flag, const char* value) {
   const long n = std::strtol(value, &end, 10);
   if (*value == '\0' || *end != '\0' || errno != 0 || n < 0) {
     usage_error(flag, std::string("expects a count, got '") + value + "'");
+  }
+  return n;
+}
+
+// A count of at least 1 (--generate, --max-new-tokens, --seq_len).
+long parse_positive(const std::string& flag, const char* value) {
+  const long n = parse_count(flag, value);
+  if (n < 1) usage_error(flag, "must be at least 1, got " + std::string(value));
+  return n;
+}
+
+double parse_number(const std::string& flag, const char* value) {
+  char* end = nullptr;
+  errno = 0;
+  const double x = std::strtod(value, &end);
+  if (*value == '\0' || *end != '\0' || errno != 0 || !std::isfinite(x)) {
+    usage_error(flag, std::string("expects a number, got '") + value + "'");
+  }
+  return x;
+}
+
+uint64_t parse_seed(const std::string& flag, const char* value) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(value, &end, 10);
+  if (*value == '\0' || *value == '-' || *end != '\0' || errno != 0) {
+    usage_error(flag, std::string("expects a non-negative integer, got '") + value + "'");
   }
   return n;
 }
@@ -111,8 +139,8 @@ Benchmark (on the first case's inputs, or zeros without a manifest)
                            et_cuda_run --manifest m.json --pipeline encoder,decoder --bench 100
 
 Token loop (decoders: input_ids int64 [1,T] [, cache_position int64 [T]] -> logits [1,T,V])
-  --generate N           prefill the prompt, then N-1 greedy single-token steps feeding back the
-                         argmax; prints the tokens, time to first token, prefill and decode
+  --generate N           prefill the prompt, then N-1 single-token steps feeding back the chosen
+                         token (greedy: the argmax; N >= 1); prints the tokens, time to first token, prefill and decode
                          tokens/s, host waits per token and a "PyTorchObserver {...}" line
                            et_cuda_run --manifest m.json --generate 16
   --prompt-ids I,J,...   the prompt (default: the manifest's generate.prompt_ids)
@@ -127,6 +155,27 @@ Token loop (decoders: input_ids int64 [1,T] [, cache_position int64 [T]] -> logi
   --prefill-method NAME  the method run on the prompt (default: manifest, --method, forward)
   --decode-method NAME   the method run per new token (default: manifest, --method, forward)
                            --prefill-method prefill --decode-method decode
+
+Text generation (the token loop with a tokenizer.json: text on stdout, figures on stderr)
+  --tokenizer FILE       a HuggingFace tokenizer.json (BPE, WordPiece or Unigram): the new tokens
+                         are printed as text as they come, the loop stops at an end-of-sequence
+                         token (<|endoftext|>, </s>, <|im_end|>, <eos>, ...: runner/README.md)
+                           et_cuda_run model.pte --data w.ptd --tokenizer tokenizer.json --prompt "Hello"
+  --prompt TEXT          the prompt as text, encoded with --tokenizer (instead of --prompt-ids)
+  --max-new-tokens N     at most N new tokens (N >= 1; default 128, or what --seq_len leaves);
+                         the same as --generate N
+  --seq_len L            the prompt plus the new tokens at most L tokens
+  --temperature T        0 (default): greedy, the argmax; T > 0: sample from softmax(logits / T)
+                         on the host
+                           et_cuda_run m.pte --tokenizer t.json --prompt "Once" --temperature 0.8 --top-p 0.9 --seed 7
+  --top-p P              with --temperature > 0: sample among the most likely tokens whose
+                         probability reaches P, in (0, 1] (default 1: all)
+  --seed S               the sampler's seed (default 0): the same seed gives the same text
+  --stop STRING          stop when the text contains STRING (not printed); repeatable
+                           --stop "User:" --stop $'\n\n'   (bash: $'..' for a newline)
+  --model_path FILE      the same as MODEL.pte (the spellings of ExecuTorch's LLM runner)
+  --data_path FILE       the same as --data
+  --tokenizer_path FILE  the same as --tokenizer
 
 Other
   --verbose, -v          print ExecuTorch's log to stderr
@@ -171,7 +220,22 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--stats") a.stats = true;
     else if (arg == "--mem") a.mem = true;
     else if (arg == "--load-cycles") a.load_cycles = parse_count(arg, next());
-    else if (arg == "--generate") a.generate = parse_count(arg, next());
+    else if (arg == "--generate" || arg == "--max-new-tokens") {
+      if (a.generate > 0) usage_error(arg, "the number of new tokens was given already (--generate/--max-new-tokens)");
+      a.generate = parse_positive(arg, next());
+    }
+    else if (arg == "--tokenizer" || arg == "--tokenizer_path") a.tokenizer = next();
+    else if (arg == "--prompt") a.prompt = next(), a.have_prompt = true;
+    else if (arg == "--seq_len") a.seq_len = parse_positive(arg, next());
+    else if (arg == "--temperature") a.temperature = parse_number(arg, next());
+    else if (arg == "--top-p") a.top_p = parse_number(arg, next());
+    else if (arg == "--seed") a.seed = parse_seed(arg, next()), a.have_seed = true;
+    else if (arg == "--stop") a.stop.push_back(next());
+    else if (arg == "--model_path") {
+      if (!a.model.empty()) usage_error(arg, "more than one model given");
+      a.model = next();
+    }
+    else if (arg == "--data_path") a.data.push_back(next());
     else if (arg == "--generate-rounds") a.generate_rounds = parse_count(arg, next());
     else if (arg == "--prompt-ids") a.prompt_ids = parse_ids(arg, next()), a.have_prompt_ids = true;
     else if (arg == "--expect-tokens") a.expect_tokens = parse_ids(arg, next()), a.have_expect_tokens = true;
@@ -186,11 +250,29 @@ Args parse_args(int argc, char** argv) {
   }
   if (a.help || a.version) return a;
   if (a.model.empty() && a.manifest.empty()) usage_error("usage", "no MODEL.pte and no --manifest given");
-  const bool generating = a.generate > 0;
+  const bool text_flags = a.have_prompt || a.seq_len > 0 || a.temperature != 0 || a.top_p != 1 || a.have_seed ||
+                          !a.stop.empty() || !a.tokenizer.empty();
+  a.generating = a.generate > 0 || a.have_prompt;
+  const bool generating = a.generating;
+  if (text_flags && !generating) {
+    usage_error("--tokenizer/--seq_len/--temperature/--top-p/--seed/--stop",
+                "only with a token loop: --prompt TEXT, --generate N or --max-new-tokens N");
+  }
+  if (a.have_prompt && a.tokenizer.empty()) usage_error("--prompt", "needs --tokenizer tokenizer.json to encode it");
+  if (a.have_prompt && a.have_prompt_ids) usage_error("--prompt", "and --prompt-ids: give one prompt");
+  if (a.temperature < 0) usage_error("--temperature", "must be at least 0 (0: greedy)");
+  if (!(a.top_p > 0 && a.top_p <= 1)) usage_error("--top-p", "must be in (0, 1]");
+  if (!a.stop.empty() && a.tokenizer.empty()) usage_error("--stop", "needs --tokenizer (stop strings are text)");
+  for (const std::string& s : a.stop) {
+    if (s.empty()) usage_error("--stop", "an empty stop string would stop at once");
+  }
+  if (!a.tokenizer.empty() && a.generate_rounds != 1) {
+    usage_error("--generate-rounds", "does not combine with --tokenizer (one text per run)");
+  }
   if ((a.have_prompt_ids || a.have_expect_tokens || have_prefill || have_decode || a.generate_rounds != 1) &&
       !generating) {
     usage_error("--prompt-ids/--expect-tokens/--prefill-method/--decode-method/--generate-rounds",
-                "only with --generate N");
+                "only with --generate N (or --prompt TEXT)");
   }
   if (a.generate_rounds < 1) usage_error("--generate-rounds", "must be at least 1");
   if (a.load_cycles > 0 && (generating || a.bench > 0 || a.enqueue > 0 || !a.pipeline.empty() || a.device_io)) {

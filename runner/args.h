@@ -25,12 +25,24 @@ struct Args {
   std::string pipeline;  // "A,B"
 
   // --generate
-  long generate = 0;  // N new tokens; 0: no token loop
+  long generate = 0;  // N new tokens (--generate N or --max-new-tokens N, N >= 1); 0: not given
+  bool generating = false;  // a token loop: --generate, --max-new-tokens or --prompt
   long load_cycles = 0;      // --load-cycles N: load, run once and destroy N times
   long generate_rounds = 1;  // the whole loop this many times (prompt from position 0 each time)
   bool have_prompt_ids = false, have_expect_tokens = false;
   std::vector<int64_t> prompt_ids, expect_tokens;
   std::string prefill_method, decode_method;
+
+  // Text generation (runner/README.md "Text generation")
+  std::string tokenizer;  // tokenizer.json: text out (and --prompt in)
+  bool have_prompt = false;
+  std::string prompt;
+  long seq_len = 0;  // --seq_len: prompt plus new tokens at most; 0: not given
+  double temperature = 0;  // 0: greedy
+  double top_p = 1;
+  uint64_t seed = 0;
+  bool have_seed = false;
+  std::vector<std::string> stop;
 };
 
 // Parses argv; a wrong command line is a usage error (exit status 2).

@@ -66,10 +66,11 @@ DecoderSignature check_decoder(const MethodMeta& meta, const std::string& model,
   return sig;
 }
 
-// The greedy token from the last row of output 0 (logits [.., T, V]); only
-// that row is read (copied from the device when the backend left it there).
+// The next token from the last row of output 0 (logits [.., T, V]); only
+// that row is read (copied from the device when the backend left it there)
+// and handed to the sampler (greedy: the argmax) on the host.
 int64_t next_token(const std::vector<EValue>& outputs, const std::string& model, const std::string& method,
-                   double& sampling_ms) {
+                   Sampler& sampler, double& sampling_ms) {
   if (outputs.empty() || !outputs[0].isTensor()) fail(model, "--generate: '" + method + "' returned no logits tensor");
   const auto& t = outputs[0].toTensor();
   const DType* dtype = dtype_by_type(t.scalar_type());
@@ -88,18 +89,40 @@ int64_t next_token(const std::vector<EValue>& outputs, const std::string& model,
   } else {
     std::memcpy(row.data(), src, row.size());
   }
-  // Like torch.argmax: the first maximum, NaN counting as the largest.
-  size_t best = 0;
-  double best_value = element(row.data(), dtype->type);
-  for (size_t v = 1; v < vocab && !std::isnan(best_value); ++v) {
-    const double x = element(row.data() + v * dtype->size, dtype->type);
-    if (std::isnan(x) || x > best_value) {
-      best = v;
-      best_value = x;
+  std::vector<double> logits(vocab);
+  for (size_t v = 0; v < vocab; ++v) logits[v] = element(row.data() + v * dtype->size, dtype->type);
+  const int64_t token = sampler.pick(logits);
+  if (token < 0) fail(model, "--generate: '" + method + "' returned logits that are all NaN or -inf: nothing to sample");
+  sampling_ms += steady_ms() - t0;
+  return token;
+}
+
+// get_max_seq_len, a constant method of ExecuTorch's LLM exports: 0 when the
+// program has none or it returns no integer.
+int64_t program_max_seq_len(Module& module) {
+  const auto names = module.method_names();
+  if (!names.ok() || names->count("get_max_seq_len") == 0) return 0;
+  const auto meta = module.method_meta("get_max_seq_len");
+  if (!meta.ok() || meta->num_inputs() != 0) return 0;
+  const auto out = module.execute("get_max_seq_len");
+  if (!out.ok() || out->empty() || !(*out)[0].isInt()) return 0;
+  return (*out)[0].toInt();
+}
+
+// Text for the terminal: control characters other than newline and tab
+// escaped as sanitize() does, the rest (valid UTF-8) as it is.
+std::string printable(const std::string& text) {
+  std::string out, run;
+  for (char c : text) {
+    if (c == '\n' || c == '\t') {
+      out += sanitize(run);
+      out += c;
+      run.clear();
+    } else {
+      run += c;
     }
   }
-  sampling_ms += steady_ms() - t0;
-  return static_cast<int64_t>(best);
+  return out + sanitize(run);
 }
 
 std::vector<EValue> step(Module& module, const std::string& model, const std::string& method, bool has_position,
@@ -123,22 +146,47 @@ std::string fixed(double v, int decimals) {
 
 }  // namespace
 
-GeneratePlan plan_generate(Module& module, const Args& a, const Manifest* manifest) {
+GeneratePlan plan_generate(Module& module, const Args& a, const Manifest* manifest, const Tokenizer* tokenizer) {
   const GenerateSpec none;
   const GenerateSpec& spec = manifest != nullptr ? manifest->generate : none;
   GeneratePlan p;
+  p.tokenizer = tokenizer;
+  p.stop = a.stop;
+  p.sampling.temperature = a.temperature;
+  p.sampling.top_p = a.top_p;
+  p.sampling.seed = a.seed;
   p.steps = a.generate;
   p.rounds = a.generate_rounds;
   p.prefill_method = !a.prefill_method.empty() ? a.prefill_method : spec.prefill_method;
   p.decode_method = !a.decode_method.empty() ? a.decode_method : spec.decode_method;
   p.prompt = a.have_prompt_ids ? a.prompt_ids : spec.prompt_ids;
-  p.expected = a.have_expect_tokens ? a.expect_tokens : spec.tokens;
+  // The manifest's tokens follow its own prompt, not a --prompt text.
+  p.expected = a.have_expect_tokens ? a.expect_tokens : a.have_prompt ? std::vector<int64_t>{} : spec.tokens;
   p.check = !p.expected.empty();
   p.max_seq_len = spec.max_seq_len;
   if (p.prompt.empty()) {
-    usage_error("--generate", "no prompt: give --prompt-ids or a manifest with generate.prompt_ids");
+    usage_error("--generate", "no prompt: give --prompt-ids, --prompt or a manifest with generate.prompt_ids");
   }
   const std::string& model = a.model;
+  const auto prompt_len = static_cast<int64_t>(p.prompt.size());
+  if (a.seq_len > 0 && prompt_len >= a.seq_len) {
+    fail("--seq_len", "the prompt has " + std::to_string(prompt_len) + " tokens, --seq_len is " +
+                          std::to_string(a.seq_len) + ": no room for a new token");
+  }
+  if (p.max_seq_len <= 0) p.max_seq_len = program_max_seq_len(module);
+  if (p.max_seq_len > 0 && prompt_len >= p.max_seq_len) {
+    fail(model, "--generate: the prompt has " + std::to_string(prompt_len) +
+                    " tokens, the program's cache holds " + std::to_string(p.max_seq_len) +
+                    " (max_seq_len): no room for a new token");
+  }
+  if (p.steps == 0) {
+    // --prompt without a count: the default, within the room left.
+    p.steps = kDefaultNewTokens;
+    if (a.seq_len > 0) p.steps = std::min<int64_t>(p.steps, a.seq_len - prompt_len);
+    if (p.max_seq_len > 0) p.steps = std::min<int64_t>(p.steps, p.max_seq_len - prompt_len);
+  } else if (a.seq_len > 0) {
+    p.steps = std::min<int64_t>(p.steps, a.seq_len - prompt_len);  // --seq_len caps the total
+  }
   const MethodMeta prefill = method_meta(module, model, p.prefill_method);
   const MethodMeta decode = method_meta(module, model, p.decode_method);
   const DecoderSignature ps = check_decoder(prefill, model, p.prefill_method, p.prompt.size());
@@ -170,30 +218,65 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
   if (p.decode_method != p.prefill_method) load_method(module, model, p.decode_method);
   const double load_end_ms = steady_ms();
 
+  // Text mode: the text on stdout as it comes, the figures on stderr.
+  const bool text = p.tokenizer != nullptr;
+  FILE* figures = text ? stderr : stdout;
   bool all_match = true;
   for (long round = 1; round <= p.rounds; ++round) {
     std::vector<int64_t> tokens;
     double sampling_ms = 0;
+    Sampler sampler(p.sampling);
+    TextStream stream;
+    std::string why_stop = "max-new-tokens", piece, error;
+    if (text && !stream.open(*p.tokenizer, p.stop, error)) fail("--tokenizer", error);
+    // Whether generation ends with `token`: an end-of-sequence id, or a stop
+    // string in the text; prints the token's text.
+    auto finished = [&](int64_t token) {
+      if (!text) return false;
+      const auto& eos = p.tokenizer->eos_ids();
+      if (std::find(eos.begin(), eos.end(), static_cast<uint32_t>(token)) != eos.end()) {
+        why_stop = "eos";
+        return true;
+      }
+      if (!stream.push(static_cast<uint32_t>(token), piece, error)) fail("--tokenizer", error);
+      std::fputs(printable(piece).c_str(), stdout);
+      std::fflush(stdout);
+      if (stream.stopped()) why_stop = "stop-string";
+      return stream.stopped();
+    };
     const double start_ms = steady_ms();
     std::vector<int64_t> ids = p.prompt, positions(p.prompt.size());
     for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
     tokens.push_back(next_token(step(module, model, p.prefill_method, prefill_pos, ids, positions), model,
-                                p.prefill_method, sampling_ms));
+                                p.prefill_method, sampler, sampling_ms));
     const double first_token_ms = steady_ms();
+    bool done = finished(tokens.back());
 
     EtCudaStats s0{}, s1{};
     bool have_stats = stats_snapshot(s0);
     int64_t position = static_cast<int64_t>(p.prompt.size());
-    for (long i = 1; i < p.steps; ++i) {
+    for (long i = 1; i < p.steps && !done; ++i) {
       std::vector<int64_t> id{tokens.back()}, pos{position++};
       tokens.push_back(next_token(step(module, model, p.decode_method, decode_pos, id, pos), model, p.decode_method,
-                                  sampling_ms));
+                                  sampler, sampling_ms));
+      done = finished(tokens.back());
     }
     const double end_ms = steady_ms();
     have_stats = have_stats && stats_snapshot(s1);
     mem_sample();
+    if (text) {
+      if (!stream.finish(piece, error)) fail("--tokenizer", error);
+      std::fputs((printable(piece) + "\n").c_str(), stdout);
+      std::fflush(stdout);
+      const std::string sampling =
+          sampler.greedy() ? std::string("greedy")
+                           : "temperature=" + fixed(p.sampling.temperature, 3) + " top_p=" + fixed(p.sampling.top_p, 3) +
+                                 " seed=" + std::to_string(p.sampling.seed);
+      std::fprintf(figures, "text: stop=%s prompt_tokens=%zu new_tokens=%zu sampling=%s prompt_ids=%s\n",
+                   why_stop.c_str(), p.prompt.size(), tokens.size(), sampling.c_str(), join_ints(p.prompt).c_str());
+    }
 
-    const long decoded = p.steps - 1;
+    const long decoded = static_cast<long>(tokens.size()) - 1;
     const double prefill_s = (first_token_ms - start_ms) / 1e3, decode_s = (end_ms - first_token_ms) / 1e3;
     const std::string decode_rate =
         decoded > 0 && decode_s > 0 ? fixed(static_cast<double>(decoded) / decode_s, 1) : "n/a";
@@ -213,8 +296,8 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
     const std::string prefix =
         round < p.rounds ? "generate (round " + std::to_string(round) + " of " + std::to_string(p.rounds) + ")"
                          : "generate";
-    std::printf(
-        "%s: prefill=%s decode=%s prompt_tokens=%zu new_tokens=%zu ttft_ms=%.3f prefill_tok_s=%.1f "
+    std::fprintf(
+        figures, "%s: prefill=%s decode=%s prompt_tokens=%zu new_tokens=%zu ttft_ms=%.3f prefill_tok_s=%.1f "
         "decode_tok_s=%s host_waits_per_token=%s rounds=%ld tokens=%s expected=%s %s\n",
         prefix.c_str(), p.prefill_method.c_str(), p.decode_method.c_str(), p.prompt.size(), tokens.size(),
         first_token_ms - start_ms, prefill_s > 0 ? static_cast<double>(p.prompt.size()) / prefill_s : 0.0,
@@ -223,8 +306,8 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
     if (round < p.rounds) continue;
     // Upstream's LLM runner stats (extension/llm/runner): the same keys, in
     // milliseconds on the steady clock; ours keep fractions of a millisecond.
-    std::printf(
-        "PyTorchObserver {\"prompt_tokens\":%zu,\"generated_tokens\":%zu,\"model_load_start_ms\":%.3f,"
+    std::fprintf(
+        figures, "PyTorchObserver {\"prompt_tokens\":%zu,\"generated_tokens\":%zu,\"model_load_start_ms\":%.3f,"
         "\"model_load_end_ms\":%.3f,\"inference_start_ms\":%.3f,\"inference_end_ms\":%.3f,\"prompt_eval_end_ms\":%.3f,"
         "\"first_token_ms\":%.3f,\"aggregate_sampling_time_ms\":%.3f,\"SCALING_FACTOR_UNITS_PER_SECOND\":1000}\n",
         p.prompt.size(), tokens.size(), load_start_ms, load_end_ms, start_ms, end_ms, first_token_ms, first_token_ms,

@@ -12,6 +12,8 @@
 #include "args.h"
 #include "manifest.h"
 #include "methods.h"
+#include "sampling.h"
+#include "text.h"
 
 namespace et_cuda_run {
 
@@ -24,12 +26,26 @@ struct GeneratePlan {
   bool check = false;  // compare with `expected`
   std::vector<int64_t> expected;
   int64_t max_seq_len = 0;
+  SamplingParams sampling;  // greedy unless --temperature > 0
+  // Text mode (--tokenizer): the new tokens are printed as text on stdout,
+  // the figures go to stderr, and the loop stops at an end-of-sequence id or
+  // a stop string.
+  const Tokenizer* tokenizer = nullptr;
+  std::vector<std::string> stop;
 };
+
+// The default number of new tokens with --prompt and neither --generate nor
+// --max-new-tokens (fewer when --seq_len or the cache leave less room).
+constexpr long kDefaultNewTokens = 128;
 
 // Resolves the plan and checks it against the methods' signatures (int64 ids
 // within the T bound, float logits, prompt ids below the vocabulary size,
 // positions within max_seq_len): everything that needs no GPU.
-GeneratePlan plan_generate(Module& module, const Args& a, const Manifest* manifest);
+// A program's cache length, when it says: max_seq_len in the manifest's
+// generate section, else the program's constant method get_max_seq_len (run on
+// the host; ExecuTorch's LLM exports carry one).
+GeneratePlan plan_generate(Module& module, const Args& a, const Manifest* manifest,
+                           const Tokenizer* tokenizer = nullptr);
 
 // Loads the methods and runs the loop; prints the "generate: ..." and the
 // "PyTorchObserver {...}" lines. Returns whether the tokens matched (true when

@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <memory>
 
 namespace et_cuda_run {
 namespace {
@@ -151,6 +152,23 @@ int run(int argc, char** argv) {
     return kExitOk;
   }
 
+  // The tokenizer and the prompt's ids first: a bad tokenizer.json or prompt
+  // is reported before any program file is read.
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!a.tokenizer.empty()) {
+    std::string error;
+    tokenizer = Tokenizer::load(a.tokenizer, error);
+    if (!tokenizer) fail(a.tokenizer, error);
+  }
+  if (a.have_prompt) {
+    std::vector<uint32_t> ids;
+    std::string error;
+    if (!tokenizer->encode(a.prompt, ids, error)) fail("--prompt", error);
+    if (ids.empty()) usage_error("--prompt", "the text encodes to no tokens");
+    a.prompt_ids.assign(ids.begin(), ids.end());
+    a.have_prompt_ids = true;
+  }
+
   Manifest manifest;
   const bool have_manifest = !a.manifest.empty();
   if (have_manifest) {
@@ -158,7 +176,7 @@ int run(int argc, char** argv) {
     if (a.model.empty()) a.model = manifest.model;
     if (a.data.empty()) a.data = manifest.data;
     if (a.model.empty()) fail(a.manifest, "no \"model\" and no MODEL.pte given");
-    if (a.generate == 0 && manifest.methods.empty()) {
+    if (!a.generating && manifest.methods.empty()) {
       usage_error(a.manifest, "the manifest has no cases, only \"generate\": pass --generate N");
     }
   }
@@ -188,11 +206,11 @@ int run(int argc, char** argv) {
   load_program(module, a);
 
   bool all_pass = true;
-  if (a.generate > 0) {
+  if (a.generating) {
     Args g = a;
     if (g.prefill_method.empty()) g.prefill_method = a.method;
     if (g.decode_method.empty()) g.decode_method = a.method;
-    const GeneratePlan plan = plan_generate(module, g, have_manifest ? &manifest : nullptr);
+    const GeneratePlan plan = plan_generate(module, g, have_manifest ? &manifest : nullptr, tokenizer.get());
     all_pass = run_generate(module, a.model, plan, load_start_ms);
   } else if (!a.pipeline.empty()) {
     all_pass = run_pipeline(module, a, manifest, user_skip);

@@ -30,6 +30,9 @@ for f in "$FIXTURES"/*/; do
   cp -r "$f" "$out/fixtures/"
 done
 chmod -R u+w "$out/fixtures"
+# The tokenizer test files, for et_cuda_run --tokenizer on the suite's decoders.
+mkdir -p "$out/tokenizers"
+cp "$ROOT"/tokenizer/testdata/{bpe,wordpiece,unigram}.json "$out/tokenizers/"
 cp "$ROOT/scripts/gpu_run.sh" "$out/run.sh"
 # The commit the bundle was built from (+ "-dirty" with uncommitted changes): results files are
 # named after it (bench/results.py) where the GPU machine has no git history.

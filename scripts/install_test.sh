@@ -2,7 +2,7 @@
 # The install is relocatable and does not depend on the clone it was built in
 # (README "Using it from CMake", the install rule):
 #  1. copy the sources into a throwaway clone with its own copy of ExecuTorch,
-#     configure it there (using the crate already built in $BUILD), build and
+#     configure it there (using the crates already built in $BUILD), build and
 #     `cmake --install --strip` into a prefix;
 #  2. delete that clone (sources, build folder, its ExecuTorch) and move the prefix;
 #  3. check the installed files: no path of the clone anywhere, the shipped
@@ -22,7 +22,9 @@ ensure_cmake
 find_executorch
 FIXTURES=${ET_CUDA_FIXTURES:-$ROOT/../shared/fixtures}
 LIB=$BUILD/libexecutorch_cuda.so.0
+TOK=$BUILD/libetc_tokenizer.a
 [ -f "$LIB" ] || die "$LIB is missing: build first (scripts/test.sh or scripts/run_example.sh)"
+[ -f "$TOK" ] || die "$TOK is missing: build first (scripts/test.sh or scripts/run_example.sh)"
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/et_cuda_install.XXXXXX")
 trap 'rm -rf "$T"' EXIT
@@ -36,9 +38,11 @@ copy_executorch() { # DEST: the parts of the package CMake and the runtime use
 step "install test: a throwaway clone in $T/clone"
 mkdir -p "$T/clone"
 cp -r CMakeLists.txt Cargo.toml adapter runner include cmake c_tests "$T/clone/"
+mkdir -p "$T/clone/tokenizer" && cp -r tokenizer/include "$T/clone/tokenizer/"
 copy_executorch "$T/clone/.deps/py/executorch"
 cmake -S "$T/clone" -B "$T/clone/build" -DCMAKE_BUILD_TYPE=Release -DET_CUDA_BUILD_TESTS=OFF \
-  -Dexecutorch_DIR="$T/clone/.deps/py/executorch/share/cmake" -DET_CUDA_PREBUILT_LIBRARY="$LIB" >"$T/configure.log" ||
+  -Dexecutorch_DIR="$T/clone/.deps/py/executorch/share/cmake" -DET_CUDA_PREBUILT_LIBRARY="$LIB" \
+  -DET_CUDA_PREBUILT_TOKENIZER="$TOK" >"$T/configure.log" ||
   { cat "$T/configure.log"; die "configuring the throwaway clone failed"; }
 cmake --build "$T/clone/build" -j "$JOBS" >"$T/build.log" || { cat "$T/build.log"; die "building the throwaway clone failed"; }
 cmake --install "$T/clone/build" --prefix "$T/prefix" --strip
@@ -60,10 +64,12 @@ readelf -S -W "$P/lib/libexecutorch_cuda.so.0" | grep -q ' \.symtab ' &&
 cmake -DREADELF=readelf -DLIB="$P/lib/libexecutorch_cuda.so.0" -DSONAME=libexecutorch_cuda.so.0 \
   -DRUNPATH_FILES="$P/bin/et_cuda_run|$P/lib/libexecutorch_cuda_backend.so" -DFORBIDDEN="$T" \
   -P cmake/check_artifacts.cmake
-for f in "$P/bin/et_cuda_run" "$P/lib/libexecutorch_cuda_backend.so"; do
+for f in "$P/bin/et_cuda_run" "$P"/lib/*.so; do
+  [ -L "$f" ] && continue
   runpath=$(readelf -d "$f" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
   case "$runpath" in
     '$ORIGIN' | '$ORIGIN/../lib') ;;
+    '') ;; # none: nothing outside the prefix either
     *) die "$f: RUNPATH '$runpath', expected only an \$ORIGIN-relative entry" ;;
   esac
 done
@@ -100,7 +106,11 @@ env -u LD_LIBRARY_PATH "$T/consumer/app"
 step "install test: a consumer without executorch_DIR gets our message"
 out=$(cmake -S c_tests/consumer -B "$T/consumer2" -DCMAKE_PREFIX_PATH="$P" 2>&1) &&
   die "the consumer configured without ExecuTorch"
-grep -q "executorch_cuda needs ExecuTorch's CMake package" <<<"$out" || { echo "$out"; die "unexpected configure error"; }
+# CMake wraps the message: compare it with its lines joined.
+msg=$(tr -s ' \n' '  ' <<<"$out" | sed -n 's/.*\(executorch_cuda needs .*CMAKE_PREFIX_PATH\).*/\1/p')
+grep -q "^executorch_cuda needs ExecuTorch's CMake package (executorch::runtime): pass -Dexecutorch_DIR=" <<<"$msg" ||
+  { echo "$out"; die "unexpected configure error"; }
+case $msg in *';'*) echo "$out"; die "a ';' in the not-found message" ;; esac
 echo "configure failed as expected: executorch_cuda needs ExecuTorch's CMake package (-Dexecutorch_DIR=...)"
 
 step "install test passed"

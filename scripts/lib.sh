@@ -10,6 +10,10 @@ EXECUTORCH_VERSION=1.5.1
 CMAKE_MIN=3.28
 RUST_MIN=$(sed -n 's/^rust-version = "\([0-9.]*\)"/\1/p' "$ROOT/Cargo.toml")
 
+# pip as root (containers, CI) warns about the system's packages on every
+# install; ours go into folders of their own (--target), so the warning is noise.
+export PIP_ROOT_USER_ACTION=ignore
+
 step() { printf '\n==> %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 

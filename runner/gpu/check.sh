@@ -65,7 +65,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$LOG" 2>&1
 # ------------------------------------------------------------------ 1. programs
 if [ ! -f "$MODELS/dyn_mlp/manifest.json" ] || [ ! -f "$MODELS/tiny_decoder/manifest.json" ]; then
   if [ ! -f "$SITE/executorch/exir/__init__.py" ] && compgen -G "$BUNDLE/whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" "$BUNDLE"/whl/*.whl \
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" "$BUNDLE"/whl/*.whl \
       >>"$LOG" 2>&1 || echo "pip install of the bundle's wheels failed (see $LOG)"
   fi
   chmod +x "$SITE/executorch/data/bin/flatc" 2>/dev/null

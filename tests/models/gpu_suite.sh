@@ -110,7 +110,7 @@ install_site() { # name dir -> 0 when usable
     mkdir -p "$dir" && tar -xJf "$WHEELS/sites/$name.tar.xz" -C "$dir" 2>"$WORK/logs/site_$name.log" ||
       note "ERROR: unpacking $WHEELS/sites/$name.tar.xz failed"
   elif compgen -G "$WHEELS/wheels/$name/*.whl" >/dev/null; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --target "$dir" "$WHEELS"/wheels/common/*.whl \
+    PIP_ROOT_USER_ACTION=ignore $PY -m pip install -q --no-index --no-deps --no-compile --target "$dir" "$WHEELS"/wheels/common/*.whl \
       "$WHEELS"/wheels/$name/*.whl >"$WORK/logs/site_$name.log" 2>&1 || note "ERROR: pip install for $name failed"
   else
     note "no $name wheels ($WHEELS/sites/$name.tar.xz or $WHEELS/wheels/$name/): its steps are skipped"

@@ -1,0 +1,178 @@
+// et_cuda_run's text pieces on the CPU: the tokenizer library through its C
+// API and the runner's wrapper (runner/text.cpp), stop strings, and the
+// sampler with its seeded generator (runner/sampling.cpp).
+//   runner_text_test <tokenizer/testdata folder>
+#include "../runner/sampling.h"
+#include "../runner/text.h"
+
+#include <etc_tokenizer.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+using namespace et_cuda_run;
+
+static int failures = 0;
+#define CHECK(cond)                                                      \
+  do {                                                                   \
+    if (!(cond)) {                                                       \
+      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                        \
+    }                                                                    \
+  } while (0)
+
+static std::string data_dir;
+
+static std::unique_ptr<Tokenizer> load(const std::string& name) {
+  std::string error;
+  auto t = Tokenizer::load(data_dir + "/" + name, error);
+  if (!t) std::fprintf(stderr, "%s: %s\n", name.c_str(), error.c_str());
+  return t;
+}
+
+// Generates `text` token by token through a TextStream with `stops`; returns
+// what was printed and whether it stopped.
+static std::string generate(const Tokenizer& tok, const std::string& text, const std::vector<std::string>& stops,
+                            bool& stopped, size_t& tokens_used, size_t* tokens_total = nullptr) {
+  std::vector<uint32_t> ids;
+  std::string error, out, piece;
+  CHECK(tok.encode(text, ids, error));
+  TextStream s;
+  CHECK(s.open(tok, stops, error));
+  tokens_used = 0;
+  if (tokens_total != nullptr) *tokens_total = ids.size();
+  for (uint32_t id : ids) {
+    ++tokens_used;
+    CHECK(s.push(id, piece, error));
+    out += piece;
+    if (s.stopped()) break;
+  }
+  CHECK(s.finish(piece, error));
+  out += piece;
+  stopped = s.stopped();
+  CHECK(out == s.text());
+  return out;
+}
+
+static void tokenizer_tests() {
+  std::string error;
+  CHECK(!Tokenizer::load(data_dir + "/no_such.json", error));
+  CHECK(error.rfind("cannot read: ", 0) == 0);
+  CHECK(!Tokenizer::load(data_dir + "/make_tokenizers.py", error));
+  CHECK(error.rfind("not a tokenizer.json: ", 0) == 0);
+  CHECK(error.find('\n') == std::string::npos);
+
+  auto bpe = load("bpe.json");
+  CHECK(bpe != nullptr);
+  if (!bpe) return;
+  CHECK(bpe->vocab_size() == 500);
+  CHECK(bpe->eos_ids().size() == 2);  // <|endoftext|> and <|im_end|>, not <|im_start|>
+  std::vector<uint32_t> ids;
+  CHECK(bpe->encode("naïve café 🚀", ids, error) && ids.size() > 4);
+  CHECK(bpe->encode("", ids, error) && ids.empty());
+  // Text that is not UTF-8 is an error, not a crash.
+  CHECK(!bpe->encode(std::string("a\xff"), ids, error));
+  CHECK(error.rfind("the text is not UTF-8", 0) == 0);
+
+  bool stopped = false;
+  size_t used = 0;
+  const std::string text = "The runner loads a program. User: more text";
+  CHECK(generate(*bpe, text, {}, stopped, used) == text && !stopped);
+  size_t total = 0;
+  CHECK(generate(*bpe, text, {"User:"}, stopped, used, &total) == "The runner loads a program. " && stopped);
+  CHECK(used + 2 < total);  // it stopped before the end of the tokens
+  // The earliest of several stop strings wins; one that never comes does nothing.
+  CHECK(generate(*bpe, text, {"more", "loads"}, stopped, used) == "The runner " && stopped);
+  CHECK(generate(*bpe, text, {"absent"}, stopped, used) == text && !stopped);
+  // A stop string's start at the end is held back, then released when it does not go on.
+  CHECK(generate(*bpe, "ab🚀 c", {"🚀x"}, stopped, used) == "ab🚀 c" && !stopped);
+  CHECK(generate(*bpe, "ab🚀x c", {"🚀x"}, stopped, used) == "ab" && stopped);
+
+  auto uni = load("unigram.json");
+  auto wp = load("wordpiece.json");
+  CHECK(uni && uni->eos_ids().size() == 1);
+  CHECK(wp && wp->eos_ids().empty());
+  if (uni) CHECK(generate(*uni, "The runner loads a program.", {}, stopped, used) == "The runner loads a program.");
+  if (wp) CHECK(generate(*wp, "The runner loads a program.", {}, stopped, used) == "the runner loads a program.");
+}
+
+static void sampling_tests() {
+  // splitmix64's first output for seed 0 (the published reference value).
+  uint64_t state = 0;
+  CHECK(Rng::splitmix64(state) == 0xe220a8397b1dcdafULL);
+  Rng a(42), b(42), c(43);
+  bool differ = false;
+  for (int i = 0; i < 16; ++i) {
+    const uint64_t x = a.next();
+    CHECK(x == b.next());
+    differ = differ || x != c.next();
+  }
+  CHECK(differ);
+  for (int i = 0; i < 1000; ++i) {
+    const double u = a.uniform();
+    CHECK(u >= 0 && u < 1);
+  }
+
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  CHECK(argmax({1, 3, 3, 2}) == 1);  // the first maximum
+  CHECK(argmax({1, nan, 5}) == 1);   // NaN counts as the largest
+  Sampler greedy(SamplingParams{});
+  CHECK(greedy.greedy() && greedy.pick({0.1, 0.9, 0.3}) == 1);
+
+  // Temperature 1 over log-probabilities: frequencies follow them.
+  const std::vector<double> logits{std::log(0.5), std::log(0.3), std::log(0.2), nan};
+  SamplingParams p;
+  p.temperature = 1;
+  p.seed = 7;
+  Sampler s(p), s2(p);
+  std::map<int64_t, int> count;
+  std::vector<int64_t> first, second;
+  for (int i = 0; i < 20000; ++i) {
+    const int64_t t = s.pick(logits);
+    ++count[t];
+    if (i < 50) first.push_back(t), second.push_back(s2.pick(logits));
+  }
+  CHECK(first == second);  // the same seed, the same tokens
+  CHECK(count.count(3) == 0);  // NaN is never sampled
+  CHECK(std::abs(count[0] / 20000.0 - 0.5) < 0.02);
+  CHECK(std::abs(count[1] / 20000.0 - 0.3) < 0.02);
+  CHECK(std::abs(count[2] / 20000.0 - 0.2) < 0.02);
+
+  // top-p 0.6: only the two most likely (0.5 + 0.3 >= 0.6), renormalised.
+  p.top_p = 0.6;
+  Sampler top(p);
+  count.clear();
+  for (int i = 0; i < 20000; ++i) ++count[top.pick(logits)];
+  CHECK(count.count(2) == 0);
+  CHECK(std::abs(count[0] / 20000.0 - 0.625) < 0.02);
+  // A tiny top-p or a tiny temperature is the argmax.
+  p.top_p = 1e-9;
+  Sampler tiny(p);
+  for (int i = 0; i < 100; ++i) CHECK(tiny.pick(logits) == 0);
+  p.top_p = 1;
+  p.temperature = 1e-6;
+  Sampler cold(p);
+  for (int i = 0; i < 100; ++i) CHECK(cold.pick({0.0, 1.0, 0.999}) == 1);
+  // +inf takes all the mass; nothing to sample is -1.
+  p.temperature = 1;
+  Sampler edge(p);
+  CHECK(edge.pick({0.0, inf, 1.0}) == 1);
+  CHECK(edge.pick({nan, -inf}) == -1);
+}
+
+int main(int argc, char** argv) {
+  data_dir = argc > 1 ? argv[1] : "tokenizer/testdata";
+  tokenizer_tests();
+  sampling_tests();
+  if (failures > 0) {
+    std::fprintf(stderr, "%d check(s) failed\n", failures);
+    return 1;
+  }
+  std::printf("runner text and sampling: all checks passed\n");
+  return 0;
+}
