@@ -10,11 +10,13 @@
 //!
 //! Files: [`tensor`] (lifetime and attributes), [`views`] (creation, views,
 //! copies, scalars), [`device`] (device and stream guards), [`diag`]
-//! (diagnostics and unsupported features), [`int4`] (the int4 matmul fallback op).
+//! (diagnostics and unsupported features), [`int4`] (the int4 matmul fallback op),
+//! [`sort_rand`] (stable sort and random fallback ops).
 
 pub mod device;
 pub mod diag;
 pub mod int4;
+pub mod sort_rand;
 pub mod tensor;
 pub mod views;
 
@@ -22,6 +24,7 @@ pub use crate::aoti::{AtenTensorHandle, AtenTensorOpaque};
 pub use device::*;
 pub use diag::*;
 pub use int4::*;
+pub use sort_rand::*;
 pub use tensor::*;
 pub use views::*;
 
