@@ -24,6 +24,9 @@
 //! no lease is ever taken and dropped.
 
 pub mod int4mm;
+#[cfg(test)]
+pub mod philox_ref; // also included by tests/sort_rand_gpu.rs
+pub mod sort_rand;
 
 use crate::cuda::{self, check, ContextGuard, DeviceState};
 use crate::error::{Error, Result};

@@ -41,6 +41,10 @@ REGISTRY = {
     "et15_qwen3_bf16": lambda: P.qwen3("et15_qwen3_bf16"),
     "et15_mlp_devio_f32": _named(lambda: P.mlp_f32("et15_mlp_devio_f32"), "et15_mlp_devio_f32",
                                  et_config={"device_io": True}),
+    # issue 23: programs importing aoti_torch_cuda_sort_stable / _randint_low_out / _rand
+    "et15_moe_bf16": lambda: P.moe("et15_moe_bf16"),
+    "et15_sampler_bf16": lambda: P.sampler("et15_sampler_bf16"),
+    "et15_sampler_fallback_bf16": lambda: P.sampler("et15_sampler_fallback_bf16", fallback_random=True),
 }
 
 

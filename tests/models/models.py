@@ -353,6 +353,127 @@ def llama1b(seed):
     return m
 
 
+
+# ----------------------------------------------------------------------------- MoE decoder and on-device sampling
+# (issue 23: programs whose AOTInductor .so imports aoti_torch_cuda_sort_stable,
+# aoti_torch_cuda_randint_low_out or aoti_torch_cuda_rand)
+
+MOE_CFG = dict(vocab=1000, hidden=128, layers=2, heads=4, kv_heads=2, head_dim=32, ffn=128,
+               experts=8, top_k=2, capacity=2, router_scale=8.0, max_seq=320)
+
+
+class MoEFFN(nn.Module):
+    """Top-k MoE feed-forward with per-call expert capacity (Switch-style token dropping).
+
+    Routing: torch.sort(router logits, descending, stable) over the experts, the first k.
+    Dispatch: the token-expert assignments sorted by expert with a STABLE sort, so that
+    inside an expert the earlier token comes first; an assignment past the expert's
+    capacity in that order is dropped (weight 0). Whether a token is dropped therefore
+    depends on the sort being correct and stable. The dispatch sort runs over N*k
+    elements with N (tokens) dynamic up to max_seq = 320, i.e. up to 640 > 512:
+    Inductor keeps it as a fallback (aten.sort.stable -> aoti_torch_cuda_sort_stable)
+    instead of its persistent Triton sort (<= 512 elements). The inverse permutation is
+    a second stable sort (argsort of the permutation). Experts are computed densely for
+    every token (tiny) and the chosen ones gathered: no data-dependent shapes."""
+
+    def __init__(self, c):
+        super().__init__()
+        d, f, E = c["hidden"], c["ffn"], c["experts"]
+        self.E, self.k, self.capacity, self.scale = E, c["top_k"], c["capacity"], c["router_scale"]
+        self.router = nn.Linear(d, E, bias=False)
+        self.w_gate = nn.Parameter(torch.zeros(E, d, f))
+        self.w_up = nn.Parameter(torch.zeros(E, d, f))
+        self.w_down = nn.Parameter(torch.zeros(E, f, d))
+
+    def forward(self, h):
+        B, T, d = h.shape
+        N, k = B * T, self.k
+        x = h.reshape(N, d)
+        logits = self.router(x).float() * self.scale
+        vals, idx = torch.sort(logits, dim=-1, descending=True, stable=True)
+        top_v, top_i = vals[:, :k], idx[:, :k]
+        w = torch.softmax(top_v, dim=-1)
+        flat_e = top_i.reshape(N * k)
+        order = torch.sort(flat_e, stable=True).indices  # assignments grouped by expert, token order kept
+        inv = torch.sort(order, stable=True).indices  # inverse permutation
+        counts = (flat_e[:, None] == torch.arange(self.E, device=h.device)[None, :]).sum(0)
+        starts = torch.cumsum(counts, 0) - counts
+        pos_sorted = torch.arange(N * k, device=h.device) - starts[flat_e[order]]
+        pos = pos_sorted[inv].reshape(N, k)  # rank of each assignment inside its expert
+        w = w * (pos < self.capacity).float()
+        g = torch.einsum("nd,edf->enf", x, self.w_gate)
+        u = torch.einsum("nd,edf->enf", x, self.w_up)
+        y_all = torch.einsum("enf,efd->end", F.silu(g) * u, self.w_down)  # [E, N, d]
+        y = y_all[top_i, torch.arange(N, device=h.device)[:, None]]  # [N, k, d]
+        out = (y * w[..., None].to(y.dtype)).sum(1)
+        return out.reshape(B, T, d)
+
+
+class MoEBlock(QwenBlock):
+    def __init__(self, c):
+        super().__init__(c)
+        del self.gate_proj, self.up_proj, self.down_proj
+        self.moe = MoEFFN(c)
+
+    def forward(self, x, cos, sin, pos, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, pos, mask)
+        return x + self.moe(self.post_attention_layernorm(x))
+
+
+class MoEDecoder(Qwen3Decoder):
+    """Qwen3-style decoder (KV cache, GQA, RoPE) with MoE feed-forward blocks."""
+
+    def __init__(self, c=MOE_CFG):
+        super().__init__(c)
+        self.layers = nn.ModuleList(MoEBlock(c) for _ in range(c["layers"]))
+
+
+def moe(seed):
+    g = seeded(seed)
+    m = MoEDecoder().eval()
+    init_decoder_weights(m, g)
+    return m
+
+
+SAMPLER_CFG = dict(vocab=1000, hidden=128, layers=1, heads=4, kv_heads=2, head_dim=32, ffn=256, max_seq=64)
+SAMPLES = 8192
+TEMPERATURE = 0.7
+
+
+class SamplerDecoder(nn.Module):
+    """A Qwen3-style decoder that samples on the device: Gumbel-max over SAMPLES draws
+    from softmax(last logits / TEMPERATURE), with torch.rand. forward(input_ids [1,T],
+    cache_position [T]) -> (logits [1,T,V], hist [V], moments [2]): hist is the
+    empirical distribution of the samples (-> softmax(last / TEMPERATURE)), moments the
+    mean of u and of u^2 over all SAMPLES * V uniforms (-> 1/2, 1/3). Random outputs:
+    the references are eager's own draws, so the suite's tolerance (3x the GPU-vs-CPU
+    eager spread) makes the check statistical. Inductor's default lowering draws its
+    Triton Philox seeds with aten.randint.low_out (aoti_torch_cuda_randint_low_out);
+    with fallback_random=True it calls aten.rand (aoti_torch_cuda_rand)."""
+
+    def __init__(self, base):
+        super().__init__()
+        self.base = base
+
+    def forward(self, input_ids, cache_position):
+        logits = self.base(input_ids, cache_position)
+        last = logits[0, -1].float() / TEMPERATURE
+        V = last.shape[0]
+        u = torch.rand(SAMPLES, V, device=last.device, dtype=torch.float32)
+        gumbel = -torch.log(-torch.log(u.clamp(min=1e-12, max=1.0 - 1e-7)))
+        samples = torch.argmax(last[None, :] + gumbel, dim=-1)
+        hist = (samples[:, None] == torch.arange(V, device=last.device)[None, :]).float().mean(0)
+        moments = torch.stack([u.mean(), (u * u).mean()])
+        return logits, hist.to(logits.dtype), moments.to(logits.dtype)
+
+
+def sampler(seed):
+    g = seeded(seed)
+    base = Qwen3Decoder(SAMPLER_CFG).eval()
+    init_decoder_weights(base, g)
+    return SamplerDecoder(base).eval()
+
+
 # ----------------------------------------------------------------------------- Gemma-3 (HF) with a static cache
 
 GEMMA_CFG = dict(

@@ -274,3 +274,52 @@ def llama1b(name="llama1b_bf16"):
     in the manifest whatever it is."""
     return decoder_program(name, M.llama1b, 310, 1310, max_seq=M.LLAMA1B_CFG["max_seq"],
                            vocab=M.LLAMA1B_CFG["vocab"], seed_tries=1)
+
+# ----------------------------------------------------------------------------- issue 23: sort and random fallback ops
+# ExecuTorch 1.5.1's CudaBackend lists aten.sort.stable and aoti_torch_cuda_randint_low_out
+# as supported fallback kernels (not aoti_torch_cuda_rand): see export_et15.py.
+
+
+def moe(name="et15_moe_bf16"):
+    """MoE decoder (8 experts, top-2, capacity 2 per call): the .so must import
+    aoti_torch_cuda_sort_stable (checked after export); greedy tokens vs eager."""
+    p = decoder_program(name, M.moe, 230, 1230, max_seq=M.MOE_CFG["max_seq"])
+    p.expect_imports = ["aoti_torch_cuda_sort_stable"]
+    p.notes["config"] = {k: v for k, v in M.MOE_CFG.items()}
+    p.notes["moe"] = ("routing: stable descending sort of the router logits over 8 experts, top 2; dispatch: "
+                      "stable sort of the N*2 token-expert assignments by expert (N dynamic up to 320, so up "
+                      "to 640 elements: an Inductor fallback), capacity 2 per expert and call in that order")
+    return p
+
+
+def sampler(name, fallback_random=False):
+    """Decoder sampling on the device (Gumbel-max with torch.rand): random outputs checked
+    statistically (hist -> softmax(last logits / T), moments -> 1/2, 1/3) within the suite's
+    tolerance. Default Inductor lowering: Triton Philox with seeds from
+    aoti_torch_cuda_randint_low_out; fallback_random=True: aoti_torch_cuda_rand."""
+    make = frozen(lambda: M.sampler(240), 240)
+    prompt = torch.randint(3, M.SAMPLER_CFG["vocab"], (1, PROMPT_LEN), generator=gen(1240))
+    T = PROMPT_LEN
+    cases = [(prompt, torch.arange(T))] + [(torch.tensor([[7 + i]]), torch.tensor([T + i])) for i in range(2)]
+    Td = Dim("T", min=1, max=M.SAMPLER_CFG["max_seq"])
+    p = Program(
+        name=name, dtype=BF16,
+        factories={"forward": make},
+        example={"forward": cases[0]},
+        cases={"forward": cases},
+        dynamic={"forward": ({1: Td}, {0: Td})},
+        stateful=True, seed=240,
+        notes={"samples": M.SAMPLES, "temperature": M.TEMPERATURE,
+               "random_outputs": "outputs 1 (hist) and 2 (moments) are random: eager's own draws are the "
+                                 "reference, the tolerance (3x the GPU-vs-CPU eager spread) makes it a "
+                                 "statistical check; each process starts from the library's default seed, "
+                                 "so two runs of one mode give the same numbers (determinism)"},
+    )
+    if fallback_random:
+        p.inductor_config = {"fallback_random": True}
+        # Not in ExecuTorch 1.5.1's list (it has randint_low_out only): this library implements it.
+        p.extra_fallback_kernels = ["aoti_torch_cuda_rand", "at::_ops::rand::call"]
+        p.expect_imports = ["aoti_torch_cuda_rand"]
+    else:
+        p.expect_imports = ["aoti_torch_cuda_randint_low_out"]
+    return p

@@ -6,6 +6,7 @@ symbols, and the parallel driver (one subprocess per program).
 """
 import argparse
 import concurrent.futures
+import contextlib
 import copy
 import hashlib
 import json
@@ -67,6 +68,9 @@ class Program:
     notes: Dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     et_config: Dict[str, Any] = field(default_factory=dict)  # ET 1.5.1: propagate-device / planning options
+    inductor_config: Dict[str, Any] = field(default_factory=dict)  # torch._inductor.config.patch(...) while lowering
+    extra_fallback_kernels: List[str] = field(default_factory=list)  # added to CudaBackend's supported list
+    expect_imports: List[str] = field(default_factory=list)  # symbols some .so must import (else the export fails)
 
 
 def cast_args(args, dtype, device="cpu"):
@@ -201,6 +205,61 @@ def compile_spec_list(method, extra):
     for k, v in extra.items():
         specs.append(CompileSpec(k, v.encode("utf-8")))
     return specs
+
+
+@contextlib.contextmanager
+def lowering_patches(p):
+    """The program's Inductor config and extra supported fallback kernels, for its lowering only."""
+    with contextlib.ExitStack() as stack:
+        if p.inductor_config:
+            import torch._inductor.config as inductor_config
+
+            stack.enter_context(inductor_config.patch(p.inductor_config))
+        if p.extra_fallback_kernels:
+            from executorch.backends.cuda.cuda_backend import CudaBackend
+
+            orig = CudaBackend.get_supported_fallback_kernels.__func__
+
+            def patched(cls):
+                d = dict(orig(cls))
+                d.update({k: None for k in p.extra_fallback_kernels})
+                return d
+
+            CudaBackend.get_supported_fallback_kernels = classmethod(patched)
+            stack.callback(setattr, CudaBackend, "get_supported_fallback_kernels", classmethod(orig))
+        yield
+
+
+def so_imports(so_bytes):
+    """Undefined dynamic symbols of a .so: `nm -D --undefined-only` when nm exists, else the
+    ELF parser above (the two must agree when both run)."""
+    undef, _ = elf_dynamic_symbols(so_bytes)
+    nm = shutil.which("nm")
+    if nm:
+        with tempfile.NamedTemporaryFile(suffix=".so") as f:
+            f.write(so_bytes)
+            f.flush()
+            out = subprocess.run([nm, "-D", "--undefined-only", f.name], capture_output=True, text=True, check=True).stdout
+        by_nm = sorted({line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()})
+        if set(by_nm) != set(undef):
+            raise RuntimeError(f"nm -D and the ELF parser disagree: {sorted(set(by_nm) ^ set(undef))[:10]}")
+    return set(undef)
+
+
+def check_expected_imports(p, delegates):
+    """Fail the export when no .so of the program imports one of p.expect_imports."""
+    if not p.expect_imports:
+        return {}
+    if "fake_aoti" in sys.modules:  # the stub .so imports nothing of ours
+        return {s: "not checked (fake AOTInductor)" for s in p.expect_imports}
+    found = set()
+    for dl in delegates:
+        for _key, data in dl.get("_so", []):
+            found |= so_imports(data)
+    missing = [s for s in p.expect_imports if s not in found]
+    if missing:
+        raise RuntimeError(f"{p.name}: no AOTInductor .so imports {missing} (the program does not test what it is for)")
+    return {s: True for s in p.expect_imports}
 
 
 def lower(eps, extra_specs, backend_config):
@@ -474,7 +533,8 @@ def export_program(p: Program, outdir, backend_config_fn, dry_run=False, exporte
         et = None
     else:
         try:
-            _, et, delegates = lower(eps, specs, backend_config_fn(p))
+            with lowering_patches(p):
+                _, et, delegates = lower(eps, specs, backend_config_fn(p))
         except Exception as e:
             if not (p.triton_retry_off and "bfloat16" in str(e)):
                 raise
@@ -485,6 +545,9 @@ def export_program(p: Program, outdir, backend_config_fn, dry_run=False, exporte
                 mod = p.factories[m]().to(dt).to(dev).eval()
                 eps2[m] = torch.export.export(mod, cast_args(p.example[m], dt, dev), dynamic_shapes=p.dynamic.get(m), strict=True)
             _, et, delegates = lower(eps2, specs, backend_config_fn(p))
+        notes["expected_imports"] = check_expected_imports(p, delegates)
+        if p.inductor_config:
+            notes["inductor_config"] = dict(p.inductor_config)
     t_lower = time.time() - t_lower
 
     # ---- files

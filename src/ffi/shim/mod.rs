@@ -12,12 +12,14 @@
 //! copies, scalars), [`device`] (device and stream guards), [`diag`]
 //! (diagnostics and unsupported features), [`int4`] (the int4 matmul fallback op),
 //! [`driver`] (`cuModuleLoadData`, so that the generated code's modules are
-//! unloaded with their container).
+//! unloaded with their container), [`sort_rand`] (stable sort and random
+//! fallback ops).
 
 pub mod device;
 pub mod diag;
 pub mod driver;
 pub mod int4;
+pub mod sort_rand;
 pub mod tensor;
 pub mod views;
 
@@ -25,6 +27,7 @@ pub use crate::aoti::{AtenTensorHandle, AtenTensorOpaque};
 pub use device::*;
 pub use diag::*;
 pub use int4::*;
+pub use sort_rand::*;
 pub use tensor::*;
 pub use views::*;
 
