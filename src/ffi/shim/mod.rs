@@ -10,8 +10,10 @@
 //!
 //! Files: [`tensor`] (lifetime and attributes), [`views`] (creation, views,
 //! copies, scalars), [`device`] (device and stream guards), [`diag`]
-//! (diagnostics and unsupported features), [`int4`] (the int4 matmul fallback op).
+//! (diagnostics and unsupported features), [`int4`] (the int4 matmul fallback op),
+//! [`decode`] (the export companion's GEMV and decode attention ops).
 
+pub mod decode;
 pub mod device;
 pub mod diag;
 pub mod int4;
@@ -19,6 +21,7 @@ pub mod tensor;
 pub mod views;
 
 pub use crate::aoti::{AtenTensorHandle, AtenTensorOpaque};
+pub use decode::*;
 pub use device::*;
 pub use diag::*;
 pub use int4::*;
