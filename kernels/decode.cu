@@ -58,22 +58,16 @@ __device__ __forceinline__ uint4 ld_cached(const void* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
 }
 
-// Sum over the 8 elements of two 16-byte vectors of T, into acc.
+// The 8 elements of a 16-byte vector of T, as fp32.
 template <typename T>
-__device__ __forceinline__ float dot8(uint4 a, uint4 b, float acc) {
-  float2 a0 = Ops<T>::pair(a.x), b0 = Ops<T>::pair(b.x);
-  float2 a1 = Ops<T>::pair(a.y), b1 = Ops<T>::pair(b.y);
-  float2 a2 = Ops<T>::pair(a.z), b2 = Ops<T>::pair(b.z);
-  float2 a3 = Ops<T>::pair(a.w), b3 = Ops<T>::pair(b.w);
-  acc = fmaf(a0.x, b0.x, acc);
-  acc = fmaf(a0.y, b0.y, acc);
-  acc = fmaf(a1.x, b1.x, acc);
-  acc = fmaf(a1.y, b1.y, acc);
-  acc = fmaf(a2.x, b2.x, acc);
-  acc = fmaf(a2.y, b2.y, acc);
-  acc = fmaf(a3.x, b3.x, acc);
-  acc = fmaf(a3.y, b3.y, acc);
-  return acc;
+__device__ __forceinline__ void unpack8(uint4 a, float (&f)[8]) {
+  const uint32_t w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 p = Ops<T>::pair(w[i]);
+    f[2 * i] = p.x;
+    f[2 * i + 1] = p.y;
+  }
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -145,12 +139,20 @@ __device__ __forceinline__ void gemv_fast(const T* __restrict__ x, long long sx,
 #pragma unroll
     for (int u = 0; u < GEMV_U; ++u) {
       if (!ok[u]) continue;
+      // Each W vector is converted to fp32 once and reused for every row of x,
+      // each x vector once and reused for every row of W.
+      float wf[GEMV_RB][8];
+#pragma unroll
+      for (int r = 0; r < GEMV_RB; ++r) unpack8<T>(wv[u][r], wf[r]);
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         if (m < mcount) {
-          uint4 xv = ld_cached(xbase + (long long)m * sx + kk[u]);
+          float xf[8];
+          unpack8<T>(ld_cached(xbase + (long long)m * sx + kk[u]), xf);
 #pragma unroll
-          for (int r = 0; r < GEMV_RB; ++r) acc[m][r] = dot8<T>(wv[u][r], xv, acc[m][r]);
+          for (int r = 0; r < GEMV_RB; ++r)
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[m][r] = fmaf(wf[r][e], xf[e], acc[m][r]);
         }
       }
     }
