@@ -18,12 +18,17 @@ Pure Python; needs PyTorch (2.11) and, for the lowering, ExecuTorch (>= 1.2).
 
 # shims has no torch import at module level, so the table can be checked without torch;
 # everything else imports torch (and registers the ops) on first use.
+import importlib.util as _util
+
 from . import shims
 from .shims import C_SHIMS, custom_ops_to_c_shims, shim_name
 
+if _util.find_spec("torch") is not None:
+    from . import ops  # noqa: F401  (registers the et_cuda ops on import, as users expect)
+
 
 def __getattr__(name):
-    if name in ("ops", "passes", "backend"):
+    if name in ("passes", "backend"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
