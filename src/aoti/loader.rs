@@ -184,11 +184,30 @@ fn dlopen_path(path: &CStr, info: &ElfInfo) -> Result<*mut c_void> {
         } else {
             ""
         };
+        let missing = missing_symbol_hint(&e);
         return Err(Error::load_failed(format!(
-            "dlopen of the .so failed: {e}{hint}"
+            "dlopen of the .so failed: {e}{hint}{missing}"
         )));
     }
     Ok(h)
+}
+
+/// For an unresolved `aoti_torch_*` import: which op it is and which library
+/// version lacks it (the export companion's ops are `aoti_torch_cuda_et_*`).
+fn missing_symbol_hint(dlerror: &str) -> String {
+    let Some(sym) = dlerror.split("undefined symbol: ").nth(1).and_then(|r| {
+        r.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .next()
+    }) else {
+        return String::new();
+    };
+    let version = env!("CARGO_PKG_VERSION");
+    match sym.strip_prefix("aoti_torch_cuda_et_") {
+        Some(op) => format!(
+            " (the program calls the export companion's op et_cuda::{op}, which libexecutorch_cuda {version} does not provide: use a library that has it, or export without the companion)"
+        ),
+        None => format!(" ({sym} is not provided by libexecutorch_cuda {version})"),
+    }
 }
 
 fn write_all(fd: i32, bytes: &[u8]) -> Result<()> {
@@ -264,6 +283,21 @@ fn open_from_private_dir(bytes: &[u8], tag: &str, info: &ElfInfo) -> Result<*mut
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn missing_companion_op_is_named_with_the_version() {
+        let e = "/proc/self/fd/7: undefined symbol: aoti_torch_cuda_et_decode_attention";
+        let h = super::missing_symbol_hint(e);
+        assert!(h.contains("et_cuda::decode_attention"), "{h}");
+        assert!(h.contains(env!("CARGO_PKG_VERSION")), "{h}");
+        let h =
+            super::missing_symbol_hint("x.so: undefined symbol: aoti_torch_cuda_foo, version X");
+        assert!(
+            h.contains("aoti_torch_cuda_foo is not provided by libexecutorch_cuda"),
+            "{h}"
+        );
+        assert_eq!(super::missing_symbol_hint("cannot open shared object"), "");
+    }
+
     use super::*;
 
     #[test]

@@ -23,6 +23,8 @@
 //! until the last lease of that device goes, or until the process exits if
 //! no lease is ever taken and dropped.
 
+pub mod attention;
+pub mod gemv;
 pub mod int4mm;
 #[cfg(test)]
 pub mod philox_ref; // also included by tests/sort_rand_gpu.rs
@@ -41,8 +43,21 @@ pub static FATBIN: &[u8] = include_bytes!("../../kernels/int4mm.fatbin");
 #[cfg(test)]
 pub static PTX: &[u8] = include_bytes!("../../kernels/int4mm.ptx");
 
+/// The decode kernels (`kernels/decode.cu`: GEMV, decode attention), a second
+/// image loaded beside the int4 one into the same [`Module`]; their entry points
+/// start with `et_`.
+pub static DECODE_FATBIN: &[u8] = include_bytes!("../../kernels/decode.fatbin");
+/// compute_80 PTX of the decode kernels (tests only).
+#[cfg(test)]
+pub static DECODE_PTX: &[u8] = include_bytes!("../../kernels/decode.ptx");
+/// Hashes `kernels/build.sh` recorded for `kernels/decode.*`.
+#[cfg(test)]
+pub static DECODE_RECORD: &str = include_str!("../../kernels/decode.sha256");
+
 /// The environment variable naming a PTX file to load instead of the fatbin.
 pub const PTX_ENV: &str = "ET_CUDA_KERNELS_PTX";
+/// The same for the decode kernels (`kernels/decode.ptx`).
+pub const DECODE_PTX_ENV: &str = "ET_CUDA_DECODE_KERNELS_PTX";
 /// The hashes `kernels/build.sh` recorded for the source and the artifacts.
 #[cfg(test)]
 pub static RECORD: &str = include_str!("../../kernels/int4mm.sha256");
@@ -67,6 +82,8 @@ pub enum Image {
 #[derive(Debug)]
 pub struct Module {
     raw: sys::CUmodule,
+    /// The decode kernels' module (`DECODE_FATBIN`), functions named `et_*`.
+    decode: sys::CUmodule,
     device: Arc<DeviceState>,
     pub sm_count: i32,
     /// Functions looked up so far, with the dynamic shared memory they allow.
@@ -97,18 +114,25 @@ fn aligned_copy(bytes: &[u8], nul: bool) -> Vec<u64> {
 }
 
 fn load_image(image: Image) -> Result<sys::CUmodule> {
+    load_image_of(image, FATBIN, PTX_ENV)
+}
+
+fn load_image_of(image: Image, fatbin: &[u8], ptx_env: &str) -> Result<sys::CUmodule> {
     let mut module: sys::CUmodule = std::ptr::null_mut();
     match image {
         Image::Fatbin => {
-            let buf = aligned_copy(FATBIN, false);
+            let buf = aligned_copy(fatbin, false);
             // SAFETY: a complete fatbin image in 8-byte aligned memory, alive for the call.
             let r = unsafe { sys::cuModuleLoadData(&mut module, buf.as_ptr().cast()) };
-            check(r, "cuModuleLoadData(int4mm fatbin)")?;
+            check(
+                r,
+                &format!("cuModuleLoadData(fatbin, {} bytes)", fatbin.len()),
+            )?;
         }
         Image::Ptx => {
-            let path = std::env::var(PTX_ENV).unwrap_or_default();
+            let path = std::env::var(ptx_env).unwrap_or_default();
             let ptx = std::fs::read(&path)
-                .map_err(|e| Error::invalid_argument(format!("{PTX_ENV}={path:?}: {e}")))?;
+                .map_err(|e| Error::invalid_argument(format!("{ptx_env}={path:?}: {e}")))?;
             let buf = aligned_copy(&ptx, true);
             let mut log = vec![0u8; 16 * 1024];
             let mut opts = [
@@ -127,7 +151,7 @@ fn load_image(image: Image) -> Result<sys::CUmodule> {
                     vals.as_mut_ptr(),
                 )
             };
-            if let Err(e) = check(r, "cuModuleLoadDataEx(int4mm PTX)") {
+            if let Err(e) = check(r, &format!("cuModuleLoadDataEx({path})")) {
                 let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
                 let text = String::from_utf8_lossy(&log[..end]);
                 return Err(e.context(&format!("JIT log: {}", text.trim())));
@@ -167,12 +191,27 @@ impl Module {
         } else {
             (load_image(Image::Fatbin)?, Image::Fatbin)
         };
+        let decode_ptx = std::env::var_os(DECODE_PTX_ENV).is_some_and(|v| !v.is_empty());
+        let decode_image = if decode_ptx {
+            Image::Ptx
+        } else {
+            Image::Fatbin
+        };
+        let decode = match load_image_of(decode_image, DECODE_FATBIN, DECODE_PTX_ENV) {
+            Ok(d) => d,
+            Err(e) => {
+                // SAFETY: the int4 module just loaded, unloaded once on this error path.
+                let _ = unsafe { sys::cuModuleUnload(raw) };
+                return Err(e.context("loading the decode kernels (kernels/decode.cu)"));
+            }
+        };
         log::info!(
-            "int4 kernels loaded on cuda:{} (sm_{major}{minor}, {sm_count} SMs) from the {image:?}",
+            "int4 and decode kernels loaded on cuda:{} (sm_{major}{minor}, {sm_count} SMs) from the {image:?}",
             device.ordinal
         );
         Ok(Module {
             raw,
+            decode,
             device,
             sm_count,
             functions: Mutex::new(HashMap::new()),
@@ -189,12 +228,18 @@ impl Module {
         let (raw, allowed) = match f.get(name) {
             Some(&(raw, allowed)) => (raw as sys::CUfunction, allowed),
             None => {
+                // The decode kernels' entry points are `et_*`; the int4 ones `int4mm_*`.
+                let owner = if name.starts_with("et_") {
+                    self.decode
+                } else {
+                    self.raw
+                };
                 let cname = CString::new(name)
                     .map_err(|_| Error::internal(format!("kernel name {name:?}")))?;
                 let mut raw: sys::CUfunction = std::ptr::null_mut();
                 check(
                     // SAFETY: a live module and a NUL-terminated name; out-pointer to a local.
-                    unsafe { sys::cuModuleGetFunction(&mut raw, self.raw, cname.as_ptr()) },
+                    unsafe { sys::cuModuleGetFunction(&mut raw, owner, cname.as_ptr()) },
                     &format!("cuModuleGetFunction({name})"),
                 )?;
                 f.insert(name, (raw as usize, 48 * 1024));
@@ -266,9 +311,11 @@ impl Drop for Module {
                 if let Err(e) = check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize") {
                     log::warn!("before unloading the int4 kernels: {e}");
                 }
-                // SAFETY: a module loaded by `Module::load`, unloaded once.
-                if let Err(e) = check(unsafe { sys::cuModuleUnload(self.raw) }, "cuModuleUnload") {
-                    log::warn!("{e}");
+                for m in [self.raw, self.decode].into_iter().filter(|m| !m.is_null()) {
+                    // SAFETY: a module loaded by `Module::load`, unloaded once.
+                    if let Err(e) = check(unsafe { sys::cuModuleUnload(m) }, "cuModuleUnload") {
+                        log::warn!("{e}");
+                    }
                 }
             }
             Err(e) => log::warn!(
@@ -425,6 +472,57 @@ mod tests {
             "the artifacts must come from nvcc 13.0: {}",
             super::RECORD
         );
+    }
+
+    #[test]
+    fn committed_decode_kernels_match_their_source() {
+        let record = |what: &str| {
+            super::DECODE_RECORD.lines().find_map(|l| {
+                let mut it = l.split_whitespace();
+                (it.next() == Some(what)).then(|| it.next()).flatten()
+            })
+        };
+        let src = include_bytes!("../../kernels/decode.cu");
+        assert_eq!(
+            Some(hex(&Sha256::digest(src)).as_str()),
+            record("source"),
+            "kernels/decode.cu changed since kernels/build.sh last ran: rebuild (KERNELS=decode kernels/build.sh, nvcc 13.0) and commit"
+        );
+        assert_eq!(
+            Some(hex(&Sha256::digest(super::DECODE_FATBIN)).as_str()),
+            record("fatbin"),
+            "kernels/decode.fatbin is not the one kernels/build.sh recorded"
+        );
+        assert_eq!(
+            Some(hex(&Sha256::digest(super::DECODE_PTX)).as_str()),
+            record("ptx"),
+            "kernels/decode.ptx is not the one kernels/build.sh recorded"
+        );
+        assert!(super::DECODE_RECORD.contains("nvcc 13.0 "));
+        let ptx = std::str::from_utf8(super::DECODE_PTX).expect("PTX is text");
+        assert!(ptx.lines().any(|l| l.trim() == ".target sm_80"));
+        assert!(
+            ptx.lines().any(|l| l.trim() == ".version 9.0"),
+            "PTX ISA must be 9.0 (CUDA 13.0)"
+        );
+        assert_eq!(&super::DECODE_FATBIN[..4], &[0x50, 0xED, 0x55, 0xBA]);
+        // Every kernel the launch code names is in the PTX, and no int4 name starts with `et_`.
+        let entries: Vec<&str> = ptx
+            .lines()
+            .filter_map(|l| l.split(".entry ").nth(1))
+            .map(|r| r.trim_end_matches('(').trim())
+            .collect();
+        for name in super::gemv::KERNELS.iter().chain(super::attention::KERNELS) {
+            assert!(
+                entries.contains(name),
+                "{name} not in decode.ptx: {entries:?}"
+            );
+        }
+        assert_eq!(
+            entries.len(),
+            super::gemv::KERNELS.len() + super::attention::KERNELS.len()
+        );
+        assert!(entries.iter().all(|e| e.starts_with("et_")));
     }
 
     #[test]

@@ -66,6 +66,8 @@ fn load(ordinal: i32) -> Result<Module> {
     log::info!("sort/random kernels loaded on cuda:{ordinal}");
     Ok(Module {
         raw,
+        // The sort/random image only (the decode kernels are in the per-device int4 module).
+        decode: std::ptr::null_mut(),
         device,
         sm_count,
         functions: Mutex::new(HashMap::new()),

@@ -13,8 +13,9 @@
 //! (diagnostics and unsupported features), [`int4`] (the int4 matmul fallback op),
 //! [`driver`] (`cuModuleLoadData`, so that the generated code's modules are
 //! unloaded with their container), [`sort_rand`] (stable sort and random
-//! fallback ops).
+//! fallback ops), [`decode`] (the export companion's GEMV and decode attention ops).
 
+pub mod decode;
 pub mod device;
 pub mod diag;
 pub mod driver;
@@ -24,6 +25,7 @@ pub mod tensor;
 pub mod views;
 
 pub use crate::aoti::{AtenTensorHandle, AtenTensorOpaque};
+pub use decode::*;
 pub use device::*;
 pub use diag::*;
 pub use int4::*;

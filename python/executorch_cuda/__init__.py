@@ -1,0 +1,61 @@
+"""Export companion of executorch-cuda (libexecutorch_cuda.so): routes the
+decode-hot ops of a program lowered to ExecuTorch's CudaBackend to the
+library's own kernels (GEMV for small-M bf16/fp16 linears, decode attention
+over a static KV cache).
+
+One step, on the exported program, before ``to_edge_transform_and_lower``::
+
+    import executorch_cuda
+    ep = torch.export.export(model, args, dynamic_shapes=...)
+    ep, report = executorch_cuda.prepare(ep, positions="cache_position")
+    et = to_edge_transform_and_lower(ep, partitioner=[CudaPartitioner(specs)]).to_executorch()
+
+The resulting ``.so`` imports ``aoti_torch_cuda_et_*``, which only
+libexecutorch_cuda.so (this project, >= the version that added them)
+provides; loading it elsewhere fails with the missing symbol named.
+Pure Python; needs PyTorch (2.11) and, for the lowering, ExecuTorch (>= 1.2).
+"""
+
+# shims has no torch import at module level, so the table can be checked without torch;
+# everything else imports torch (and registers the ops) on first use.
+import importlib.util as _util
+
+from . import shims
+from .shims import C_SHIMS, custom_ops_to_c_shims, shim_name
+
+if _util.find_spec("torch") is not None:
+    from . import ops  # noqa: F401  (registers the et_cuda ops on import, as users expect)
+
+
+def __getattr__(name):
+    if name in ("passes", "backend"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(name)
+
+
+def install():
+    """See ``backend.install``."""
+    from .backend import install as _install
+
+    return _install()
+
+
+def rewrite(gm, ep=None, **kw):
+    """See ``passes.rewrite``."""
+    from .passes import rewrite as _rewrite
+
+    return _rewrite(gm, ep, **kw)
+
+__all__ = ["prepare", "install", "rewrite", "C_SHIMS", "custom_ops_to_c_shims", "shim_name", "ops"]
+
+
+def prepare(ep, *, max_m=64, positions=None, linear=True, attention=True):
+    """Rewrite ``ep`` (a ``torch.export.ExportedProgram``) in place and make
+    CudaBackend map the new ops to the library's C shims. Returns ``(ep, report)``,
+    report = ``{"gemv": n, "attention": n, "skipped_attention": [...], "patched": [...]}``."""
+    report = rewrite(ep.graph_module, ep, max_m=max_m, positions=positions, linear=linear,
+                     attention=attention)
+    report["patched"] = install()
+    return ep, report

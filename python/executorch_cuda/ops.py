@@ -1,0 +1,100 @@
+"""The companion's custom ops (namespace ``et_cuda``), with plain-torch reference
+implementations (used in eager mode and by export checks) and fake (meta)
+implementations for tracing.
+
+Each op is implemented in ``libexecutorch_cuda.so`` by the C shim
+``aoti_torch_cuda_<op name>``: AOTInductor names a custom op's C shim
+``aoti_torch_<device>_<op name without namespace>``, so the op names carry the
+``et_`` prefix that keeps the shims apart from PyTorch's own.
+"""
+
+import math
+
+import torch
+
+NAMESPACE = "et_cuda"
+
+
+def _gemv_ref(x: torch.Tensor, weight: torch.Tensor, bias=None) -> torch.Tensor:
+    y = torch.matmul(x.float(), weight.float().t())
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(x.dtype)
+
+
+@torch.library.custom_op("et_cuda::et_gemv", mutates_args=())
+def et_gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T`` for x ``[..., K]``, weight ``[N, K]`` (bf16/fp16), fp32 accumulation."""
+    return _gemv_ref(x, weight)
+
+
+@et_gemv.register_fake
+def _(x, weight):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+@torch.library.custom_op("et_cuda::et_gemv_bias", mutates_args=())
+def et_gemv_bias(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T + bias``."""
+    return _gemv_ref(x, weight, bias)
+
+
+@et_gemv_bias.register_fake
+def _(x, weight, bias):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _attention_ref(q, k_cache, v_cache, positions, scale):
+    """q [B, Hq, Lq, D]; caches [B, Hkv, Lmax, D]; positions [Lq] (int64): query i sees keys 0..positions[i]."""
+    b, hq, lq, d = q.shape
+    hkv, lmax = k_cache.shape[1], k_cache.shape[2]
+    g = hq // hkv
+    k = k_cache.float().repeat_interleave(g, dim=1)
+    v = v_cache.float().repeat_interleave(g, dim=1)
+    s = torch.matmul(q.float(), k.transpose(-1, -2)) * scale
+    keys = torch.arange(lmax, device=q.device)
+    pos = positions.to(q.device).clamp(0, lmax - 1)
+    visible = keys[None, :] <= pos[:, None]  # [Lq, Lmax]
+    s = s.masked_fill(~visible, float("-inf"))
+    return torch.matmul(torch.softmax(s, dim=-1), v).to(q.dtype)
+
+
+def _positions(pos: torch.Tensor, lq: int) -> torch.Tensor:
+    pos = pos.reshape(-1).long()
+    if pos.numel() == 1:
+        return pos + torch.arange(lq, device=pos.device)
+    return pos
+
+
+@torch.library.custom_op("et_cuda::et_decode_attention", mutates_args=())
+def et_decode_attention(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """Attention of q ``[B, Hq, Lq, D]`` over static caches ``[B, Hkv, Lmax, D]`` (GQA by
+    ``Hq / Hkv``); query i sits at ``pos[i]`` (or ``pos[0] + i`` when pos has one element)
+    and sees the cache positions ``0..=`` its own."""
+    return _attention_ref(q, k_cache, v_cache, _positions(pos, q.shape[2]), scale)
+
+
+@et_decode_attention.register_fake
+def _(q, k_cache, v_cache, pos, scale):
+    return q.new_empty(q.shape).contiguous()
+
+
+@torch.library.custom_op("et_cuda::et_decode_attention_len", mutates_args=())
+def et_decode_attention_len(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, valid_len: int, scale: float
+) -> torch.Tensor:
+    """As ``et_decode_attention`` with the last query at ``valid_len - 1``."""
+    lq = q.shape[2]
+    pos = torch.arange(valid_len - lq, valid_len, device=q.device)
+    return _attention_ref(q, k_cache, v_cache, pos, scale)
+
+
+@et_decode_attention_len.register_fake
+def _(q, k_cache, v_cache, valid_len, scale):
+    return q.new_empty(q.shape).contiguous()
+
+
+def default_scale(head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim)

@@ -1,0 +1,283 @@
+"""Graph rewrites that route decode-hot ops of an exported program to the
+companion's ops:
+
+- ``aten.linear`` / ``aten.mm`` (with a transposed weight) / ``aten.addmm``
+  (with a transposed weight, ``beta = alpha = 1``) whose weight is a 2-d bf16 or
+  fp16 parameter/buffer/constant and whose rows ``M`` (the product of the
+  activation's leading sizes; its upper bound for dynamic sizes) are at most
+  ``max_m`` -> ``et_cuda.et_gemv`` / ``et_gemv_bias``. The kernel handles every
+  M at run time (16 rows per pass over the weights), so ``max_m`` only bounds
+  how often the weights are re-read during a prefill.
+- ``aten.scaled_dot_product_attention`` whose key and value are a static KV
+  cache ``[B, Hkv, Lmax, D]`` (a buffer, possibly written by ``index_copy`` /
+  ``index_put`` / ``copy_`` first, possibly expanded to the query heads by
+  ``repeat_interleave`` or ``unsqueeze/expand/reshape``), with an attention mask
+  computed from the positions input (``positions``: the name of the int64 input
+  holding the cache positions of the new tokens, default: the only 1-d int64
+  user input whose name contains "pos") -> ``et_cuda.et_decode_attention(q,
+  k_cache, v_cache, positions, scale)``.
+
+  Contract (the one thing the pass cannot prove from the graph): that mask
+  lets query i see exactly the cache positions ``0..=positions[i]``, which is
+  what a causal decoder with a static cache builds (``arange(Lmax) <=
+  positions[:, None]``). The pass only checks that the mask depends on the
+  positions input and spans ``Lmax`` keys; pass ``attention=False`` for
+  models whose mask means something else (sliding windows, padding).
+"""
+
+import operator
+
+import torch
+
+from . import ops  # noqa: F401  (registers the ops)
+
+aten = torch.ops.aten
+_LOW = (torch.bfloat16, torch.float16)
+
+
+def _val(n):
+    return n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+
+
+def _upper(dim):
+    """Upper bound of a size (int, or SymInt with a known range); None if unbounded."""
+    if isinstance(dim, int):
+        return dim
+    try:
+        node = dim.node
+        r = node.shape_env.bound_sympy(node.expr)
+        up = r.upper
+        if up.is_finite:
+            return int(up)
+    except Exception:  # noqa: BLE001 - any failure means "unknown"
+        pass
+    return None
+
+
+def _rows_bound(x):
+    v = _val(x)
+    if v is None:
+        return None
+    m = 1
+    for d in v.shape[:-1]:
+        u = _upper(d)
+        if u is None:
+            return None
+        m *= u
+    return m
+
+
+def _is_weight(ep, n):
+    """A parameter, buffer or lifted constant (a placeholder of the state), or a get_attr."""
+    if not isinstance(n, torch.fx.Node):
+        return False
+    if n.op == "get_attr":
+        return True
+    if n.op != "placeholder" or ep is None:
+        return n.op == "placeholder" and ep is None
+    sig = ep.graph_signature
+    return (
+        n.name in sig.inputs_to_parameters
+        or n.name in sig.inputs_to_buffers
+        or n.name in getattr(sig, "inputs_to_lifted_tensor_constants", {})
+    )
+
+
+def _transposed_weight(n):
+    """w for t(w) / permute(w, [1, 0]) / transpose(w, 0, 1)."""
+    if not isinstance(n, torch.fx.Node) or n.op != "call_function":
+        return None
+    if n.target in (aten.t.default, aten.numpy_T.default):
+        return n.args[0]
+    if n.target == aten.permute.default and list(n.args[1]) == [1, 0]:
+        return n.args[0]
+    if n.target == aten.transpose.int and sorted(int(a) % 2 for a in n.args[1:3]) == [0, 1]:
+        return n.args[0]
+    return None
+
+
+def _gemv_ok(ep, x, w, max_m):
+    xv, wv = _val(x), _val(w)
+    if xv is None or wv is None or not _is_weight(ep, w):
+        return False
+    if wv.dim() != 2 or wv.dtype not in _LOW or xv.dtype != wv.dtype or xv.dim() < 1:
+        return False
+    m = _rows_bound(x)
+    return m is not None and m <= max_m
+
+
+_CACHE_WRITES = {
+    aten.index_copy.default,
+    aten.index_copy_.default,
+    aten.index_put.default,
+    aten.index_put_.default,
+    aten.copy_.default,
+    aten.copy.default,
+    aten.slice_scatter.default,
+}
+
+
+def _cache_base(ep, n):
+    """The static cache [B, Hkv, Lmax, D] behind an SDPA key/value, or None.
+    Walks back through GQA expansion and cache writes."""
+    for _ in range(12):
+        if not isinstance(n, torch.fx.Node):
+            return None
+        if n.op == "placeholder":
+            return n if _is_weight(ep, n) else None
+        if n.op != "call_function":
+            return None
+        t = n.target
+        if t in _CACHE_WRITES:
+            n = n.args[0]
+        elif t in (aten.repeat_interleave.self_int,):
+            if len(n.args) < 3 or n.args[2] not in (1, -3):
+                return None
+            n = n.args[0]
+        elif t in (aten.reshape.default, aten.view.default, aten._unsafe_view.default,
+                   aten.expand.default, aten.unsqueeze.default, aten.clone.default,
+                   aten.contiguous.default, aten.alias.default):
+            n = n.args[0]
+        elif t == aten.slice.Tensor:
+            # x[:, :, None] style indexing shows up as slices over whole dims.
+            n = n.args[0]
+        else:
+            return None
+    return None
+
+
+def _ancestors_include(n, target, limit=400):
+    seen, stack = set(), [n]
+    while stack and len(seen) < limit:
+        c = stack.pop()
+        if not isinstance(c, torch.fx.Node) or c in seen:
+            continue
+        if c is target:
+            return True
+        seen.add(c)
+        stack.extend(c.all_input_nodes)
+    return False
+
+
+def _find_positions(ep, gm, positions):
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    user = set(ep.graph_signature.user_inputs) if ep is not None else {n.name for n in phs}
+    cands = []
+    for n in phs:
+        v = _val(n)
+        if n.name not in user or v is None or v.dtype != torch.int64 or v.dim() != 1:
+            continue
+        if positions is not None and n.name == positions:
+            return n
+        if positions is None and "pos" in n.name:
+            cands.append(n)
+    return cands[0] if len(cands) == 1 else None
+
+
+def _sdpa_parts(n):
+    a = list(n.args) + [None] * 8
+    kw = n.kwargs
+    q, k, v = a[0], a[1], a[2]
+    mask = kw.get("attn_mask", a[3])
+    dropout = kw.get("dropout_p", a[4] if a[4] is not None else 0.0)
+    causal = kw.get("is_causal", a[5] if a[5] is not None else False)
+    scale = kw.get("scale", a[6])
+    return q, k, v, mask, dropout, causal, scale
+
+
+def rewrite(gm, ep=None, *, max_m=64, positions=None, linear=True, attention=True):
+    """Rewrite ``gm`` (an exported program's graph module) in place; returns
+    ``{"gemv": count, "attention": count, "skipped_attention": [reasons]}``."""
+    g = gm.graph
+    counts = {"gemv": 0, "attention": 0, "skipped_attention": []}
+    gemv = torch.ops.et_cuda.et_gemv.default
+    gemv_b = torch.ops.et_cuda.et_gemv_bias.default
+    attn = torch.ops.et_cuda.et_decode_attention.default
+    pos_node = _find_positions(ep, gm, positions) if attention else None
+    for n in list(g.nodes):
+        if n.op != "call_function":
+            continue
+        new = None
+        if linear and n.target == aten.linear.default:
+            x, w = n.args[0], n.args[1]
+            b = n.args[2] if len(n.args) > 2 else n.kwargs.get("bias")
+            if _gemv_ok(ep, x, w, max_m) and (b is None or _is_weight(ep, b)):
+                with g.inserting_before(n):
+                    new = g.call_function(gemv_b if b is not None else gemv,
+                                          (x, w, b) if b is not None else (x, w))
+        elif linear and n.target == aten.mm.default:
+            x, wt = n.args
+            w = _transposed_weight(wt)
+            if w is not None and _gemv_ok(ep, x, w, max_m):
+                with g.inserting_before(n):
+                    new = g.call_function(gemv, (x, w))
+        elif linear and n.target == aten.addmm.default:
+            b, x, wt = n.args[:3]
+            w = _transposed_weight(wt)
+            if (n.kwargs.get("beta", 1) == 1 and n.kwargs.get("alpha", 1) == 1 and w is not None
+                    and _gemv_ok(ep, x, w, max_m) and _is_weight(ep, b)
+                    and _val(b) is not None and _val(b).dim() == 1):
+                with g.inserting_before(n):
+                    new = g.call_function(gemv_b, (x, w, b))
+        elif attention and n.target == aten.scaled_dot_product_attention.default:
+            q, k, v, mask, dropout, causal, scale = _sdpa_parts(n)
+            why = _attention_blocker(ep, q, k, v, mask, dropout, causal, pos_node)
+            if why:
+                counts["skipped_attention"].append(f"{n.name}: {why}")
+            else:
+                kc, vc = _cache_base(ep, k), _cache_base(ep, v)
+                # The cache as the SDPA reads it: after this step's write, before expansion.
+                kc, vc = _written(k, kc), _written(v, vc)
+                d = _val(q).shape[-1]
+                s = float(scale) if scale is not None else ops.default_scale(int(d))
+                with g.inserting_before(n):
+                    new = g.call_function(attn, (q, kc, vc, pos_node, s))
+        if new is not None:
+            new.meta["val"] = n.meta.get("val")
+            n.replace_all_uses_with(new)
+            g.erase_node(n)
+            counts["attention" if new.target == attn else "gemv"] += 1
+    g.eliminate_dead_code()
+    g.lint()
+    gm.recompile()
+    return counts
+
+
+def _written(n, base):
+    """The last cache-write node between ``n`` and ``base`` (the written cache), else base."""
+    while isinstance(n, torch.fx.Node) and n is not base:
+        if n.op == "call_function" and n.target in _CACHE_WRITES:
+            return n
+        n = n.args[0] if n.args else None
+    return base
+
+
+def _attention_blocker(ep, q, k, v, mask, dropout, causal, pos_node):
+    qv, kv = _val(q), _val(k)
+    if qv is None or kv is None or qv.dim() != 4:
+        return "no 4-d query metadata"
+    if qv.dtype not in _LOW:
+        return f"dtype {qv.dtype}"
+    if int(qv.shape[-1]) not in (64, 128):
+        return f"head size {qv.shape[-1]} (the kernel has 64 and 128)"
+    if dropout not in (0, 0.0) or causal:
+        return "dropout or is_causal"
+    if pos_node is None:
+        return "no positions input (pass positions=<name of the cache-position input>)"
+    if mask is None or not _ancestors_include(mask, pos_node):
+        return "the mask does not come from the positions input"
+    kc, vc = _cache_base(ep, k), _cache_base(ep, v)
+    if kc is None or vc is None:
+        return "key/value are not a static cache buffer"
+    cv = _val(kc)
+    if cv is None or cv.dim() != 4 or _val(vc).shape != cv.shape:
+        return "cache is not [B, Hkv, Lmax, D]"
+    if int(qv.shape[1]) % int(cv.shape[1]) != 0:
+        return "query heads not a multiple of cache heads"
+    mv = _val(mask)
+    if mv is not None and mv.shape[-1] != cv.shape[2]:
+        return "mask does not span the cache"
+    return None
+
+
+__all__ = ["rewrite", "operator"]

@@ -1,0 +1,148 @@
+//! The export companion's ops (`python/executorch_cuda/`), as C shims that an
+//! AOTInductor `.so` imports when the program was exported with the
+//! companion's `aot_inductor.custom_ops_to_c_shims` mapping. Signatures (ours;
+//! the companion declares exactly these to Inductor):
+//!
+//! ```c
+//! // et_cuda::gemv(Tensor x, Tensor weight) -> Tensor
+//! AOTITorchError aoti_torch_cuda_et_gemv(AtenTensorHandle x, AtenTensorHandle weight,
+//!                                        AtenTensorHandle* ret0);
+//! // et_cuda::gemv_bias(Tensor x, Tensor weight, Tensor bias) -> Tensor
+//! AOTITorchError aoti_torch_cuda_et_gemv_bias(AtenTensorHandle x, AtenTensorHandle weight,
+//!                                             AtenTensorHandle bias, AtenTensorHandle* ret0);
+//! // et_cuda::decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor pos,
+//! //                           float scale) -> Tensor
+//! AOTITorchError aoti_torch_cuda_et_decode_attention(AtenTensorHandle q, AtenTensorHandle k_cache,
+//!     AtenTensorHandle v_cache, AtenTensorHandle pos, double scale, AtenTensorHandle* ret0);
+//! // et_cuda::decode_attention_len(Tensor q, Tensor k_cache, Tensor v_cache, int valid_len,
+//! //                               float scale) -> Tensor
+//! AOTITorchError aoti_torch_cuda_et_decode_attention_len(AtenTensorHandle q,
+//!     AtenTensorHandle k_cache, AtenTensorHandle v_cache, int64_t valid_len, double scale,
+//!     AtenTensorHandle* ret0);
+//! ```
+//!
+//! Each returns a new tensor the caller owns, computed on the device's current
+//! stream without a host wait. The work and the argument rules are in
+//! `crate::kernels::gemv` and `crate::kernels::attention`.
+
+use super::{give, named, AOTITorchError, AtenTensorHandle};
+use crate::error::invalid;
+use crate::ffi::{guard, Aoti};
+use crate::kernels::attention::{self, Positions};
+use crate::kernels::gemv;
+
+/// `y = x · weightᵀ` (`x` `[..., K]`, `weight` `[N, K]`, bf16 or fp16).
+///
+/// # Safety
+/// Each handle must be null or live; `ret0` null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn aoti_torch_cuda_et_gemv(
+    x: AtenTensorHandle,
+    weight: AtenTensorHandle,
+    ret0: *mut AtenTensorHandle,
+) -> AOTITorchError {
+    guard::<Aoti>("aoti_torch_cuda_et_gemv", || {
+        // SAFETY: forwarded contract.
+        let (x, w) = unsafe { (named(x, "x")?, named(weight, "weight")?) };
+        if ret0.is_null() {
+            return invalid("ret0 is null");
+        }
+        let y = gemv::gemv(x, w, None)?;
+        // SAFETY: forwarded contract (checked non-null).
+        unsafe { give(ret0, y) }
+    })
+}
+
+/// `y = x · weightᵀ + bias` (`bias` `[N]`).
+///
+/// # Safety
+/// Each handle must be null or live; `ret0` null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn aoti_torch_cuda_et_gemv_bias(
+    x: AtenTensorHandle,
+    weight: AtenTensorHandle,
+    bias: AtenTensorHandle,
+    ret0: *mut AtenTensorHandle,
+) -> AOTITorchError {
+    guard::<Aoti>("aoti_torch_cuda_et_gemv_bias", || {
+        // SAFETY: forwarded contract.
+        let (x, w, b) = unsafe {
+            (
+                named(x, "x")?,
+                named(weight, "weight")?,
+                named(bias, "bias")?,
+            )
+        };
+        if ret0.is_null() {
+            return invalid("ret0 is null");
+        }
+        let y = gemv::gemv(x, w, Some(b))?;
+        // SAFETY: forwarded contract (checked non-null).
+        unsafe { give(ret0, y) }
+    })
+}
+
+/// Attention of `q` `[B, Hq, Lq, D]` over the caches `[B, Hkv, Lmax, D]`, query `i`
+/// at position `pos[i]` (or `pos[0] + i`), a device int64 tensor.
+///
+/// # Safety
+/// Each handle must be null or live; `ret0` null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn aoti_torch_cuda_et_decode_attention(
+    q: AtenTensorHandle,
+    k_cache: AtenTensorHandle,
+    v_cache: AtenTensorHandle,
+    pos: AtenTensorHandle,
+    scale: f64,
+    ret0: *mut AtenTensorHandle,
+) -> AOTITorchError {
+    guard::<Aoti>("aoti_torch_cuda_et_decode_attention", || {
+        // SAFETY: forwarded contract.
+        let (q, k, v, p) = unsafe {
+            (
+                named(q, "q")?,
+                named(k_cache, "k_cache")?,
+                named(v_cache, "v_cache")?,
+                named(pos, "pos")?,
+            )
+        };
+        if ret0.is_null() {
+            return invalid("ret0 is null");
+        }
+        let y = attention::decode_attention(q, k, v, Positions::Device(p), scale)?;
+        // SAFETY: forwarded contract (checked non-null).
+        unsafe { give(ret0, y) }
+    })
+}
+
+/// As [`aoti_torch_cuda_et_decode_attention`], with the number of valid cache
+/// positions after this step given on the host (the last query at `valid_len - 1`).
+///
+/// # Safety
+/// Each handle must be null or live; `ret0` null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn aoti_torch_cuda_et_decode_attention_len(
+    q: AtenTensorHandle,
+    k_cache: AtenTensorHandle,
+    v_cache: AtenTensorHandle,
+    valid_len: i64,
+    scale: f64,
+    ret0: *mut AtenTensorHandle,
+) -> AOTITorchError {
+    guard::<Aoti>("aoti_torch_cuda_et_decode_attention_len", || {
+        // SAFETY: forwarded contract.
+        let (q, k, v) = unsafe {
+            (
+                named(q, "q")?,
+                named(k_cache, "k_cache")?,
+                named(v_cache, "v_cache")?,
+            )
+        };
+        if ret0.is_null() {
+            return invalid("ret0 is null");
+        }
+        let y = attention::decode_attention(q, k, v, Positions::ValidLen(valid_len), scale)?;
+        // SAFETY: forwarded contract (checked non-null).
+        unsafe { give(ret0, y) }
+    })
+}
