@@ -20,8 +20,8 @@
 //! allocation nodes of an "auto free on launch" graph did. They are not
 //! shared with other graphs or with eager runs.
 
-use super::memory::DeviceAlloc;
 use crate::error::Result;
+use std::any::Any;
 use std::sync::Mutex;
 
 /// Alignment of the blocks' sizes (the pool's allocation granularity for small blocks).
@@ -79,9 +79,16 @@ struct ArenaState {
     misses: usize,
 }
 
+/// One block: its device address, and what keeps its memory alive (the allocation,
+/// opaque here: the arena only hands out addresses).
+pub(crate) struct Block {
+    pub(crate) ptr: u64,
+    pub(crate) _keep: Box<dyn Any + Send + Sync>,
+}
+
 /// The blocks of one graph.
 pub(crate) struct Arena {
-    blocks: Vec<DeviceAlloc>,
+    blocks: Vec<Block>,
     sizes: Vec<usize>,
     state: Mutex<ArenaState>,
 }
@@ -126,7 +133,7 @@ impl Arena {
     }
 
     /// An arena over `blocks` (allocated by the caller with the planned `sizes`).
-    pub(crate) fn new(blocks: Vec<DeviceAlloc>, sizes: Vec<usize>) -> Result<Arena> {
+    pub(crate) fn new(blocks: Vec<Block>, sizes: Vec<usize>) -> Result<Arena> {
         if blocks.len() != sizes.len() {
             return Err(crate::error::Error::internal(format!(
                 "arena: {} blocks for {} planned sizes",
@@ -153,7 +160,7 @@ impl Arena {
     pub(crate) fn take(&self, bytes: usize) -> Option<(usize, u64)> {
         let mut st = self.state();
         match pick(&self.sizes, &mut st.free, bytes) {
-            Some(i) => Some((i, self.blocks[i].ptr())),
+            Some(i) => Some((i, self.blocks[i].ptr)),
             None => {
                 st.misses += 1;
                 None

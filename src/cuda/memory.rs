@@ -50,7 +50,8 @@ pub(crate) fn trim_pool(d: &DeviceState) -> Result<()> {
     unsafe { result::mem_pool::trim_to(d.pool, 0) }.map_err(|e| driver_error(e, "cuMemPoolTrimTo"))
 }
 
-/// Device memory from the pool, freed (stream-ordered) on the stream it was allocated on.
+/// Device memory the library allocated on a stream (what [`AllocKind`] says), released
+/// when dropped.
 #[derive(Debug)]
 pub(crate) struct DeviceAlloc {
     ptr: sys::CUdeviceptr,
@@ -60,15 +61,24 @@ pub(crate) struct DeviceAlloc {
     /// Keeps our stream alive until the free is queued.
     _stream: Option<Arc<CudaStream>>,
     owner: Option<Arc<Counters>>,
-    /// Made while this thread was capturing a graph: an allocation node of
-    /// that graph, not memory of the pool.
-    captured: bool,
-    /// A captured allocation whose graph was instantiated (see `adopt_by_graph`).
-    adopted: AtomicBool,
-    /// A block of a graph's arena (not pool memory: dropping gives the block back).
-    arena: Option<(Arc<Arena>, usize)>,
-    /// Its number in the trace of the capture that made it (frees are traced too).
-    trace_id: Option<u64>,
+    kind: AllocKind,
+}
+
+/// What a device allocation really is.
+#[derive(Debug)]
+pub(crate) enum AllocKind {
+    /// Memory of the pool: freed stream-ordered on the stream it was allocated on.
+    Pool,
+    /// Block `index` of a graph's arena (graph-private memory): given back to the arena.
+    ArenaBlock { arena: Arc<Arena>, index: usize },
+    /// An allocation node of the graph being captured on this thread: no memory until the
+    /// graph runs. `trace_id`: its number in a traced capture. Once the graph is
+    /// instantiated and kept (`adopted`), its address stays valid across launches and
+    /// dropping it frees it like pool memory; otherwise dropping frees nothing.
+    GraphNode {
+        trace_id: Option<u64>,
+        adopted: AtomicBool,
+    },
 }
 
 /// Where allocations made while this thread captures a graph go (see [`super::arena`]).
@@ -107,7 +117,9 @@ impl DeviceAlloc {
     /// Allocations of a capture that failed are never adopted, and dropping
     /// them frees nothing (they never had memory).
     pub(crate) fn adopt_by_graph(&self) {
-        self.adopted.store(true, Ordering::Relaxed);
+        if let AllocKind::GraphNode { adopted, .. } = &self.kind {
+            adopted.store(true, Ordering::Relaxed);
+        }
     }
 }
 
@@ -128,8 +140,8 @@ pub(crate) fn alloc_on_stream(
     } else {
         None
     };
-    let (ptr, arena, trace_id) = match block {
-        Some((arena, i, ptr)) => (ptr, Some((arena, i)), None),
+    let (ptr, kind) = match block {
+        Some((arena, index, ptr)) => (ptr, AllocKind::ArenaBlock { arena, index }),
         None => {
             let _g = ContextGuard::device(&device)?;
             // SAFETY: live pool and stream; the memory is uninitialized, as documented for
@@ -147,7 +159,15 @@ pub(crate) fn alloc_on_stream(
             } else {
                 None
             };
-            (ptr, None, trace_id)
+            let kind = if capturing {
+                AllocKind::GraphNode {
+                    trace_id,
+                    adopted: AtomicBool::new(false),
+                }
+            } else {
+                AllocKind::Pool
+            };
+            (ptr, kind)
         }
     };
     let owner = stats::current();
@@ -159,11 +179,7 @@ pub(crate) fn alloc_on_stream(
         stream_raw,
         _stream: owner_stream,
         owner,
-        // An allocation node of the graph being captured (arena blocks are not).
-        captured: capturing && arena.is_none(),
-        adopted: AtomicBool::new(false),
-        arena,
-        trace_id,
+        kind,
     })
 }
 
@@ -176,30 +192,35 @@ pub(crate) fn alloc_on_current_stream(ordinal: i32, nbytes: usize) -> Result<Dev
 
 impl Drop for DeviceAlloc {
     fn drop(&mut self) {
-        if let Some((arena, i)) = self.arena.take() {
-            // The block stays the graph's: a later allocation of the same capture may take it.
-            arena.give_back(i);
-            stats::record_for(self.owner.as_ref(), Event::PoolFree(self.nbytes as u64));
-            return;
-        }
-        if let Some(id) = self.trace_id {
-            if super::graph::capturing() {
-                CAPTURE_MEMORY.with(|c| {
-                    if let CaptureMemory::Trace(t) = &mut *c.borrow_mut() {
-                        t.free(id);
-                    }
-                });
+        let capturing = super::graph::capturing();
+        match &self.kind {
+            AllocKind::ArenaBlock { arena, index } => {
+                // The block stays the graph's: a later allocation of the same capture may take it.
+                arena.give_back(*index);
+                stats::record_for(self.owner.as_ref(), Event::PoolFree(self.nbytes as u64));
+                return;
             }
-        }
-        if self.captured && !self.adopted.load(Ordering::Relaxed) && !super::graph::capturing() {
-            // An allocation node of a graph that was never launched (its capture failed, or it
-            // was the tracing capture whose private-memory twin replaced it): no memory to free.
-            stats::record_for(self.owner.as_ref(), Event::PoolFree(self.nbytes as u64));
-            return;
+            AllocKind::GraphNode { trace_id, adopted } => {
+                if let (Some(id), true) = (trace_id, capturing) {
+                    CAPTURE_MEMORY.with(|c| {
+                        if let CaptureMemory::Trace(t) = &mut *c.borrow_mut() {
+                            t.free(*id);
+                        }
+                    });
+                }
+                if !adopted.load(Ordering::Relaxed) && !capturing {
+                    // A node of a graph that was never launched (its capture failed, or it was
+                    // the tracing capture whose private-memory twin replaced it): no memory.
+                    stats::record_for(self.owner.as_ref(), Event::PoolFree(self.nbytes as u64));
+                    return;
+                }
+            }
+            AllocKind::Pool => {}
         }
         match ContextGuard::device(&self.device) {
             Ok(_g) => {
-                // SAFETY: allocated from the pool on `stream_raw`, freed once, in stream order.
+                // SAFETY: allocated from the pool on `stream_raw`, freed once, in stream order
+                // (while capturing: a free node of the graph).
                 if let Err(e) = unsafe { result::free_async(self.ptr, self.stream_raw) } {
                     log::error!("cuMemFreeAsync of {} bytes failed: {e:?}", self.nbytes);
                 }

@@ -5,7 +5,7 @@
 
 use super::{shape_key, GraphEntry};
 use crate::aoti::{self, AtenTensorHandle};
-use crate::cuda::arena::{Arena, Trace};
+use crate::cuda::arena::{Arena, Block, Trace};
 use crate::cuda::graph::{Capture, GraphExec};
 use crate::cuda::memory::{self, CaptureMemory};
 use crate::cuda::PointerKind;
@@ -197,7 +197,13 @@ unsafe fn capture_private(
     let sizes = Arena::plan(trace);
     let blocks = sizes
         .iter()
-        .map(|&n| memory::alloc_on_stream(r.device.clone(), n, stream, Some(r.stream.clone())))
+        .map(|&n| {
+            let a = memory::alloc_on_stream(r.device.clone(), n, stream, Some(r.stream.clone()))?;
+            Ok(Block {
+                ptr: a.ptr(),
+                _keep: Box::new(a),
+            })
+        })
         .collect::<Result<Vec<_>>>()?;
     let arena = Arc::new(Arena::new(blocks, sizes)?);
     // SAFETY: forwarded contract.
