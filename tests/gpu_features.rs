@@ -580,3 +580,210 @@ fn device_allocator_allocations_return_to_zero() {
     );
     println!("device allocator: 4 allocations made and freed, count back to {before}; bad alignment and foreign pointer refused");
 }
+
+/// An execute on a handle from any thread (the test keeps the handles alive meanwhile).
+#[derive(Clone, Copy)]
+struct RawHandle(*mut c_void);
+// SAFETY: the library serializes calls per handle; the pointer is only a key.
+unsafe impl Send for RawHandle {}
+
+/// Run `case`'s inputs from host memory, outputs copied to host memory.
+fn run_host_raw(h: RawHandle, case: &Case) -> Vec<Vec<u8>> {
+    let ins: Vec<EtCudaTensor> = case
+        .inputs
+        .iter()
+        .map(|t| {
+            desc(
+                &t.dtype,
+                &t.sizes,
+                t.bytes.as_ptr() as *mut c_void,
+                t.bytes.len(),
+            )
+        })
+        .collect();
+    let mut bufs: Vec<Vec<u8>> = case
+        .outputs
+        .iter()
+        .map(|t| vec![0u8; t.bytes.len()])
+        .collect();
+    let mut outs: Vec<EtCudaTensor> = case
+        .outputs
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(t, b)| desc(&t.dtype, &t.sizes, b.as_mut_ptr().cast(), b.len()))
+        .collect();
+    // SAFETY: descriptors point at live host buffers of their stated sizes.
+    let st = unsafe {
+        (api().execute)(
+            h.0,
+            ins.as_ptr(),
+            ins.len(),
+            outs.as_mut_ptr(),
+            outs.len(),
+            COPY,
+        )
+    };
+    assert_eq!(st, ET_CUDA_STATUS_OK, "{}", last_error());
+    bufs
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored --test-threads=1 on a GPU machine"]
+fn device_output_fed_back_as_input_of_the_same_handle() {
+    require_gpu("device_output_fed_back_as_input_of_the_same_handle");
+    // attn_bf16 maps [2, 16, 64] to [2, 16, 64]: x_{n+1} = f(x_n), with x_n the output the
+    // handle left on the device at the previous execute (valid until this execute).
+    let case = &cases("attn_bf16", "forward")[0];
+    let shape = &case.inputs[0].sizes;
+    let n = case.inputs[0].bytes.len();
+    for graphs in [false, true] {
+        reset_options();
+        if graphs {
+            set_str("enable_cuda_graph_for_method", "forward");
+        }
+        let so = blob("attn_bf16", "forward_so_blob.bin");
+        let w = blob("attn_bf16", "forward_weights_blob.bin");
+        let h = load_with_options(&so, &w, 0);
+        let rh = RawHandle(h.0);
+        // Reference chain: every step from host memory.
+        let mut want = Vec::new();
+        let mut x = case.inputs[0].bytes.clone();
+        for _ in 0..5 {
+            let step = Case {
+                inputs: vec![TensorFile {
+                    bytes: x.clone(),
+                    ..case.inputs[0].clone()
+                }],
+                outputs: case.outputs.clone(),
+            };
+            x = run_host_raw(rh, &step).remove(0);
+            want.push(x.clone());
+        }
+        // The same chain with each output fed back from the device.
+        let first = DevBuf::from_host(&case.inputs[0].bytes);
+        let mut input = desc("bfloat16", shape, first.ptr(), n);
+        for (k, expect) in want.iter().enumerate() {
+            let mut outs = [desc("bfloat16", shape, std::ptr::null_mut(), 0)];
+            h.execute(&[input], &mut outs, DEVICE).unwrap();
+            let got = to_host(outs[0].data, n);
+            assert!(
+                got == *expect,
+                "graphs={graphs}: step {k}: the output fed back as input differs from the host chain"
+            );
+            input = desc("bfloat16", shape, outs[0].data, n);
+        }
+        println!("graphs={graphs}: 5 steps with the device output fed back: bitwise equal to the host chain");
+        drop(h);
+    }
+    reset_options();
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored --test-threads=1 on a GPU machine"]
+fn two_threads_two_handles_shared_stream_graphs() {
+    require_gpu("two_threads_two_handles_shared_stream_graphs");
+    let runs: usize = std::env::var("ET_CUDA_THREAD_RUNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1000);
+    reset_options();
+    set_bool("use_shared_cuda_stream", true);
+    set_str("enable_cuda_graph_for_method", "forward");
+    let fx = ["mlp_f32", "attn_bf16"];
+    let handles: Vec<Handle> = fx
+        .iter()
+        .map(|f| {
+            load_with_options(
+                &blob(f, "forward_so_blob.bin"),
+                &blob(f, "forward_weights_blob.bin"),
+                0,
+            )
+        })
+        .collect();
+    let cs: Vec<Case> = fx.iter().map(|f| cases(f, "forward").remove(0)).collect();
+    // Single-threaded reference (the first execute of each runs eagerly).
+    let refs: Vec<Vec<Vec<u8>>> = handles
+        .iter()
+        .zip(&cs)
+        .map(|(h, c)| run_host_raw(RawHandle(h.0), c))
+        .collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    std::thread::scope(|s| {
+        // A third thread allocates and frees device memory on the legacy stream meanwhile
+        // (what ExecuTorch's device allocator does through et_cuda_device_allocate).
+        let stop2 = stop.clone();
+        let alloc = s.spawn(move || {
+            let mut n = 0u64;
+            while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut p = std::ptr::null_mut();
+                // SAFETY: out-pointer to a local.
+                let st = unsafe { (api().device_allocate)(0, 4096, 256, &mut p) };
+                assert_eq!(st, ET_CUDA_STATUS_OK, "{}", last_error());
+                // SAFETY: a pointer from et_cuda_device_allocate, freed once.
+                let st = unsafe { (api().device_deallocate)(p) };
+                assert_eq!(st, ET_CUDA_STATUS_OK, "{}", last_error());
+                n += 1;
+            }
+            n
+        });
+        let workers: Vec<_> = handles
+            .iter()
+            .zip(&cs)
+            .zip(&refs)
+            .map(|((h, c), r)| {
+                let rh = RawHandle(h.0);
+                s.spawn(move || {
+                    for i in 0..runs {
+                        let got = run_host_raw(rh, c);
+                        assert!(
+                            got == *r,
+                            "run {i}: output differs from the single-threaded run"
+                        );
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let n = alloc.join().unwrap();
+        println!("2 threads x {runs} graph executes on one shared stream (mlp_f32, attn_bf16), with {n} device allocate/free pairs on a third thread: every output bitwise equal to the single-threaded run");
+    });
+    for h in &handles {
+        let st = stats(h.0);
+        assert!(st.graph_replays > 0, "no graph replays: {st:?}");
+    }
+    drop(handles);
+    reset_options();
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored --test-threads=1 on a GPU machine"]
+fn share_group_reload_does_not_reuse_the_old_programs_buffers() {
+    require_gpu("share_group_reload_does_not_reuse_the_old_programs_buffers");
+    // Load, destroy and load again with the same share group (an address may be reused after an
+    // unload): the second load must share nothing with the gone first one, and run correctly.
+    reset_options();
+    set_bool("weight_sharing_across_methods", true);
+    set_bool("share_mutable_buffers_across_methods", true);
+    let so = blob("attn_bf16", "forward_so_blob.bin");
+    let w = blob("attn_bf16", "forward_weights_blob.bin");
+    let case = &cases("attn_bf16", "forward")[0];
+    for round in 0..3 {
+        let h = load_with_options(&so, &w, 0x1234);
+        assert_eq!(
+            stats(h.0).shared_constant_bytes,
+            0,
+            "round {round}: constants shared with a destroyed program"
+        );
+        let got = run_host_raw(RawHandle(h.0), case);
+        assert!(
+            compare("bfloat16", &got[0], &case.outputs[0].bytes).1,
+            "round {round}"
+        );
+        drop(h);
+    }
+    println!("share group reused over 3 load/destroy rounds: nothing shared with destroyed programs, outputs pass");
+    reset_options();
+}

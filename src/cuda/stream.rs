@@ -27,6 +27,10 @@ pub(crate) fn synchronize(raw: sys::CUstream) -> Result<()> {
 pub(crate) struct CudaStream {
     raw: sys::CUstream,
     pub(crate) device: Arc<DeviceState>,
+    /// Held while a method enqueues work on the stream (an execute, a capture, a destroy's
+    /// frees, a synchronize): methods sharing the stream on several threads must not enqueue
+    /// into each other's captures.
+    work: std::sync::Mutex<()>,
 }
 
 // SAFETY: a CUstream may be used from any thread.
@@ -45,7 +49,11 @@ impl CudaStream {
             unsafe { sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_DEFAULT as u32) },
             "cuStreamCreate",
         )?;
-        Ok(Arc::new(CudaStream { raw, device }))
+        Ok(Arc::new(CudaStream {
+            raw,
+            device,
+            work: std::sync::Mutex::new(()),
+        }))
     }
 
     pub(crate) fn raw(&self) -> sys::CUstream {
@@ -55,6 +63,11 @@ impl CudaStream {
     /// Block the host until the stream's work is done (counted as a host wait).
     pub(crate) fn synchronize(&self) -> Result<()> {
         synchronize(self.raw)
+    }
+
+    /// Exclusive use of the stream for enqueueing one call's work (see `work`).
+    pub(crate) fn lock_work(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.work.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

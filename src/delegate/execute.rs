@@ -35,6 +35,8 @@ impl CudaHandle {
         };
         self.check_counts(inputs.len(), outputs.len())?;
         let placement = self.placement(placement);
+        // Lock order: the method, then its stream (shared streams serialize their methods).
+        let _work = self.stream.lock_work();
         let _run = RunScope::enter(&self.device, &self.counters, &self.stream)?;
         let caller = self.caller_stream_begin(st)?;
         st.executes += 1;

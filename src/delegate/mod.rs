@@ -110,6 +110,7 @@ impl CudaHandle {
     /// Block until the method's queued work is done (counted as a host wait).
     pub(crate) fn synchronize(&self) -> Result<()> {
         let _run = RunScope::without_stream(&self.device, &self.counters)?;
+        let _work = self.stream.lock_work();
         self.stream.synchronize()
     }
 
@@ -124,6 +125,7 @@ impl CudaHandle {
         n: usize,
     ) -> Result<()> {
         let _run = RunScope::without_stream(&self.device, &self.counters)?;
+        let _work = self.stream.lock_work();
         // SAFETY: forwarded contract.
         unsafe { cuda::copy::copy_bytes(dst, src, n, self.stream.raw()) }
     }
@@ -134,6 +136,7 @@ impl CudaHandle {
         let Some(container) = st.container.take() else {
             return Ok(());
         };
+        let _work = self.stream.lock_work();
         {
             let _run = RunScope::enter(&self.device, &self.counters, &self.stream)?;
             st.kept_outputs.clear();
