@@ -114,6 +114,15 @@ pub mod fuzzing {
     pub fn is_contiguous(sizes: &[i64], strides: &[i64]) -> bool {
         crate::tensor::is_contiguous(sizes, strides)
     }
+    /// The delegate payload parser, its promises asserted (`aoti::payload::fuzz_parse`).
+    pub fn payload(data: &[u8]) {
+        crate::aoti::payload::fuzz_parse(data)
+    }
+    /// The per-FQN matcher, each match through the upload's view check
+    /// (`delegate::per_fqn::fuzz_match`); returns the number of matches.
+    pub fn per_fqn_match(data: &[u8]) -> usize {
+        crate::delegate::per_fqn::fuzz_match(data)
+    }
     /// Whether `method` leaves its outputs on the device under the current options.
     pub fn skip_copy_for(method: &str) -> bool {
         crate::MethodConfig::from_options(method, 0).is_ok_and(|c| c.outputs_on_device)

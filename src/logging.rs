@@ -110,22 +110,23 @@ impl log::Log for Logger {
         let Some(sink) = sink else {
             return to_stderr(level, &msg);
         };
-        if IN_SINK.with(Cell::get).is_some() {
-            // Logged from inside the sink: calling it again could recurse without end.
+        if IN_SINK.try_with(Cell::get) != Ok(None) {
+            // Logged from inside the sink (calling it again could recurse without end), or
+            // while this thread's locals are being destroyed.
             return to_stderr(level, &msg);
         }
         /// Clears the thread's mark and drops its clone even when the sink unwinds.
         struct Running(Option<Shared>);
         impl Drop for Running {
             fn drop(&mut self) {
-                IN_SINK.with(|c| c.set(None));
+                let _ = IN_SINK.try_with(|c| c.set(None));
                 drop(self.0.take());
                 let (m, cv) = &CALL_ENDED;
                 let _g = m.lock().unwrap_or_else(|p| p.into_inner());
                 cv.notify_all();
             }
         }
-        IN_SINK.with(|c| c.set(Some(addr(&sink))));
+        let _ = IN_SINK.try_with(|c| c.set(Some(addr(&sink))));
         let run = Running(Some(sink));
         if let Some(f) = &run.0 {
             f(level, &msg);
@@ -152,7 +153,8 @@ pub(crate) fn install() {
 /// When this returns, the replaced sink is running on no other thread and is
 /// not called again, so whatever it uses may be freed. It may be called from
 /// inside a sink (then that one call of the replaced sink is still running
-/// on this thread, and finishes after this returns).
+/// on this thread, and finishes after this returns). A sink that waits for
+/// another thread calling this function would wait forever.
 pub fn set_sink(sink: Option<Sink>, max: Level) {
     install();
     let old = {
@@ -163,7 +165,7 @@ pub fn set_sink(sink: Option<Sink>, max: Level) {
     };
     let Some(old) = old else { return };
     // Wait out the calls of the old sink on other threads (each holds a clone).
-    let mine = usize::from(IN_SINK.with(Cell::get) == Some(addr(&old)));
+    let mine = usize::from(IN_SINK.try_with(Cell::get) == Ok(Some(addr(&old))));
     let (m, cv) = &CALL_ENDED;
     let mut g = m.lock().unwrap_or_else(|p| p.into_inner());
     while Arc::strong_count(&old) > 1 + mine {
