@@ -448,6 +448,13 @@ fn per_fqn_payloads() {
                 "<so_key>",
                 b"\r\nw".to_vec(),
             ),
+            // Well formed, but the named data (64 bytes) is not the size the metadata declares:
+            // refused when fetched, before any device work.
+            case(
+                "storage of another size than declared",
+                "has 64 bytes but the metadata declares 16",
+                good.clone(),
+            ),
         ],
     );
 }

@@ -420,7 +420,11 @@ pub fn c_shared_object(name: &str, source: &str, env_var: &str) -> Option<Vec<u8
     if let Some(p) = std::env::var_os(env_var) {
         return std::fs::read(p).ok();
     }
-    let dir = std::env::temp_dir().join(format!("et-cuda-test-{}-{name}", std::process::id()));
+    // One folder per call: tests of one binary compile in parallel.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir =
+        std::env::temp_dir().join(format!("et-cuda-test-{}-{call}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
     let src = dir.join(format!("{name}.c"));
     let out = dir.join(format!("{name}.so"));
