@@ -23,7 +23,7 @@
 //! # Example
 //!
 //! ```
-//! use executorch_cuda::{dtype::codes::FLOAT32, ErrorKind, Input, Method, MethodOptions};
+//! use executorch_cuda::{dtype::codes::FLOAT32, ErrorKind, Input, Method, MethodConfig};
 //!
 //! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/mlp_f32");
 //! let (Ok(so), Ok(weights)) = (
@@ -32,7 +32,7 @@
 //! ) else {
 //!     return; // the fixtures are not next to this checkout
 //! };
-//! let method = match Method::load("forward", &so, &weights, &MethodOptions::default()) {
+//! let method = match Method::load("forward", &so, &weights, &MethodConfig::default()) {
 //!     Ok(m) => m,
 //!     // No GPU here: a clear error, never a crash.
 //!     Err(e) if e.kind() == ErrorKind::NoDevice => return println!("skipped: {e}"),
@@ -81,7 +81,7 @@ mod stats;
 pub(crate) mod tensor;
 
 pub use api::memory::{device_count, driver_version, global_stats, mem_info, CallerStreamGuard};
-pub use api::{Blobs, DeviceTensor, Input, InputArg, Method, MethodOptions, OutputArg, OutputInfo};
+pub use api::{Blobs, DeviceTensor, Input, InputArg, Method, OutputArg, OutputInfo};
 pub use config::{MethodConfig, OutputPlacement};
 pub use error::{Error, ErrorKind, Result};
 pub use stats::Stats;

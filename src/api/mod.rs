@@ -25,9 +25,6 @@ use crate::stats::Stats;
 use crate::tensor::{self, Device, Tensor};
 use std::ffi::c_void;
 
-/// The former name of [`MethodConfig`].
-pub type MethodOptions = MethodConfig;
-
 /// Device memory the library owns, holding one contiguous tensor. Freed
 /// (stream-ordered) when dropped.
 #[derive(Debug, Clone)]
