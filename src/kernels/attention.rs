@@ -24,11 +24,12 @@
 //! (unnormalised output, running max, sum) to a workspace from the
 //! stream-ordered pool and a second kernel combines them.
 
-use super::module;
+use super::{module, Module};
 use crate::cuda::{self, ContextGuard};
 use crate::dtype::codes as dtype;
 use crate::error::{invalid, Result};
 use crate::tensor::{self, Device, Tensor};
+use cudarc::driver::sys;
 use std::ffi::c_void;
 
 /// Every attention entry point of `kernels/decode.cu` (checked against the PTX by a test).
@@ -117,6 +118,29 @@ fn dt_name(code: i32) -> String {
 /// Check every argument (see the module docs). Devices are checked last.
 pub fn check(q: &Tensor, k: &Tensor, v: &Tensor, pos: Positions, scale: f64) -> Result<Problem> {
     let dt = q.dtype;
+    check_dtypes_and_ranks(q, k, v)?;
+    let (b, hq, lq, d, hkv, lmax) = check_sizes(q, k, scale)?;
+    check_strides(q, k, v)?;
+    let (span, start, pos_n, pos_dev) = check_positions(pos, lq, lmax)?;
+    let device = check_device(q, k, v, pos_dev)?;
+    Ok(Problem {
+        b,
+        hq,
+        hkv,
+        lq,
+        lmax,
+        d,
+        dtype: dt,
+        span,
+        start,
+        pos_n,
+        device,
+    })
+}
+
+/// One dtype (bfloat16 or float16) for q and the caches, all 4-d, the caches of one size.
+fn check_dtypes_and_ranks(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<()> {
+    let dt = q.dtype;
     if dt != dtype::BFLOAT16 && dt != dtype::FLOAT16 {
         return invalid(format!(
             "et_cuda decode_attention: q must be bfloat16 or float16, not {}",
@@ -143,6 +167,12 @@ pub fn check(q: &Tensor, k: &Tensor, v: &Tensor, pos: Positions, scale: f64) -> 
             k.sizes, v.sizes
         ));
     }
+    Ok(())
+}
+
+/// The sizes against each other, the head size, the scale and the grid limits;
+/// returns (B, Hq, Lq, D, Hkv, Lmax).
+fn check_sizes(q: &Tensor, k: &Tensor, scale: f64) -> Result<(i64, i64, i64, i64, i64, i64)> {
     let (b, hq, lq, d) = (q.sizes[0], q.sizes[1], q.sizes[2], q.sizes[3]);
     let (hkv, lmax) = (k.sizes[1], k.sizes[2]);
     if k.sizes[0] != b || k.sizes[3] != d {
@@ -182,6 +212,11 @@ pub fn check(q: &Tensor, k: &Tensor, v: &Tensor, pos: Positions, scale: f64) -> 
             "et_cuda decode_attention: B={b}, Hkv={hkv} x {rgroups} row groups or Lmax={lmax} exceed the grid"
         ));
     }
+    Ok((b, hq, lq, d, hkv, lmax))
+}
+
+/// Non-negative q strides; caches with unit stride along D, 8-aligned other strides and 16-byte-aligned data.
+fn check_strides(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<()> {
     if q.strides.iter().any(|&s| s < 0) {
         return invalid("et_cuda decode_attention: q has a negative stride");
     }
@@ -198,6 +233,15 @@ pub fn check(q: &Tensor, k: &Tensor, v: &Tensor, pos: Positions, scale: f64) -> 
             ));
         }
     }
+    Ok(())
+}
+
+/// The positions (a valid length or a device tensor); returns (span, start, positions count, positions device).
+fn check_positions(
+    pos: Positions,
+    lq: i64,
+    lmax: i64,
+) -> Result<(i64, Option<i64>, i64, Option<Device>)> {
     let (span, start, pos_n, pos_dev) = match pos {
         Positions::ValidLen(n) => {
             if n < lq || n > lmax {
@@ -227,6 +271,11 @@ pub fn check(q: &Tensor, k: &Tensor, v: &Tensor, pos: Positions, scale: f64) -> 
             (lmax, None, n, Some(p.device()))
         }
     };
+    Ok((span, start, pos_n, pos_dev))
+}
+
+/// q, the caches and the device positions on one CUDA device; returns its ordinal.
+fn check_device(q: &Tensor, k: &Tensor, v: &Tensor, pos_dev: Option<Device>) -> Result<i32> {
     let device = match (q.device(), k.device(), v.device(), pos_dev) {
         (Device::Cuda(a), Device::Cuda(x), Device::Cuda(y), p)
             if a == x && x == y && p.is_none_or(|p| p == Device::Cuda(a)) =>
@@ -239,19 +288,7 @@ pub fn check(q: &Tensor, k: &Tensor, v: &Tensor, pos: Positions, scale: f64) -> 
             ))
         }
     };
-    Ok(Problem {
-        b,
-        hq,
-        hkv,
-        lq,
-        lmax,
-        d,
-        dtype: dt,
-        span,
-        start,
-        pos_n,
-        device,
-    })
+    Ok(device)
 }
 
 /// Rows groups, chunk (keys per split) and number of splits for a GPU of `sms` SMs.
@@ -300,16 +337,7 @@ pub fn decode_attention(
     let module = module(p.device)?;
     let (rgroups, chunk, nsplit) = split(&p, i64::from(module.sm_count));
     let nrows = p.b * p.hq * p.lq;
-    let (part_o, part_ml) = if nsplit > 1 {
-        let so = vec![nrows * nsplit * p.d];
-        let sm = vec![nrows * nsplit * 2];
-        (
-            Some(Tensor::empty_strided(so, vec![1], dtype::FLOAT32, dev)?),
-            Some(Tensor::empty_strided(sm, vec![1], dtype::FLOAT32, dev)?),
-        )
-    } else {
-        (None, None)
-    };
+    let (part_o, part_ml) = split_workspaces(nrows, nsplit, p.d, dev)?;
     let (name, combine) = names(&p);
     let mut args = Args {
         q: q.data_ptr() as u64,
@@ -346,137 +374,68 @@ pub fn decode_attention(
     // just allocated with the sizes the grid writes.
     unsafe { module.launch(name, grid, THREADS, 0, stream, &mut params)? };
     if let (Some(po), Some(pm)) = (&part_o, &part_ml) {
-        let mut pop = po.data_ptr() as u64;
-        let mut pmp = pm.data_ptr() as u64;
-        let mut outp = out.data_ptr() as u64;
-        let mut nr = nrows;
-        let mut ns = nsplit as i32;
-        let mut cparams: [*mut c_void; 5] = [
-            (&mut pop as *mut u64).cast(),
-            (&mut pmp as *mut u64).cast(),
-            (&mut outp as *mut u64).cast(),
-            (&mut nr as *mut i64).cast(),
-            (&mut ns as *mut i32).cast(),
-        ];
-        let cgrid = (((nrows + 3) / 4) as u32, 1, 1);
-        // SAFETY: (ptr, ptr, ptr, i64, int) as the combine kernel takes; the workspaces hold
-        // nrows x nsplit partials written by the launch above on the same stream.
-        unsafe { module.launch(combine, cgrid, 128, 0, stream, &mut cparams)? };
+        // SAFETY: the workspaces hold nrows x nsplit partials written by the launch above
+        // on the same stream, and `out` has the nrows rows the combine writes.
+        unsafe { launch_combine(&module, combine, stream, &out, (po, pm), nrows, nsplit)? };
     }
     // The workspaces go back to the pool ordered after the kernels on this stream.
     drop((part_o, part_ml));
     Ok(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn t(dt: i32, sizes: &[i64]) -> Tensor {
-        Tensor::empty_strided(
-            sizes.to_vec(),
-            tensor::contiguous_strides(sizes),
-            dt,
-            Device::Cpu,
+/// The split's workspaces (partial outputs and their max/sum pairs), when there is more than one split.
+fn split_workspaces(
+    nrows: i64,
+    nsplit: i64,
+    d: i64,
+    dev: Device,
+) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    Ok(if nsplit > 1 {
+        let so = vec![nrows * nsplit * d];
+        let sm = vec![nrows * nsplit * 2];
+        (
+            Some(Tensor::empty_strided(so, vec![1], dtype::FLOAT32, dev)?),
+            Some(Tensor::empty_strided(sm, vec![1], dtype::FLOAT32, dev)?),
         )
-        .expect("cpu tensor")
-    }
-
-    fn err(r: Result<Problem>) -> String {
-        r.expect_err("should be refused").to_string()
-    }
-
-    #[test]
-    fn args_layout_matches_the_kernel() {
-        // AttnArgs: 4 pointers/longs blocks, 9 ints/floats, 3 pointers (4 bytes of padding).
-        assert_eq!(
-            std::mem::size_of::<Args>(),
-            8 * (1 + 4 + 1 + 3 + 1 + 3 + 2) + 36 + 4 + 24
-        );
-        assert_eq!(std::mem::offset_of!(Args, out), 8 * 15 + 36 + 4);
-    }
-
-    #[test]
-    fn refusals_name_the_problem() {
-        let bf = dtype::BFLOAT16;
-        let q = t(bf, &[1, 8, 1, 64]);
-        let k = t(bf, &[1, 2, 128, 64]);
-        let pos = t(dtype::INT64, &[1]);
-        let ok = Positions::Device(&pos);
-        assert!(err(check(&q, &k, &t(bf, &[1, 2, 64, 64]), ok, 0.1)).contains("same sizes"));
-        assert!(err(check(
-            &t(bf, &[1, 8, 1, 96]),
-            &t(bf, &[1, 2, 8, 96]),
-            &t(bf, &[1, 2, 8, 96]),
-            ok,
-            0.1
-        ))
-        .contains("D = 96"));
-        assert!(
-            err(check(&t(bf, &[1, 3, 1, 64]), &k, &k, ok, 0.1)).contains("multiple of KV heads")
-        );
-        assert!(
-            err(check(&q, &t(dtype::FLOAT16, &[1, 2, 128, 64]), &k, ok, 0.1)).contains("one dtype")
-        );
-        assert!(err(check(&t(bf, &[1, 8, 200, 64]), &k, &k, ok, 0.1)).contains("do not fit"));
-        assert!(err(check(
-            &q,
-            &k,
-            &k,
-            Positions::Device(&t(dtype::INT32, &[1])),
-            0.1
-        ))
-        .contains("int64"));
-        assert!(err(check(
-            &q,
-            &k,
-            &k,
-            Positions::Device(&t(dtype::INT64, &[3])),
-            0.1
-        ))
-        .contains("Lq = 1 or 1"));
-        assert!(err(check(&q, &k, &k, Positions::ValidLen(0), 0.1)).contains("valid_len 0"));
-        assert!(err(check(&q, &k, &k, Positions::ValidLen(129), 0.1)).contains("valid_len 129"));
-        assert!(err(check(&q, &k, &k, ok, f64::NAN)).contains("not finite"));
-        // A cache view with a stride that is not a multiple of 8 (every 4th position).
-        let mut kv = t(bf, &[1, 2, 128, 64]);
-        kv.strides = vec![2 * 128 * 64, 128 * 64, 68, 1];
-        assert!(err(check(&q, &kv, &kv, ok, 0.1)).contains("multiples of 8"));
-        // All right except that the tensors are on the CPU.
-        assert!(err(check(&q, &k, &k, ok, 0.1)).contains("one CUDA device"));
-        assert!(err(check(&q, &k, &k, Positions::ValidLen(17), 0.1)).contains("one CUDA device"));
-    }
-
-    #[test]
-    fn splits_cover_the_span_in_whole_tiles() {
-        for (hq, hkv, lq, span) in [
-            (32, 8, 1, 1024),
-            (32, 8, 16, 1024),
-            (8, 8, 1, 1),
-            (8, 1, 4, 17),
-            (16, 2, 3, 511),
-            (4, 4, 1, 100_000),
-        ] {
-            let p = Problem {
-                b: 1,
-                hq,
-                hkv,
-                lq,
-                lmax: span,
-                d: 64,
-                dtype: dtype::BFLOAT16,
-                span,
-                start: None,
-                pos_n: 1,
-                device: 0,
-            };
-            let (rg, chunk, nsplit) = split(&p, 132);
-            assert_eq!(chunk % TILE, 0);
-            assert!(
-                chunk * nsplit >= span && chunk * (nsplit - 1) < span,
-                "{chunk} {nsplit} {span}"
-            );
-            assert!(rg * ROWS >= hq / hkv * lq);
-        }
-    }
+    } else {
+        (None, None)
+    })
 }
+
+/// Enqueue the combine kernel, which reduces the splits' partials into `out`.
+///
+/// # Safety
+/// `parts` must hold the `nrows` x `nsplit` partials of an attention launch
+/// queued before on `stream`, and `out` must have the `nrows` rows the combine writes.
+unsafe fn launch_combine(
+    module: &Module,
+    combine: &'static str,
+    stream: sys::CUstream,
+    out: &Tensor,
+    parts: (&Tensor, &Tensor),
+    nrows: i64,
+    nsplit: i64,
+) -> Result<()> {
+    let (po, pm) = parts;
+    let mut pop = po.data_ptr() as u64;
+    let mut pmp = pm.data_ptr() as u64;
+    let mut outp = out.data_ptr() as u64;
+    let mut nr = nrows;
+    let mut ns = nsplit as i32;
+    let mut cparams: [*mut c_void; 5] = [
+        (&mut pop as *mut u64).cast(),
+        (&mut pmp as *mut u64).cast(),
+        (&mut outp as *mut u64).cast(),
+        (&mut nr as *mut i64).cast(),
+        (&mut ns as *mut i32).cast(),
+    ];
+    let cgrid = (((nrows + 3) / 4) as u32, 1, 1);
+    // SAFETY: (ptr, ptr, ptr, i64, int) as the combine kernel takes; the workspaces hold
+    // nrows x nsplit partials written by the attention launch before it on the same stream
+    // (this function's contract).
+    unsafe { module.launch(combine, cgrid, 128, 0, stream, &mut cparams)? };
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -95,6 +95,53 @@ fn row_stride(sizes: &[i64], strides: &[i64], k_stride: i64, k: i64) -> Option<i
 /// tensors exercise every shape check.
 pub fn check(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Problem> {
     let dt = x.dtype;
+    check_dtypes(x, w, bias)?;
+    let r = x.sizes.len();
+    let (m, n, k) = check_shapes(x, w, bias)?;
+    if x.strides.iter().chain(&w.strides).any(|&s| s < 0) {
+        return invalid("et_cuda gemv: negative strides are not supported");
+    }
+    let sxk = x.strides[r - 1];
+    let sxm = row_stride(&x.sizes[..r - 1], &x.strides[..r - 1], sxk, k).ok_or_else(|| {
+        Error::invalid_argument(format!(
+            "et_cuda gemv: x's leading dimensions (sizes {:?}, strides {:?}) do not collapse into rows; pass a contiguous x",
+            x.sizes, x.strides
+        ))
+    })?;
+    let (swn, swk) = (w.strides[0], w.strides[1]);
+    let aligned = |t: &Tensor| (t.data_ptr() as usize) % 16 == 0;
+    let fast = k % 8 == 0
+        && (k == 0 || (sxk == 1 && swk == 1))
+        && (m <= 1 || sxm % 8 == 0)
+        && (n <= 1 || swn % 8 == 0)
+        && aligned(x)
+        && aligned(w);
+    // Grid limits: row blocks of 16 in gridDim.y (fast); the generic kernel loops over rows.
+    if fast && (m + 15) / 16 > 65535 {
+        return invalid(format!(
+            "et_cuda gemv: M = {m} is more than the grid allows"
+        ));
+    }
+    let device = check_device(x, w, bias)?;
+    let mut out_sizes = x.sizes[..r - 1].to_vec();
+    out_sizes.push(n);
+    Ok(Problem {
+        m,
+        n,
+        k,
+        dtype: dt,
+        sx: (sxm, sxk),
+        sw: (swn, swk),
+        has_bias: bias.is_some(),
+        fast,
+        out_sizes,
+        device,
+    })
+}
+
+/// One dtype (bfloat16 or float16) for x, the weight and the bias.
+fn check_dtypes(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<()> {
+    let dt = x.dtype;
     if dt != dtype::BFLOAT16 && dt != dtype::FLOAT16 {
         return invalid(format!(
             "et_cuda gemv: x must be bfloat16 or float16, not {}",
@@ -109,6 +156,11 @@ pub fn check(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Problem> {
             bias.map_or("none".into(), |b| dt_name(b.dtype))
         ));
     }
+    Ok(())
+}
+
+/// The ranks and sizes against each other and the kernels' 32-bit limits; returns (M, N, K).
+fn check_shapes(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<(i64, i64, i64)> {
     let r = x.sizes.len();
     if r == 0 {
         return invalid("et_cuda gemv: x must have at least one dimension [..., K]");
@@ -141,30 +193,11 @@ pub fn check(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Problem> {
             "et_cuda gemv: M={m} N={n} K={k} exceed the kernels' 32-bit sizes"
         ));
     }
-    if x.strides.iter().chain(&w.strides).any(|&s| s < 0) {
-        return invalid("et_cuda gemv: negative strides are not supported");
-    }
-    let sxk = x.strides[r - 1];
-    let sxm = row_stride(&x.sizes[..r - 1], &x.strides[..r - 1], sxk, k).ok_or_else(|| {
-        Error::invalid_argument(format!(
-            "et_cuda gemv: x's leading dimensions (sizes {:?}, strides {:?}) do not collapse into rows; pass a contiguous x",
-            x.sizes, x.strides
-        ))
-    })?;
-    let (swn, swk) = (w.strides[0], w.strides[1]);
-    let aligned = |t: &Tensor| (t.data_ptr() as usize) % 16 == 0;
-    let fast = k % 8 == 0
-        && (k == 0 || (sxk == 1 && swk == 1))
-        && (m <= 1 || sxm % 8 == 0)
-        && (n <= 1 || swn % 8 == 0)
-        && aligned(x)
-        && aligned(w);
-    // Grid limits: row blocks of 16 in gridDim.y (fast); the generic kernel loops over rows.
-    if fast && (m + 15) / 16 > 65535 {
-        return invalid(format!(
-            "et_cuda gemv: M = {m} is more than the grid allows"
-        ));
-    }
+    Ok((m, n, k))
+}
+
+/// x, the weight and the bias on one CUDA device; returns its ordinal.
+fn check_device(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<i32> {
     let device = match (x.device(), w.device(), bias.map(|b| b.device())) {
         (Device::Cuda(a), Device::Cuda(b), None) if a == b => a,
         (Device::Cuda(a), Device::Cuda(b), Some(Device::Cuda(c))) if a == b && b == c => a,
@@ -174,20 +207,7 @@ pub fn check(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Problem> {
             ))
         }
     };
-    let mut out_sizes = x.sizes[..r - 1].to_vec();
-    out_sizes.push(n);
-    Ok(Problem {
-        m,
-        n,
-        k,
-        dtype: dt,
-        sx: (sxm, sxk),
-        sw: (swn, swk),
-        has_bias: bias.is_some(),
-        fast,
-        out_sizes,
-        device,
-    })
+    Ok(device)
 }
 
 /// Rows of `x` per block row of the fast kernel: the smallest built one that

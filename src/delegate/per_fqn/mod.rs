@@ -150,32 +150,8 @@ pub(super) fn load(
     }
     let infos = container.constants()?;
     let matched = match_storages(&infos, storages)?;
-    let digests: Vec<[u8; 32]> = match share {
-        Some(_) => matched
-            .iter()
-            .map(|m| aoti::loader::sha256(m.bytes))
-            .collect(),
-        None => vec![[0u8; 32]; matched.len()],
-    };
-    let found: Vec<Option<(Tensor, Arc<Container>)>> = match share {
-        Some(policy) => {
-            let reg = sharing::registry();
-            matched
-                .iter()
-                .zip(&digests)
-                .map(|(m, d)| {
-                    let view = View {
-                        sizes: &m.entry.sizes,
-                        strides: &m.entry.strides,
-                        offset: m.entry.storage_offset,
-                        digest: *d,
-                    };
-                    sharing::find(&reg, m.info, &view, place(m, device), policy)
-                })
-                .collect()
-        }
-        None => matched.iter().map(|_| None).collect(),
-    };
+    let digests = digests(&matched, share);
+    let found = find_shared(&matched, &digests, share, device);
     // Declared first, dropped last: on an error path the container goes before the
     // tensors it may have been given.
     let mut held = SharedConstants::default();
@@ -225,6 +201,45 @@ pub(super) fn load(
     Ok((container, held))
 }
 
+/// Each matched constant's SHA-256 when weights are shared (zeros otherwise).
+fn digests(matched: &[Matched<'_>], share: Option<SharePolicy>) -> Vec<[u8; 32]> {
+    match share {
+        Some(_) => matched
+            .iter()
+            .map(|m| aoti::loader::sha256(m.bytes))
+            .collect(),
+        None => vec![[0u8; 32]; matched.len()],
+    }
+}
+
+/// For each matched constant, the equal tensor another method already holds (and its container), under `share`.
+fn find_shared(
+    matched: &[Matched<'_>],
+    digests: &[[u8; 32]],
+    share: Option<SharePolicy>,
+    device: &DeviceState,
+) -> Vec<Option<(Tensor, Arc<Container>)>> {
+    match share {
+        Some(policy) => {
+            let reg = sharing::registry();
+            matched
+                .iter()
+                .zip(digests)
+                .map(|(m, d)| {
+                    let view = View {
+                        sizes: &m.entry.sizes,
+                        strides: &m.entry.strides,
+                        offset: m.entry.storage_offset,
+                        digest: *d,
+                    };
+                    sharing::find(&reg, m.info, &view, place(m, device), policy)
+                })
+                .collect()
+        }
+        None => matched.iter().map(|_| None).collect(),
+    }
+}
+
 /// Fuzz body (`fuzz/fuzz_targets/per_fqn_match.rs`, and a test over
 /// `fuzz/seeds/per_fqn_match`): constants and storages described by `data`
 /// through the matcher; every match must be a view the upload's
@@ -235,66 +250,9 @@ pub(crate) fn fuzz_match(data: &[u8]) -> usize {
     use crate::tensor::{HostAlloc, Memory, Storage};
     let mut it = data.iter().copied();
     let mut next = move || it.next().unwrap_or(0);
-    // Mostly small values, sometimes the extremes.
-    let val = |b: u8| -> i64 {
-        match b {
-            255 => i64::MAX,
-            254 => i64::MAX / 3,
-            253 => 1 << 40,
-            252 => 1 << 61,
-            251 => -1,
-            x => (x % 8) as i64,
-        }
-    };
     let blob = [0u8; 256];
-    let n = (next() % 5) as usize;
-    let mut storages = Vec::with_capacity(n);
-    for _ in 0..n {
-        let rank = (next() % 18) as usize;
-        let sizes: Vec<i64> = (0..rank).map(|_| val(next())).collect();
-        let strides: Vec<i64> = (0..rank).map(|_| val(next())).collect();
-        let e = FqnEntry {
-            fqn: format!("c{}", next() % 4),
-            storage_key: format!("s{}", next() % 4),
-            storage_nbytes: match next() {
-                255 => u64::MAX,
-                254 => 1 << 62,
-                b => b as u64,
-            },
-            dtype: [6, 15, 4, 11, 99, 12][(next() % 6) as usize],
-            device_type: [1, 0, 13][(next() % 3) as usize],
-            storage_offset: val(next()),
-            sizes,
-            strides,
-        };
-        let len = if next() & 1 == 0 {
-            (e.storage_nbytes.min(255)) as usize
-        } else {
-            next() as usize
-        };
-        storages.push((e, &blob[..len]));
-    }
-    let infos: Vec<ConstantInfo> = (0..(next() % 5) as usize)
-        .map(|i| {
-            let like = storages.get(i).map(|(e, _)| e);
-            ConstantInfo {
-                name: format!("c{}", next() % 5),
-                original_fqn: match (next() % 3, like) {
-                    (0, Some(e)) => e.fqn.clone(),
-                    (1, _) => String::new(),
-                    _ => format!("c{}", next() % 5),
-                },
-                from_folded: next() % 8 == 0,
-                kind: 1,
-                dtype: match (next() % 4, like) {
-                    (0, _) => 15,
-                    (_, Some(e)) => e.dtype,
-                    _ => 6,
-                },
-                data_size: (next() % 8) as usize,
-            }
-        })
-        .collect();
+    let storages = fuzz_storages(&mut next, &blob);
+    let infos = fuzz_infos(&mut next, &storages);
     let Ok(matched) = match_storages(&infos, &storages) else {
         return 0;
     };
@@ -329,140 +287,75 @@ pub(crate) fn fuzz_match(data: &[u8]) -> usize {
     matched.len()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::aoti::payload::tests::entry;
-
-    fn info(name: &str, fqn: &str, n: usize, folded: bool) -> ConstantInfo {
-        ConstantInfo {
-            name: name.into(),
-            original_fqn: fqn.into(),
-            from_folded: folded,
-            kind: 1,
-            dtype: 6,
-            data_size: n,
+/// The fuzz body's storages: up to 4 entries drawn from `next`, each on a slice of `blob`.
+#[cfg(any(test, feature = "fuzzing"))]
+fn fuzz_storages<'b>(next: &mut impl FnMut() -> u8, blob: &'b [u8]) -> Vec<(FqnEntry, &'b [u8])> {
+    // Mostly small values, sometimes the extremes.
+    let val = |b: u8| -> i64 {
+        match b {
+            255 => i64::MAX,
+            254 => i64::MAX / 3,
+            253 => 1 << 40,
+            252 => 1 << 61,
+            251 => -1,
+            x => (x % 8) as i64,
         }
-    }
-
-    #[test]
-    fn constants_match_by_fqn_then_name_and_skip_folded() {
-        let infos = vec![
-            info("fc2_w", "fc2.weight", 8, false),
-            info("folded", "", 4, true),
-            info("fc1_w", "fc1.weight", 4, false),
-            info("_tensor_constant0", "", 4, false),
-        ];
-        let (a, b, c) = ([1u8; 4], [2u8; 8], [3u8; 4]);
-        let storages = vec![
-            (entry("fc1.weight", 4), &a[..]),
-            (entry("fc2.weight", 8), &b[..]),
-            (entry("_tensor_constant0", 4), &c[..]),
-        ];
-        let m = match_storages(&infos, &storages).unwrap();
-        let got: Vec<(&str, &str, u8)> = m
-            .iter()
-            .map(|m| (m.info.name.as_str(), m.entry.fqn.as_str(), m.bytes[0]))
-            .collect();
-        assert_eq!(
-            got,
-            [
-                ("fc2_w", "fc2.weight", 2),
-                ("fc1_w", "fc1.weight", 1),
-                ("_tensor_constant0", "_tensor_constant0", 3)
-            ]
-        );
-    }
-
-    #[test]
-    fn mismatched_storages_are_clear_errors() {
-        let infos = vec![info("fc2_w", "fc2.weight", 8, false)];
-        let err = |storages: &[(FqnEntry, &[u8])]| {
-            match_storages(&infos, storages).unwrap_err().to_string()
+    };
+    let n = (next() % 5) as usize;
+    let mut storages = Vec::with_capacity(n);
+    for _ in 0..n {
+        let rank = (next() % 18) as usize;
+        let sizes: Vec<i64> = (0..rank).map(|_| val(next())).collect();
+        let strides: Vec<i64> = (0..rank).map(|_| val(next())).collect();
+        let e = FqnEntry {
+            fqn: format!("c{}", next() % 4),
+            storage_key: format!("s{}", next() % 4),
+            storage_nbytes: match next() {
+                255 => u64::MAX,
+                254 => 1 << 62,
+                b => b as u64,
+            },
+            dtype: [6, 15, 4, 11, 99, 12][(next() % 6) as usize],
+            device_type: [1, 0, 13][(next() % 3) as usize],
+            storage_offset: val(next()),
+            sizes,
+            strides,
         };
-        let b = [2u8; 8];
-        let e = err(&[(entry("fc1.weight", 8), &b[..])]);
-        assert!(e.contains("no weights for constant fc2_w"), "{e}");
-        // Bytes shorter than the metadata says.
-        let e = err(&[(entry("fc2.weight", 8), &b[..7])]);
-        assert!(e.contains("has 7 bytes") && e.contains("declares 8"), "{e}");
-        // Shorter than the model expects.
-        let e = err(&[(entry("fc2.weight", 7), &b[..7])]);
-        assert!(e.contains("model expects 8"), "{e}");
-        // Another dtype.
-        let mut wrong = entry("fc2.weight", 8);
-        wrong.dtype = 5;
-        let e = err(&[(wrong, &b[..])]);
-        assert!(e.contains("dtype 5"), "{e}");
-        // A view past the storage.
-        let mut wide = entry("fc2.weight", 8);
-        wide.sizes = vec![3];
-        wide.strides = vec![1];
-        let e = err(&[(wide, &b[..])]);
-        assert!(e.contains("needs 12 bytes"), "{e}");
-        // A device type that is neither CPU nor CUDA.
-        let mut dev = entry("fc2.weight", 8);
-        dev.device_type = 13;
-        let e = err(&[(dev, &b[..])]);
-        assert!(e.contains("device type 13"), "{e}");
-        // Negative strides are refused, not wrapped.
-        let mut neg = entry("fc2.weight", 8);
-        neg.sizes = vec![2];
-        neg.strides = vec![-1];
-        let e = err(&[(neg, &b[..])]);
-        assert!(e.contains("negative"), "{e}");
+        let len = if next() & 1 == 0 {
+            (e.storage_nbytes.min(255)) as usize
+        } else {
+            next() as usize
+        };
+        storages.push((e, &blob[..len]));
     }
-
-    /// The fuzz target's body over its seeds and a fixed pseudo-random sweep
-    /// (so CI runs it without cargo-fuzz).
-    #[test]
-    fn fuzz_body_over_seeds_and_a_sweep() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/per_fqn_match");
-        let mut n = 0;
-        for f in std::fs::read_dir(&dir).unwrap() {
-            fuzz_match(&std::fs::read(f.unwrap().path()).unwrap());
-            n += 1;
-        }
-        assert!(n >= 2, "{n} seeds in {}", dir.display());
-        assert_eq!(
-            fuzz_match(&std::fs::read(dir.join("one_match")).unwrap()),
-            1
-        );
-        let mut matches = 0;
-        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-        for _ in 0..10_000 {
-            let b: Vec<u8> = (0..96)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
-            matches += fuzz_match(&b);
-        }
-        // The sweep reaches the view check, not only the matcher's early refusals.
-        assert!(matches > 30, "{matches} matches");
-    }
-
-    #[test]
-    fn the_matcher_uses_the_uploads_view_check() {
-        // Rank 17 and sizes past isize::MAX bytes: refused by the matcher, as by the upload.
-        let infos = vec![info("w", "w", 4, false)];
-        let b = [0u8; 4];
-        let mut r17 = entry("w", 4);
-        r17.sizes = vec![1; 17];
-        r17.strides = vec![1; 17];
-        let e = match_storages(&infos, &[(r17, &b[..])])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("rank 17 is above the limit of 16"), "{e}");
-        let mut wide = entry("w", 4);
-        wide.sizes = vec![1 << 61];
-        wide.strides = vec![0];
-        let e = match_storages(&infos, &[(wide, &b[..])])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("isize::MAX"), "{e}");
-    }
+    storages
 }
+
+/// The fuzz body's constants: up to 4 drawn from `next`, some named like `storages`.
+#[cfg(any(test, feature = "fuzzing"))]
+fn fuzz_infos(next: &mut impl FnMut() -> u8, storages: &[(FqnEntry, &[u8])]) -> Vec<ConstantInfo> {
+    (0..(next() % 5) as usize)
+        .map(|i| {
+            let like = storages.get(i).map(|(e, _)| e);
+            ConstantInfo {
+                name: format!("c{}", next() % 5),
+                original_fqn: match (next() % 3, like) {
+                    (0, Some(e)) => e.fqn.clone(),
+                    (1, _) => String::new(),
+                    _ => format!("c{}", next() % 5),
+                },
+                from_folded: next() % 8 == 0,
+                kind: 1,
+                dtype: match (next() % 4, like) {
+                    (0, _) => 15,
+                    (_, Some(e)) => e.dtype,
+                    _ => 6,
+                },
+                data_size: (next() % 8) as usize,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

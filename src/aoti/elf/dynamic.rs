@@ -1,0 +1,205 @@
+//! The dynamic section: its entries, the string table and the strings it
+//! names, the fixed entry sizes the loader asserts, and the init and fini code
+//! it calls (the symbol and relocation tables it names: `symbols`, `relocs`).
+
+use super::relocs::check_relocations;
+use super::segments::{Image, Seg};
+use super::symbols::symbol_table;
+use super::*;
+use crate::error::Result;
+
+/// The values of the dynamic section (the last entry of a tag wins, as in the loader).
+pub(super) struct Dyn {
+    one: std::collections::BTreeMap<u64, u64>,
+    strings: Vec<(u64, u64)>,
+}
+
+impl Dyn {
+    pub(super) fn get(&self, tag: u64) -> Option<u64> {
+        self.one.get(&tag).copied()
+    }
+}
+
+fn tag_name(tag: u64) -> &'static str {
+    match tag {
+        DT_NEEDED => "DT_NEEDED",
+        DT_SONAME => "DT_SONAME",
+        DT_RPATH => "DT_RPATH",
+        DT_RUNPATH => "DT_RUNPATH",
+        DT_AUXILIARY => "DT_AUXILIARY",
+        DT_FILTER => "DT_FILTER",
+        _ => "a string entry",
+    }
+}
+
+/// Walk the dynamic section and check every table it names.
+pub(super) fn check_dynamic(img: &Image<'_>, d: &Seg) -> Result<()> {
+    let dy = read_entries(img.b, d)?;
+    let textrel = dy.get(DT_TEXTREL).is_some() || dy.get(DT_FLAGS).unwrap_or(0) & DF_TEXTREL != 0;
+
+    // The string table, and every string the loader reads by offset.
+    let strtab = string_table(img, &dy)?;
+
+    // Fixed entry sizes (the loader asserts them, which aborts the process).
+    check_entry_sizes(&dy)?;
+
+    // Symbols, their hash tables and their versions.
+    let syms = symbol_table(img, &dy, strtab)?;
+
+    // Relocations: their tables, the symbols they name, and the places they write.
+    check_relocations(img, &dy, syms.as_ref(), textrel)?;
+
+    // Code and pointer arrays the loader calls.
+    check_init_fini(img, &dy)?;
+    if let Some(a) = dy.get(DT_PLTGOT) {
+        img.need_mapped(a, 8, "DT_PLTGOT")?;
+    }
+    Ok(())
+}
+
+/// Read the dynamic section's entries up to its `DT_NULL` terminator, which must be there.
+fn read_entries(b: &[u8], d: &Seg) -> Result<Dyn> {
+    let n = d.filesz / 16;
+    let mut dy = Dyn {
+        one: Default::default(),
+        strings: Vec::new(),
+    };
+    let mut terminated = false;
+    for i in 0..n {
+        let at = (d.offset + i * 16) as usize;
+        let tag = u64_at(b, at)?;
+        let val = u64_at(b, at + 8)?;
+        match tag {
+            DT_NULL => {
+                terminated = true;
+                break;
+            }
+            DT_NEEDED | DT_SONAME | DT_RPATH | DT_RUNPATH | DT_AUXILIARY | DT_FILTER => {
+                dy.strings.push((tag, val))
+            }
+            _ => {
+                dy.one.insert(tag, val);
+            }
+        }
+    }
+    if !terminated {
+        return Err(bad(format!(
+            "the dynamic section's {n} entries have no DT_NULL terminator"
+        )));
+    }
+    Ok(dy)
+}
+
+/// The string table (`DT_STRTAB`, `DT_STRSZ`), after checking every string the loader reads from it.
+fn string_table<'a>(img: &Image<'a>, dy: &Dyn) -> Result<Option<&'a [u8]>> {
+    let b = img.b;
+    let strtab = match (dy.get(DT_STRTAB), dy.get(DT_STRSZ)) {
+        (Some(addr), Some(size)) => {
+            let o = img.file_bytes(addr, size, &format!("DT_STRTAB with DT_STRSZ {size}"))?;
+            Some(&b[o..o + size as usize])
+        }
+        (Some(_), None) => return Err(bad("DT_STRTAB without DT_STRSZ")),
+        (None, _) => None,
+    };
+    for &(tag, off) in &dy.strings {
+        check_string(strtab, off, tag_name(tag))?;
+    }
+    if let Some(t) = strtab {
+        // Symbol names are read up to their NUL: the table must end with one.
+        if t.last() != Some(&0) {
+            return Err(bad("DT_STRTAB does not end with a NUL"));
+        }
+    }
+    Ok(strtab)
+}
+
+/// A string the loader reads at offset `off` of the string table must end inside it.
+pub(super) fn check_string(strtab: Option<&[u8]>, off: u64, what: &str) -> Result<()> {
+    let Some(t) = strtab else {
+        return Err(bad(format!("{what} without a DT_STRTAB")));
+    };
+    let ok = usize::try_from(off)
+        .ok()
+        .and_then(|o| t.get(o..))
+        .is_some_and(|s| s.contains(&0));
+    if !ok {
+        return Err(bad(format!(
+            "{what} string at offset {off} does not end inside DT_STRTAB (DT_STRSZ {})",
+            t.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The fixed entry sizes, the tables that need them, and `DT_PLTREL`, which the loader asserts on.
+fn check_entry_sizes(dy: &Dyn) -> Result<()> {
+    for (tag, want, name) in [
+        (DT_SYMENT, SYM_SIZE, "DT_SYMENT"),
+        (DT_RELAENT, RELA_SIZE, "DT_RELAENT"),
+        (DT_RELENT, REL_SIZE, "DT_RELENT"),
+        (DT_RELRENT, 8, "DT_RELRENT"),
+    ] {
+        if let Some(v) = dy.get(tag) {
+            if v != want {
+                return Err(bad(format!("{name} is {v}, not {want}")));
+            }
+        }
+    }
+    for (table, ent, name) in [
+        (DT_RELA, DT_RELAENT, "DT_RELA without DT_RELAENT"),
+        (DT_REL, DT_RELENT, "DT_REL without DT_RELENT"),
+        (DT_RELR, DT_RELRENT, "DT_RELR without DT_RELRENT"),
+    ] {
+        if dy.get(table).is_some() && dy.get(ent).is_none() {
+            return Err(bad(name));
+        }
+    }
+    if let Some(v) = dy.get(DT_PLTREL) {
+        if v != DT_RELA {
+            return Err(bad(format!("DT_PLTREL is {v}, not DT_RELA (7)")));
+        }
+    }
+    Ok(())
+}
+
+/// `DT_INIT` and `DT_FINI` in executable segments, the init and fini arrays inside loadable ones.
+fn check_init_fini(img: &Image<'_>, dy: &Dyn) -> Result<()> {
+    for (tag, name) in [(DT_INIT, "DT_INIT"), (DT_FINI, "DT_FINI")] {
+        if let Some(a) = dy.get(tag) {
+            let l = img.need_mapped(a, 1, name)?;
+            if l.flags & PF_X == 0 {
+                return Err(bad(format!(
+                    "{name} (address {a:#x}) is not in an executable segment"
+                )));
+            }
+        }
+    }
+    for (tag, size_tag, name) in [
+        (
+            DT_INIT_ARRAY,
+            DT_INIT_ARRAYSZ,
+            "DT_INIT_ARRAY with DT_INIT_ARRAYSZ",
+        ),
+        (
+            DT_FINI_ARRAY,
+            DT_FINI_ARRAYSZ,
+            "DT_FINI_ARRAY with DT_FINI_ARRAYSZ",
+        ),
+        (
+            DT_PREINIT_ARRAY,
+            DT_PREINIT_ARRAYSZ,
+            "DT_PREINIT_ARRAY with DT_PREINIT_ARRAYSZ",
+        ),
+    ] {
+        if let Some(a) = dy.get(tag) {
+            let size = dy.get(size_tag).unwrap_or(0);
+            if size % 8 != 0 {
+                return Err(bad(format!(
+                    "{name} {size} is not a whole number of pointers"
+                )));
+            }
+            img.need_mapped(a, size, &format!("{name} {size}"))?;
+        }
+    }
+    Ok(())
+}

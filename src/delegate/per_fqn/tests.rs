@@ -1,0 +1,135 @@
+//! Unit tests of the per-FQN matcher: matching by FQN then name, clear errors, the fuzz body over its seeds.
+
+use super::*;
+use crate::aoti::payload::tests::entry;
+
+fn info(name: &str, fqn: &str, n: usize, folded: bool) -> ConstantInfo {
+    ConstantInfo {
+        name: name.into(),
+        original_fqn: fqn.into(),
+        from_folded: folded,
+        kind: 1,
+        dtype: 6,
+        data_size: n,
+    }
+}
+
+#[test]
+fn constants_match_by_fqn_then_name_and_skip_folded() {
+    let infos = vec![
+        info("fc2_w", "fc2.weight", 8, false),
+        info("folded", "", 4, true),
+        info("fc1_w", "fc1.weight", 4, false),
+        info("_tensor_constant0", "", 4, false),
+    ];
+    let (a, b, c) = ([1u8; 4], [2u8; 8], [3u8; 4]);
+    let storages = vec![
+        (entry("fc1.weight", 4), &a[..]),
+        (entry("fc2.weight", 8), &b[..]),
+        (entry("_tensor_constant0", 4), &c[..]),
+    ];
+    let m = match_storages(&infos, &storages).unwrap();
+    let got: Vec<(&str, &str, u8)> = m
+        .iter()
+        .map(|m| (m.info.name.as_str(), m.entry.fqn.as_str(), m.bytes[0]))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("fc2_w", "fc2.weight", 2),
+            ("fc1_w", "fc1.weight", 1),
+            ("_tensor_constant0", "_tensor_constant0", 3)
+        ]
+    );
+}
+
+#[test]
+fn mismatched_storages_are_clear_errors() {
+    let infos = vec![info("fc2_w", "fc2.weight", 8, false)];
+    let err =
+        |storages: &[(FqnEntry, &[u8])]| match_storages(&infos, storages).unwrap_err().to_string();
+    let b = [2u8; 8];
+    let e = err(&[(entry("fc1.weight", 8), &b[..])]);
+    assert!(e.contains("no weights for constant fc2_w"), "{e}");
+    // Bytes shorter than the metadata says.
+    let e = err(&[(entry("fc2.weight", 8), &b[..7])]);
+    assert!(e.contains("has 7 bytes") && e.contains("declares 8"), "{e}");
+    // Shorter than the model expects.
+    let e = err(&[(entry("fc2.weight", 7), &b[..7])]);
+    assert!(e.contains("model expects 8"), "{e}");
+    // Another dtype.
+    let mut wrong = entry("fc2.weight", 8);
+    wrong.dtype = 5;
+    let e = err(&[(wrong, &b[..])]);
+    assert!(e.contains("dtype 5"), "{e}");
+    // A view past the storage.
+    let mut wide = entry("fc2.weight", 8);
+    wide.sizes = vec![3];
+    wide.strides = vec![1];
+    let e = err(&[(wide, &b[..])]);
+    assert!(e.contains("needs 12 bytes"), "{e}");
+    // A device type that is neither CPU nor CUDA.
+    let mut dev = entry("fc2.weight", 8);
+    dev.device_type = 13;
+    let e = err(&[(dev, &b[..])]);
+    assert!(e.contains("device type 13"), "{e}");
+    // Negative strides are refused, not wrapped.
+    let mut neg = entry("fc2.weight", 8);
+    neg.sizes = vec![2];
+    neg.strides = vec![-1];
+    let e = err(&[(neg, &b[..])]);
+    assert!(e.contains("negative"), "{e}");
+}
+
+/// The fuzz target's body over its seeds and a fixed pseudo-random sweep
+/// (so CI runs it without cargo-fuzz).
+#[test]
+fn fuzz_body_over_seeds_and_a_sweep() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/per_fqn_match");
+    let mut n = 0;
+    for f in std::fs::read_dir(&dir).unwrap() {
+        fuzz_match(&std::fs::read(f.unwrap().path()).unwrap());
+        n += 1;
+    }
+    assert!(n >= 2, "{n} seeds in {}", dir.display());
+    assert_eq!(
+        fuzz_match(&std::fs::read(dir.join("one_match")).unwrap()),
+        1
+    );
+    let mut matches = 0;
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    for _ in 0..10_000 {
+        let b: Vec<u8> = (0..96)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        matches += fuzz_match(&b);
+    }
+    // The sweep reaches the view check, not only the matcher's early refusals.
+    assert!(matches > 30, "{matches} matches");
+}
+
+#[test]
+fn the_matcher_uses_the_uploads_view_check() {
+    // Rank 17 and sizes past isize::MAX bytes: refused by the matcher, as by the upload.
+    let infos = vec![info("w", "w", 4, false)];
+    let b = [0u8; 4];
+    let mut r17 = entry("w", 4);
+    r17.sizes = vec![1; 17];
+    r17.strides = vec![1; 17];
+    let e = match_storages(&infos, &[(r17, &b[..])])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rank 17 is above the limit of 16"), "{e}");
+    let mut wide = entry("w", 4);
+    wide.sizes = vec![1 << 61];
+    wide.strides = vec![0];
+    let e = match_storages(&infos, &[(wide, &b[..])])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("isize::MAX"), "{e}");
+}

@@ -1,0 +1,109 @@
+//! Unit tests of the decode attention's host side: the argument block's layout, the refusals, the splits.
+
+use super::*;
+
+fn t(dt: i32, sizes: &[i64]) -> Tensor {
+    Tensor::empty_strided(
+        sizes.to_vec(),
+        tensor::contiguous_strides(sizes),
+        dt,
+        Device::Cpu,
+    )
+    .expect("cpu tensor")
+}
+
+fn err(r: Result<Problem>) -> String {
+    r.expect_err("should be refused").to_string()
+}
+
+#[test]
+fn args_layout_matches_the_kernel() {
+    // AttnArgs: 4 pointers/longs blocks, 9 ints/floats, 3 pointers (4 bytes of padding).
+    assert_eq!(
+        std::mem::size_of::<Args>(),
+        8 * (1 + 4 + 1 + 3 + 1 + 3 + 2) + 36 + 4 + 24
+    );
+    assert_eq!(std::mem::offset_of!(Args, out), 8 * 15 + 36 + 4);
+}
+
+#[test]
+fn refusals_name_the_problem() {
+    let bf = dtype::BFLOAT16;
+    let q = t(bf, &[1, 8, 1, 64]);
+    let k = t(bf, &[1, 2, 128, 64]);
+    let pos = t(dtype::INT64, &[1]);
+    let ok = Positions::Device(&pos);
+    assert!(err(check(&q, &k, &t(bf, &[1, 2, 64, 64]), ok, 0.1)).contains("same sizes"));
+    assert!(err(check(
+        &t(bf, &[1, 8, 1, 96]),
+        &t(bf, &[1, 2, 8, 96]),
+        &t(bf, &[1, 2, 8, 96]),
+        ok,
+        0.1
+    ))
+    .contains("D = 96"));
+    assert!(err(check(&t(bf, &[1, 3, 1, 64]), &k, &k, ok, 0.1)).contains("multiple of KV heads"));
+    assert!(
+        err(check(&q, &t(dtype::FLOAT16, &[1, 2, 128, 64]), &k, ok, 0.1)).contains("one dtype")
+    );
+    assert!(err(check(&t(bf, &[1, 8, 200, 64]), &k, &k, ok, 0.1)).contains("do not fit"));
+    assert!(err(check(
+        &q,
+        &k,
+        &k,
+        Positions::Device(&t(dtype::INT32, &[1])),
+        0.1
+    ))
+    .contains("int64"));
+    assert!(err(check(
+        &q,
+        &k,
+        &k,
+        Positions::Device(&t(dtype::INT64, &[3])),
+        0.1
+    ))
+    .contains("Lq = 1 or 1"));
+    assert!(err(check(&q, &k, &k, Positions::ValidLen(0), 0.1)).contains("valid_len 0"));
+    assert!(err(check(&q, &k, &k, Positions::ValidLen(129), 0.1)).contains("valid_len 129"));
+    assert!(err(check(&q, &k, &k, ok, f64::NAN)).contains("not finite"));
+    // A cache view with a stride that is not a multiple of 8 (every 4th position).
+    let mut kv = t(bf, &[1, 2, 128, 64]);
+    kv.strides = vec![2 * 128 * 64, 128 * 64, 68, 1];
+    assert!(err(check(&q, &kv, &kv, ok, 0.1)).contains("multiples of 8"));
+    // All right except that the tensors are on the CPU.
+    assert!(err(check(&q, &k, &k, ok, 0.1)).contains("one CUDA device"));
+    assert!(err(check(&q, &k, &k, Positions::ValidLen(17), 0.1)).contains("one CUDA device"));
+}
+
+#[test]
+fn splits_cover_the_span_in_whole_tiles() {
+    for (hq, hkv, lq, span) in [
+        (32, 8, 1, 1024),
+        (32, 8, 16, 1024),
+        (8, 8, 1, 1),
+        (8, 1, 4, 17),
+        (16, 2, 3, 511),
+        (4, 4, 1, 100_000),
+    ] {
+        let p = Problem {
+            b: 1,
+            hq,
+            hkv,
+            lq,
+            lmax: span,
+            d: 64,
+            dtype: dtype::BFLOAT16,
+            span,
+            start: None,
+            pos_n: 1,
+            device: 0,
+        };
+        let (rg, chunk, nsplit) = split(&p, 132);
+        assert_eq!(chunk % TILE, 0);
+        assert!(
+            chunk * nsplit >= span && chunk * (nsplit - 1) < span,
+            "{chunk} {nsplit} {span}"
+        );
+        assert!(rg * ROWS >= hq / hkv * lq);
+    }
+}

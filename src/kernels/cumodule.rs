@@ -1,0 +1,264 @@
+//! A loaded `CUmodule` of the library's kernels: image choice (fatbin, or the PTX named by the environment), loading, the function cache, launches and unloading.
+
+use super::{DECODE_FATBIN, DECODE_PTX_ENV, FATBIN, PTX_ENV};
+use crate::cuda::{check, ContextGuard, DeviceState};
+use crate::error::{Error, Result};
+use cudarc::driver::sys;
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::{Arc, Mutex};
+
+/// Which image a module was loaded from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Image {
+    Fatbin,
+    Ptx,
+}
+
+/// A loaded module and what the launch code needs to know about its device.
+#[derive(Debug)]
+pub struct Module {
+    pub(super) raw: sys::CUmodule,
+    /// The decode kernels' module (`DECODE_FATBIN`), functions named `et_*`.
+    pub(super) decode: sys::CUmodule,
+    pub(super) device: Arc<DeviceState>,
+    pub sm_count: i32,
+    /// Functions looked up so far, with the dynamic shared memory they allow.
+    pub(super) functions: Mutex<HashMap<&'static str, (usize, i32)>>,
+}
+
+// SAFETY: module and function handles are usable from any thread.
+unsafe impl Send for Module {}
+// SAFETY: as above; the function cache is behind a mutex.
+unsafe impl Sync for Module {}
+
+pub(super) fn attribute(dev: sys::CUdevice, a: sys::CUdevice_attribute, what: &str) -> Result<i32> {
+    let mut v: i32 = 0;
+    // SAFETY: out-pointer to a local i32.
+    check(unsafe { sys::cuDeviceGetAttribute(&mut v, a, dev) }, what)?;
+    Ok(v)
+}
+
+/// Bytes aligned for the driver (fatbin headers want 8-byte alignment; PTX a NUL).
+pub(super) fn aligned_copy(bytes: &[u8], nul: bool) -> Vec<u64> {
+    let n = bytes.len() + usize::from(nul);
+    let mut v = vec![0u64; n.div_ceil(8)];
+    // SAFETY: `v` has at least `bytes.len()` bytes; the regions do not overlap.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), v.as_mut_ptr().cast::<u8>(), bytes.len())
+    };
+    v
+}
+
+fn load_image(image: Image) -> Result<sys::CUmodule> {
+    load_image_of(image, FATBIN, PTX_ENV)
+}
+
+fn load_image_of(image: Image, fatbin: &[u8], ptx_env: &str) -> Result<sys::CUmodule> {
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    match image {
+        Image::Fatbin => {
+            let buf = aligned_copy(fatbin, false);
+            // SAFETY: a complete fatbin image in 8-byte aligned memory, alive for the call.
+            let r = unsafe { sys::cuModuleLoadData(&mut module, buf.as_ptr().cast()) };
+            check(
+                r,
+                &format!("cuModuleLoadData(fatbin, {} bytes)", fatbin.len()),
+            )?;
+        }
+        Image::Ptx => {
+            let path = std::env::var(ptx_env).unwrap_or_default();
+            let ptx = std::fs::read(&path)
+                .map_err(|e| Error::invalid_argument(format!("{ptx_env}={path:?}: {e}")))?;
+            let buf = aligned_copy(&ptx, true);
+            let mut log = vec![0u8; 16 * 1024];
+            let mut opts = [
+                sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+                sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+            ];
+            let mut vals: [*mut c_void; 2] = [log.as_mut_ptr().cast(), log.len() as *mut c_void];
+            // SAFETY: NUL-terminated PTX; the option values are a live buffer and its size
+            // (passed by value in the pointer, as the driver API specifies).
+            let r = unsafe {
+                sys::cuModuleLoadDataEx(
+                    &mut module,
+                    buf.as_ptr().cast(),
+                    opts.len() as u32,
+                    opts.as_mut_ptr(),
+                    vals.as_mut_ptr(),
+                )
+            };
+            if let Err(e) = check(r, &format!("cuModuleLoadDataEx({path})")) {
+                let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+                let text = String::from_utf8_lossy(&log[..end]);
+                return Err(e.context(&format!("JIT log: {}", text.trim())));
+            }
+        }
+    }
+    Ok(module)
+}
+
+impl Module {
+    pub(super) fn load(device: Arc<DeviceState>) -> Result<Module> {
+        let _g = ContextGuard::device(&device)?;
+        let major = attribute(
+            device.device,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+            "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)",
+        )?;
+        let minor = attribute(
+            device.device,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+            "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)",
+        )?;
+        let sm_count = attribute(
+            device.device,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)",
+        )?;
+        if major < 8 {
+            return Err(Error::cuda(format!(
+                "the int4 kernels need compute capability 8.0 or newer (bf16 tensor cores); cuda:{} is {major}.{minor}",
+                device.ordinal
+            )));
+        }
+        let force_ptx = std::env::var_os(PTX_ENV).is_some_and(|v| !v.is_empty());
+        let (raw, image) = if force_ptx {
+            (load_image(Image::Ptx)?, Image::Ptx)
+        } else {
+            (load_image(Image::Fatbin)?, Image::Fatbin)
+        };
+        let decode_ptx = std::env::var_os(DECODE_PTX_ENV).is_some_and(|v| !v.is_empty());
+        let decode_image = if decode_ptx {
+            Image::Ptx
+        } else {
+            Image::Fatbin
+        };
+        let decode = match load_image_of(decode_image, DECODE_FATBIN, DECODE_PTX_ENV) {
+            Ok(d) => d,
+            Err(e) => {
+                // SAFETY: the int4 module just loaded, unloaded once on this error path.
+                let _ = unsafe { sys::cuModuleUnload(raw) };
+                return Err(e.context("loading the decode kernels (kernels/decode.cu)"));
+            }
+        };
+        log::info!(
+            "int4 and decode kernels loaded on cuda:{} (sm_{major}{minor}, {sm_count} SMs) from the {image:?}",
+            device.ordinal
+        );
+        Ok(Module {
+            raw,
+            decode,
+            device,
+            sm_count,
+            functions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn device(&self) -> &Arc<DeviceState> {
+        &self.device
+    }
+
+    /// Look a kernel up (cached) and allow it `smem` bytes of dynamic shared memory.
+    fn function(&self, name: &'static str, smem: usize) -> Result<sys::CUfunction> {
+        let mut f = self.functions.lock().unwrap_or_else(|p| p.into_inner());
+        let (raw, allowed) = match f.get(name) {
+            Some(&(raw, allowed)) => (raw as sys::CUfunction, allowed),
+            None => {
+                // The decode kernels' entry points are `et_*`; the int4 ones `int4mm_*`.
+                let owner = if name.starts_with("et_") {
+                    self.decode
+                } else {
+                    self.raw
+                };
+                let cname = CString::new(name)
+                    .map_err(|_| Error::internal(format!("kernel name {name:?}")))?;
+                let mut raw: sys::CUfunction = std::ptr::null_mut();
+                check(
+                    // SAFETY: a live module and a NUL-terminated name; out-pointer to a local.
+                    unsafe { sys::cuModuleGetFunction(&mut raw, owner, cname.as_ptr()) },
+                    &format!("cuModuleGetFunction({name})"),
+                )?;
+                f.insert(name, (raw as usize, 48 * 1024));
+                (raw, 48 * 1024)
+            }
+        };
+        if smem as i32 > allowed {
+            check(
+                // SAFETY: a live function of this module.
+                unsafe {
+                    sys::cuFuncSetAttribute(
+                        raw,
+                        sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        smem as i32,
+                    )
+                },
+                &format!("cuFuncSetAttribute({name}, MAX_DYNAMIC_SHARED_SIZE_BYTES={smem})"),
+            )?;
+            f.insert(name, (raw as usize, smem as i32));
+        }
+        Ok(raw)
+    }
+
+    /// Enqueue `name` on `stream` (the device's context must be current).
+    ///
+    /// # Safety
+    /// `params` must point at one value of the kernel's exact parameter type
+    /// per parameter, and the pointers among them must be valid for what the
+    /// kernel reads and writes with the given grid.
+    pub unsafe fn launch(
+        &self,
+        name: &'static str,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: usize,
+        stream: sys::CUstream,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        let f = self.function(name, smem)?;
+        // SAFETY: forwarded contract; `f` belongs to this module, which outlives the call.
+        let r = unsafe {
+            sys::cuLaunchKernel(
+                f,
+                grid.0,
+                grid.1,
+                grid.2,
+                block,
+                1,
+                1,
+                smem as u32,
+                stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        check(
+            r,
+            &format!("cuLaunchKernel({name}, grid {grid:?}, block {block}, smem {smem})"),
+        )
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        match ContextGuard::device(&self.device) {
+            Ok(_g) => {
+                // Kernels queued on any stream of the context may still run this code.
+                // SAFETY: the device's primary context is current.
+                if let Err(e) = check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize") {
+                    log::warn!("before unloading the int4 kernels: {e}");
+                }
+                for m in [self.raw, self.decode].into_iter().filter(|m| !m.is_null()) {
+                    // SAFETY: a module loaded by `Module::load`, unloaded once.
+                    if let Err(e) = check(unsafe { sys::cuModuleUnload(m) }, "cuModuleUnload") {
+                        log::warn!("{e}");
+                    }
+                }
+            }
+            Err(e) => log::warn!(
+                "leaking the int4 kernel module of cuda:{}: {e}",
+                self.device.ordinal
+            ),
+        }
+    }
+}
