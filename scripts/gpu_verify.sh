@@ -40,8 +40,10 @@ if [ -d .dev/old ]; then
       for f in mlp_f32 attn_bf16; do
         for g in eager graphs; do
           opt=(); [ $g = graphs ] && opt=(--option enable_cuda_graph_for_method=forward)
-          line=$("$run" --manifest $B/fixtures/$f/manifest.json --bench 3000 --warmup 200 --stats "${opt[@]}" 2>&1 |
-            grep -E "bench-lib" | head -1)
+          log=$R/ab_${round}_${build}_${f}_$g.log
+          "$run" --manifest $B/fixtures/$f/manifest.json --bench 3000 --warmup 200 --stats "${opt[@]}" > "$log" 2>&1
+          line=$(grep -E "bench-lib" "$log" | head -1)
+          [ -n "$line" ] || line="(no bench-lib line: $(tail -2 "$log" | tr '\n' ' '))"
           echo "round $round $build $f $g: $line" >> "$R/ab.txt"
         done
       done

@@ -287,6 +287,7 @@ impl Drop for PinnedBuffer {
 /// Plain `cuMemAlloc` for tools (`et_cuda_alloc_device`); counted as a driver allocation.
 pub(crate) fn alloc_device_sync(ordinal: i32, nbytes: usize) -> Result<*mut c_void> {
     let d = device(ordinal)?;
+    let _legacy = d.legacy_use();
     let _g = ContextGuard::device(&d)?;
     // SAFETY: plain allocation in the device's primary context.
     let p =
@@ -308,6 +309,7 @@ pub(crate) unsafe fn free_device_sync(p: *mut c_void) -> Result<()> {
         _ => return Err(Error::invalid_argument("ptr is not device memory")),
     };
     let d = device(ord)?;
+    let _legacy = d.legacy_use();
     let _g = ContextGuard::device(&d)?;
     // SAFETY: a pointer from alloc_device_sync, freed once (the caller's contract).
     unsafe { result::free_sync(p as sys::CUdeviceptr) }
@@ -340,7 +342,8 @@ pub(crate) fn external_allocate(
         )));
     }
     let d = device(ordinal)?;
-    let a = alloc_on_stream(d, nbytes.max(1), std::ptr::null_mut(), None)?;
+    let _legacy = d.legacy_use();
+    let a = alloc_on_stream(d.clone(), nbytes.max(1), std::ptr::null_mut(), None)?;
     let p = a.ptr() as usize;
     if p % alignment != 0 {
         return Err(Error::internal(format!(
@@ -368,6 +371,9 @@ pub(crate) fn external_deallocate(p: *mut c_void) -> Result<()> {
             })?;
         v.swap_remove(pos).1
     };
+    // The free is ordered on the legacy default stream.
+    let d = a.device.clone();
+    let _legacy = d.legacy_use();
     drop(a);
     Ok(())
 }

@@ -102,6 +102,28 @@ pub(crate) struct DeviceState {
     pub(crate) device: sys::CUdevice,
     pub(crate) ctx: sys::CUcontext,
     pub(crate) pool: sys::CUmemoryPool,
+    /// Work that may use the legacy default stream (the library's external allocations and
+    /// ordered copies; the generated code's loads, eager runs and deletes, which call
+    /// `cudaMemcpy`/`cudaFree`) holds it shared; a stream capture holds it exclusively: the
+    /// library's streams are blocking streams, so legacy-stream work on another thread
+    /// during a capture would invalidate it (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`).
+    gate: std::sync::RwLock<()>,
+}
+
+impl DeviceState {
+    /// Shared use of the device for work that may touch the legacy default stream (none
+    /// needed on a thread that is capturing: it holds the device exclusively).
+    pub(crate) fn legacy_use(&self) -> Option<std::sync::RwLockReadGuard<'_, ()>> {
+        if graph::capturing() {
+            return None;
+        }
+        Some(self.gate.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Exclusive use of the device for one stream capture.
+    pub(crate) fn exclusive_capture(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
+        self.gate.write().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 // SAFETY: driver handles are usable from any thread.
@@ -128,6 +150,7 @@ fn create_device(ordinal: i32) -> Result<Arc<DeviceState>> {
         device: dev,
         ctx,
         pool,
+        gate: std::sync::RwLock::new(()),
     }))
 }
 

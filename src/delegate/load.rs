@@ -72,6 +72,9 @@ impl CudaHandle {
         // The CUDA check comes before dlopen: without a driver the .so cannot run, and
         // opening it may need a newer C library than a CPU-only machine has.
         let device = cuda::device(cfg.device)?;
+        // The generated code's loading may use the legacy default stream.
+        let gate = device.clone();
+        let _legacy = gate.legacy_use();
         let counters = Arc::new(Counters::default());
         let _ctx = RunScope::without_stream(&device, &counters)?;
         let stream = if cfg.shared_stream {

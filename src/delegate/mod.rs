@@ -137,6 +137,9 @@ impl CudaHandle {
             return Ok(());
         };
         let _work = self.stream.lock_work();
+        // Lock order: stream, then the device's legacy-stream gate (the container's delete
+        // frees with the CUDA runtime).
+        let _legacy = self.device.legacy_use();
         {
             let _run = RunScope::enter(&self.device, &self.counters, &self.stream)?;
             st.kept_outputs.clear();

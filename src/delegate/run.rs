@@ -44,6 +44,9 @@ impl Runner<'_> {
                 }
             }
         }
+        // The generated code may use the legacy default stream: not during another
+        // thread's capture.
+        let _legacy = self.device.legacy_use();
         // SAFETY: fresh input handles (stolen by the call).
         unsafe { self.run(&mut handles) }
     }

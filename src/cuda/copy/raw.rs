@@ -202,6 +202,7 @@ pub(crate) unsafe fn copy_bytes_blocking(
         _ => 0,
     };
     let d = device(ord)?;
+    let _legacy = d.legacy_use();
     let _ctx = ContextGuard::device(&d)?;
     let s = std::ptr::null_mut();
     // SAFETY: forwarded contract.
@@ -225,6 +226,7 @@ pub(crate) unsafe fn copy_htod_ordered(
     }
     check_device_pointer(dst.cast_const(), ordinal, "dst")?;
     let d = device(ordinal)?;
+    let _legacy = d.legacy_use();
     let _g = ContextGuard::device(&d)?;
     // SAFETY: forwarded contract. A pageable source is staged by the driver before return.
     unsafe { copy_htod_async(dst as u64, src, n, std::ptr::null_mut()) }
@@ -246,6 +248,7 @@ pub(crate) unsafe fn copy_dtoh_ordered(
     }
     check_device_pointer(src, ordinal, "src")?;
     let d = device(ordinal)?;
+    let _legacy = d.legacy_use();
     let _g = ContextGuard::device(&d)?;
     // SAFETY: forwarded contract; `dst` stays valid until the wait below.
     unsafe { copy_dtoh_async(dst, src as u64, n, std::ptr::null_mut())? };

@@ -160,6 +160,8 @@ unsafe fn capture_once(
         .iter()
         .map(|t| aoti::into_handle(t.clone()))
         .collect();
+    // No legacy-stream work on the device meanwhile (it would invalidate the capture).
+    let _exclusive = r.device.exclusive_capture();
     let cap = match Capture::begin(r.device.clone(), stream) {
         Ok(c) => c,
         Err(e) => {
