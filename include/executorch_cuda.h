@@ -196,7 +196,7 @@ typedef void (*EtCudaLogCallback)(EtCudaLogLevel level, const char *message, voi
 #define ET_CUDA_OUTPUT_PLACEMENT_COPY 1
 
 // Leave outputs on the device: `data` is set to device memory owned by the handle, valid until the
-// handle's next execute or destroy.
+// handle's next execute or destroy (it may be an input of that next execute).
 #define ET_CUDA_OUTPUT_PLACEMENT_DEVICE 2
 
 #define ET_CUDA_LOG_ERROR 1

@@ -78,7 +78,13 @@ q=$(ls $M/qwen3_bf16/manifest.json 2>/dev/null | head -1)
 if [ -n "$q" ]; then
   T=$B/tokenizers/bpe.json
   {
-    $B/et_cuda_run --manifest "$q" --tokenizer "$T" --prompt "The runner loads a program" --max-new-tokens 16 2>&1
+    $B/et_cuda_run --manifest "$q" --tokenizer "$T" --prompt "The runner loads a program" --max-new-tokens 16 \
+      > "$R/text_greedy.log" 2>&1
+    cat "$R/text_greedy.log"
+    ids=$(sed -n 's/.*prompt_ids=\([0-9,]*\).*/\1/p' "$R/text_greedy.log" | head -1)
+    toks=$(sed -n 's/^generate:.* tokens=\([0-9,]*\).*/\1/p' "$R/text_greedy.log" | head -1)
+    echo "== --generate with the same prompt ids ($ids), expecting the text run's tokens"
+    $B/et_cuda_run --manifest "$q" --generate 16 --prompt-ids "$ids" --expect-tokens "$toks" 2>&1 | grep -E "MATCH|generate:"
     for s in 7 7 8; do
       echo "== seed $s"
       $B/et_cuda_run --manifest "$q" --tokenizer "$T" --prompt "The runner loads a program" --max-new-tokens 24 \

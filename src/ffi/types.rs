@@ -58,7 +58,7 @@ pub const ET_CUDA_OUTPUT_PLACEMENT_FROM_CONFIG: EtCudaOutputPlacement = 0;
 /// Copy each output into the caller's `data` (host or device memory, looked up); `nbytes` is its capacity.
 pub const ET_CUDA_OUTPUT_PLACEMENT_COPY: EtCudaOutputPlacement = 1;
 /// Leave outputs on the device: `data` is set to device memory owned by the handle, valid until the
-/// handle's next execute or destroy.
+/// handle's next execute or destroy (it may be an input of that next execute).
 pub const ET_CUDA_OUTPUT_PLACEMENT_DEVICE: EtCudaOutputPlacement = 2;
 
 /// A placement code, checked.
