@@ -64,7 +64,9 @@ if [ -n "$m15" ]; then
   say "B. ET 1.5 cycles (rc $?): $(grep -E '^load-cycles:' "$R/cycles15.log")"
 fi
 
-# Phase 2.
+# Phase 2 (what phase 1 found is in $OUT already, should the call be cut short).
+{ cat "$R/ab.txt" 2>/dev/null; grep -E "summary|panicked" "$R/cycles12.log"; tail -3 "$R/cycles15.log" 2>/dev/null; } >> "$R/verify.txt"
+cp "$R/verify.txt" "$OUT/"
 ( cd $B && OUT=$R/bundle ET_CUDA_CYCLES=20 timeout -k 10 ${VERIFY_BUNDLE_TIMEOUT:-330} bash run.sh > "$R/bundle.log" 2>&1
   echo "exit $?" >> "$R/bundle.log" ) &
 pb=$!
