@@ -33,7 +33,8 @@ say "programs carried: $(ls $M | tr '\n' ' ')"
 
 # A. host time per execute, alternating builds.
 if [ -d .dev/old ]; then
-  mkdir -p /tmp/old && cp .dev/old/* /tmp/old/ && cp $B/libexecutorch*.so /tmp/old/
+  mkdir -p /tmp/old && cp .dev/old/* /tmp/old/ &&
+    cp $B/libexecutorch.so $B/libexecutorch_threadpool.so $B/libexecutorch_kernels_optimized.so /tmp/old/
   for round in 1 2 3; do
     for build in new old; do
       run=$B/et_cuda_run; [ $build = old ] && run=/tmp/old/et_cuda_run
