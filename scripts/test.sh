@@ -30,6 +30,7 @@ if [ "${SKIP_CARGO_CHECKS:-0}" != 1 ]; then
   # --nocapture shows what the GPU tests print where there is no GPU.
   cargo test -- --nocapture
   step "size limits (scripts/size_check.py)"; python3 scripts/size_check.py
+  step "import rules (scripts/layers_check.py)"; python3 scripts/layers_check.py
   step "the int4 kernels' index math, emulated on the CPU (kernels/emulate_int4.py)"
   python3 kernels/emulate_int4.py | tail -1
 fi

@@ -8,10 +8,7 @@
 use crate::error::{Error, Result};
 use crate::options;
 
-/// Default of [`MethodConfig::graph_cache_size`].
-pub const DEFAULT_GRAPH_CACHE_SIZE: usize = 8;
-/// Largest accepted [`MethodConfig::graph_cache_size`].
-pub const MAX_GRAPH_CACHE_SIZE: usize = 1024;
+pub use crate::options::{DEFAULT_GRAPH_CACHE_SIZE, MAX_GRAPH_CACHE_SIZE};
 
 /// How a method is loaded and run.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -29,7 +29,10 @@ pub const SHARE_MUTABLE_BUFFERS_ACROSS_METHODS: &str = "share_mutable_buffers_ac
 
 /// Longest string value accepted (ExecuTorch's `kMaxOptionValueLength` minus the NUL).
 pub(crate) const MAX_STR_LEN: usize = 255;
-pub use crate::config::{DEFAULT_GRAPH_CACHE_SIZE, MAX_GRAPH_CACHE_SIZE};
+/// Default of [`CUDA_GRAPH_CACHE_SIZE`] (and of `MethodConfig::graph_cache_size`).
+pub const DEFAULT_GRAPH_CACHE_SIZE: usize = 8;
+/// Largest accepted [`CUDA_GRAPH_CACHE_SIZE`].
+pub const MAX_GRAPH_CACHE_SIZE: usize = 1024;
 
 /// A typed option value.
 #[derive(Debug, Clone, PartialEq)]

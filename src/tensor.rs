@@ -6,7 +6,6 @@
 //! code holding a [`Tensor`] may address any of its elements. Memory someone
 //! else owns enters only through the `unsafe` [`Tensor::borrowed`].
 
-use crate::cuda::DeviceAlloc;
 use crate::dtype::{self, DType};
 use crate::error::{invalid, Error, Result};
 use crate::stats::{self, Event};
@@ -41,12 +40,16 @@ pub enum Device {
 }
 
 impl Device {
-    /// From c10 device type and index codes (index -1 on CUDA: the current device).
-    pub(crate) fn from_codes(device_type: i32, index: i32) -> Result<Device> {
+    /// From c10 device type and index codes (index -1 on CUDA: `current()`, the current device).
+    pub(crate) fn from_codes(
+        device_type: i32,
+        index: i32,
+        current: impl FnOnce() -> i32,
+    ) -> Result<Device> {
         match device_type {
             device_type::CPU => Ok(Device::Cpu),
             device_type::CUDA if index >= 0 => Ok(Device::Cuda(index)),
-            device_type::CUDA => Ok(Device::Cuda(crate::cuda::current_device_ordinal())),
+            device_type::CUDA => Ok(Device::Cuda(current())),
             other => invalid(format!(
                 "device type {other} is not supported (only CPU 0 and CUDA 1)"
             )),
@@ -112,13 +115,23 @@ impl Drop for HostAlloc {
     }
 }
 
+/// Device memory a storage owns, as the CUDA layer allocated it (`cuda::memory::DeviceAlloc`);
+/// the tensor model only needs its address.
+pub(crate) trait DeviceBuffer: std::fmt::Debug + Send + Sync {
+    /// The device address of the first byte.
+    fn device_ptr(&self) -> u64;
+    /// The buffer was made during a graph capture whose graph is kept: its address stays
+    /// valid across launches (see `cuda::memory::AllocKind::GraphNode`).
+    fn adopt_by_graph(&self) {}
+}
+
 /// The memory behind a storage.
 #[derive(Debug)]
 pub(crate) enum Memory {
     /// Host memory owned by the storage.
     Host(HostAlloc),
-    /// Device memory from the stream-ordered pool, owned by the storage.
-    Device(DeviceAlloc),
+    /// Device memory owned by the storage.
+    Device(Box<dyn DeviceBuffer>),
     /// Memory someone else owns (caller buffers, constants inside the `.so`,
     /// a CUDA graph's own allocations); see [`Tensor::borrowed`].
     Borrowed(*mut c_void),
@@ -145,7 +158,7 @@ impl Storage {
     pub(crate) fn base_ptr(&self) -> *mut c_void {
         match &self.memory {
             Memory::Host(h) => h.ptr.cast(),
-            Memory::Device(d) => d.ptr() as *mut c_void,
+            Memory::Device(d) => d.device_ptr() as *mut c_void,
             Memory::Borrowed(p) => *p,
             Memory::Empty => std::ptr::null_mut(),
         }
@@ -337,13 +350,15 @@ impl Tensor {
         Tensor::view(storage, dtype, sizes, strides, 0)
     }
 
-    /// A new tensor with fresh memory on `device` (uninitialized on CUDA,
-    /// zeroed on CPU); CUDA memory is ordered on this thread's current stream.
-    pub(crate) fn empty_strided(
+    /// A new tensor with fresh memory on `device`: zeroed host memory, or device memory
+    /// from `device_alloc(ordinal, bytes)` (the CUDA layer's `cuda::memory::empty_strided`
+    /// passes its stream-ordered allocation).
+    pub(crate) fn empty_strided_with(
         sizes: Vec<i64>,
         strides: Vec<i64>,
         dtype: DType,
         device: Device,
+        device_alloc: impl FnOnce(i32, usize) -> Result<Box<dyn DeviceBuffer>>,
     ) -> Result<Tensor> {
         check_rank(sizes.len())?;
         let elem = dtype::checked_element_size(dtype)?;
@@ -353,9 +368,7 @@ impl Tensor {
         } else {
             match device {
                 Device::Cpu => Memory::Host(HostAlloc::new(nbytes)?),
-                Device::Cuda(i) => {
-                    Memory::Device(crate::cuda::memory::alloc_on_current_stream(i, nbytes)?)
-                }
+                Device::Cuda(i) => Memory::Device(device_alloc(i, nbytes)?),
             }
         };
         Tensor::from_memory(memory, nbytes, device, dtype, sizes, strides)
@@ -397,89 +410,4 @@ impl Tensor {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::dtype::codes::FLOAT32;
-
-    #[test]
-    fn strides_and_contiguity() {
-        assert_eq!(contiguous_strides(&[2, 3, 4]), vec![12, 4, 1]);
-        assert_eq!(contiguous_strides(&[]), Vec::<i64>::new());
-        assert!(is_contiguous(&[2, 3], &[3, 1]));
-        assert!(!is_contiguous(&[2, 3], &[1, 2]));
-        assert!(is_contiguous(&[1, 3], &[99, 1]));
-        assert!(is_contiguous(&[0, 3], &[7, 9]));
-    }
-
-    #[test]
-    fn required_bytes_rules() {
-        assert_eq!(required_bytes(&[2, 3], &[3, 1], 0, 4).unwrap(), 24);
-        assert_eq!(required_bytes(&[2, 3], &[3, 1], 2, 4).unwrap(), 32);
-        assert_eq!(required_bytes(&[0, 3], &[3, 1], 5, 4).unwrap(), 0);
-        assert_eq!(required_bytes(&[], &[], 0, 8).unwrap(), 8);
-        assert!(required_bytes(&[-1], &[1], 0, 4).is_err());
-        assert!(required_bytes(&[2], &[-1], 0, 4).is_err());
-        assert!(required_bytes(&[2], &[1], -1, 4).is_err());
-        assert!(required_bytes(&[2], &[1, 1], 0, 4).is_err());
-        assert!(required_bytes(&[i64::MAX, 2], &[2, 1], 0, 4).is_err());
-    }
-
-    #[test]
-    fn cpu_views_share_storage() {
-        let t = Tensor::empty_strided(vec![4, 4], vec![4, 1], FLOAT32, Device::Cpu).unwrap();
-        assert_eq!(t.storage.nbytes, 64);
-        let v = Tensor::view(t.storage.clone(), FLOAT32, vec![2, 2], vec![4, 1], 5).unwrap();
-        assert_eq!(v.data_ptr() as usize - t.data_ptr() as usize, 20);
-        assert_eq!(Arc::strong_count(&t.storage), 2);
-        // A view past the end of the storage is refused.
-        assert!(Tensor::view(t.storage.clone(), FLOAT32, vec![4, 4], vec![4, 1], 1).is_err());
-        drop(v);
-        assert_eq!(Arc::strong_count(&t.storage), 1);
-        let i = Tensor::empty_strided(vec![3], vec![1], crate::dtype::codes::INT64, Device::Cpu)
-            .unwrap();
-        assert_eq!(i.nbytes(), 24);
-        // Rank above the limit.
-        let big = vec![1i64; MAX_RANK + 1];
-        assert!(Tensor::empty_strided(big.clone(), big, FLOAT32, Device::Cpu).is_err());
-    }
-
-    #[test]
-    fn borrowed_storage_is_not_freed() {
-        let mut buf = vec![1.0f32; 6];
-        {
-            // SAFETY: `buf` holds the 6 floats the view covers and outlives the tensor.
-            let t = unsafe {
-                Tensor::borrowed(
-                    buf.as_mut_ptr().cast(),
-                    FLOAT32,
-                    vec![2, 3],
-                    vec![3, 1],
-                    0,
-                    Device::Cpu,
-                )
-            }
-            .unwrap();
-            assert_eq!(t.nbytes(), 24);
-        }
-        assert_eq!(buf[5], 1.0);
-        // SAFETY: a null pointer is refused before it could be used.
-        let r = unsafe {
-            Tensor::borrowed(
-                std::ptr::null_mut(),
-                FLOAT32,
-                vec![1],
-                vec![1],
-                0,
-                Device::Cpu,
-            )
-        };
-        assert!(r.is_err());
-    }
-
-    #[test]
-    fn device_codes() {
-        assert_eq!(Device::from_codes(0, -1).unwrap(), Device::Cpu);
-        assert_eq!(Device::from_codes(1, 2).unwrap(), Device::Cuda(2));
-        assert!(Device::from_codes(14, 0).is_err());
-    }
-}
+mod tests;

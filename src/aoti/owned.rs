@@ -156,9 +156,8 @@ mod tests {
     #[test]
     fn handles_are_recorded_only_while_adopting_and_deleted_once() {
         let owner = new_owner();
-        let t =
-            crate::tensor::Tensor::empty_strided(vec![2], vec![1], 6, crate::tensor::Device::Cpu)
-                .unwrap();
+        let t = crate::cuda::memory::empty_strided(vec![2], vec![1], 6, crate::tensor::Device::Cpu)
+            .unwrap();
         let a = super::super::into_handle(t.clone());
         let b = super::super::into_handle(t.clone());
         let c = super::super::into_handle(t);

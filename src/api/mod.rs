@@ -1,7 +1,7 @@
 //! The safe Rust API, the one front door: load a method from its blobs or
 //! from a program's named data ([`Blobs`]), run it on host slices or on
 //! device tensors this crate owns, read results back; device memory,
-//! copies and the caller stream ([`memory`]). The C API (`crate::ffi`) is a
+//! copies and the caller stream ([`memory`]). The C API (the `ffi` module) is a
 //! translation of C types onto this module.
 //!
 //! Everything here is safe to call unless marked `unsafe`: memory the
@@ -43,7 +43,7 @@ impl DeviceTensor {
         let n = host_nbytes(dtype, sizes, data.len())?;
         let d = cuda::device(device)?;
         let _g = ContextGuard::device(&d)?;
-        let t = Tensor::empty_strided(
+        let t = crate::cuda::memory::empty_strided(
             sizes.to_vec(),
             tensor::contiguous_strides(sizes),
             dtype,

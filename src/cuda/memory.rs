@@ -183,6 +183,28 @@ pub(crate) fn alloc_on_stream(
     })
 }
 
+impl crate::tensor::DeviceBuffer for DeviceAlloc {
+    fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+    fn adopt_by_graph(&self) {
+        DeviceAlloc::adopt_by_graph(self)
+    }
+}
+
+/// A new tensor with fresh memory on `device` (uninitialized on CUDA, ordered on this
+/// thread's current stream; zeroed on CPU).
+pub(crate) fn empty_strided(
+    sizes: Vec<i64>,
+    strides: Vec<i64>,
+    dtype: crate::dtype::DType,
+    device: crate::tensor::Device,
+) -> Result<crate::tensor::Tensor> {
+    crate::tensor::Tensor::empty_strided_with(sizes, strides, dtype, device, |i, n| {
+        Ok(Box::new(alloc_on_current_stream(i, n)?))
+    })
+}
+
 /// Allocate on this thread's current stream for `ordinal`.
 pub(crate) fn alloc_on_current_stream(ordinal: i32, nbytes: usize) -> Result<DeviceAlloc> {
     let d = device(ordinal)?;

@@ -15,8 +15,6 @@ pub(crate) mod graph;
 pub(crate) mod memory;
 pub(crate) mod stream;
 
-pub(crate) use memory::DeviceAlloc;
-
 use crate::error::{Error, ErrorKind, Result};
 use cudarc::driver::{result, sys};
 use std::ffi::c_void;

@@ -177,12 +177,12 @@ pub(crate) unsafe fn eager_input(
     let memory = if c.nbytes == 0 {
         Memory::Empty
     } else {
-        Memory::Device(memory::alloc_on_stream(
+        Memory::Device(Box::new(memory::alloc_on_stream(
             device.clone(),
             c.nbytes,
             ctx.stream,
             Some(owner.clone()),
-        )?)
+        )?))
     };
     let t = Tensor::from_memory(
         memory,

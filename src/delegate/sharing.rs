@@ -264,7 +264,7 @@ fn own_copy(t: &Tensor, device: &Arc<DeviceState>, stream: &Arc<CudaStream>) -> 
         let m = memory::alloc_on_stream(device.clone(), n, stream.raw(), Some(stream.clone()))?;
         // SAFETY: both ranges are device memory of n bytes (the source storage's span).
         unsafe { copy::copy_dtod_async(m.ptr(), t.storage.base_ptr() as u64, n, stream.raw())? };
-        Memory::Device(m)
+        Memory::Device(Box::new(m))
     };
     let storage = Arc::new(crate::tensor::Storage {
         memory,

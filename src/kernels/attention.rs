@@ -325,7 +325,7 @@ pub fn decode_attention(
     let p = check(q, k, v, pos, scale)?;
     let dev = Device::Cuda(p.device);
     let sizes = vec![p.b, p.hq, p.lq, p.d];
-    let out = Tensor::empty_strided(
+    let out = crate::cuda::memory::empty_strided(
         sizes.clone(),
         tensor::contiguous_strides(&sizes),
         p.dtype,
@@ -394,8 +394,18 @@ fn split_workspaces(
         let so = vec![nrows * nsplit * d];
         let sm = vec![nrows * nsplit * 2];
         (
-            Some(Tensor::empty_strided(so, vec![1], dtype::FLOAT32, dev)?),
-            Some(Tensor::empty_strided(sm, vec![1], dtype::FLOAT32, dev)?),
+            Some(crate::cuda::memory::empty_strided(
+                so,
+                vec![1],
+                dtype::FLOAT32,
+                dev,
+            )?),
+            Some(crate::cuda::memory::empty_strided(
+                sm,
+                vec![1],
+                dtype::FLOAT32,
+                dev,
+            )?),
         )
     } else {
         (None, None)

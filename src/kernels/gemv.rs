@@ -251,7 +251,7 @@ pub fn launch_shape(p: &Problem) -> (&'static str, (u32, u32, u32), u32) {
 /// pool) and enqueue the kernel there. No host wait.
 pub fn gemv(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     let p = check(x, w, bias)?;
-    let y = Tensor::empty_strided(
+    let y = crate::cuda::memory::empty_strided(
         p.out_sizes.clone(),
         tensor::contiguous_strides(&p.out_sizes),
         p.dtype,
@@ -314,7 +314,7 @@ mod tests {
     use super::*;
 
     fn t(dt: i32, sizes: &[i64]) -> Tensor {
-        Tensor::empty_strided(
+        crate::cuda::memory::empty_strided(
             sizes.to_vec(),
             tensor::contiguous_strides(sizes),
             dt,

@@ -343,7 +343,7 @@ names!(
 pub fn weight_int4pack_mm(x: &Tensor, w: &Tensor, group: i64, qsz: &Tensor) -> Result<Tensor> {
     let p = check(x, w, group, qsz)?;
     let dev = Device::Cuda(p.device);
-    let y = Tensor::empty_strided(
+    let y = crate::cuda::memory::empty_strided(
         vec![p.m, p.n],
         tensor::contiguous_strides(&[p.m, p.n]),
         dtype::BFLOAT16,

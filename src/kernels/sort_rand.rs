@@ -167,8 +167,18 @@ pub fn sort_stable(x: &Tensor, dim: i64, descending: bool) -> Result<(Tensor, Te
     let plan = plan_sort(&x.sizes, &x.strides, x.dtype, dim, descending)?;
     let ordinal = cuda_ordinal(x, "self")?;
     let dev = Device::Cuda(ordinal);
-    let vals = Tensor::empty_strided(x.sizes.clone(), plan.out_strides.clone(), x.dtype, dev)?;
-    let idx = Tensor::empty_strided(x.sizes.clone(), plan.out_strides.clone(), codes::INT64, dev)?;
+    let vals = crate::cuda::memory::empty_strided(
+        x.sizes.clone(),
+        plan.out_strides.clone(),
+        x.dtype,
+        dev,
+    )?;
+    let idx = crate::cuda::memory::empty_strided(
+        x.sizes.clone(),
+        plan.out_strides.clone(),
+        codes::INT64,
+        dev,
+    )?;
     let mut g = plan.geom;
     if g.rows == 0 || g.n == 0 {
         return Ok((vals, idx));
@@ -225,7 +235,7 @@ unsafe fn sort_long_rows(
 ) -> Result<()> {
     let (mut in_p, mut val_p, mut idx_p) = io;
     let total = g.rows * g.n; // checked by plan_sort
-    let scratch = |dt: i32| Tensor::empty_strided(vec![total], vec![1], dt, dev);
+    let scratch = |dt: i32| crate::cuda::memory::empty_strided(vec![total], vec![1], dt, dev);
     let (keys_a, keys_b) = (scratch(codes::INT64)?, scratch(codes::INT64)?);
     let (pos_a, pos_b) = (scratch(codes::INT32)?, scratch(codes::INT32)?);
     let mut ka = keys_a.data_ptr() as u64;

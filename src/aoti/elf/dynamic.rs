@@ -5,32 +5,9 @@
 use super::relocs::check_relocations;
 use super::segments::{Image, Seg};
 use super::symbols::symbol_table;
+use super::table::{check_string, read_entries, tag_name, Dyn};
 use super::*;
 use crate::error::Result;
-
-/// The values of the dynamic section (the last entry of a tag wins, as in the loader).
-pub(super) struct Dyn {
-    one: std::collections::BTreeMap<u64, u64>,
-    strings: Vec<(u64, u64)>,
-}
-
-impl Dyn {
-    pub(super) fn get(&self, tag: u64) -> Option<u64> {
-        self.one.get(&tag).copied()
-    }
-}
-
-fn tag_name(tag: u64) -> &'static str {
-    match tag {
-        DT_NEEDED => "DT_NEEDED",
-        DT_SONAME => "DT_SONAME",
-        DT_RPATH => "DT_RPATH",
-        DT_RUNPATH => "DT_RUNPATH",
-        DT_AUXILIARY => "DT_AUXILIARY",
-        DT_FILTER => "DT_FILTER",
-        _ => "a string entry",
-    }
-}
 
 /// Walk the dynamic section and check every table it names.
 pub(super) fn check_dynamic(img: &Image<'_>, d: &Seg) -> Result<()> {
@@ -57,39 +34,6 @@ pub(super) fn check_dynamic(img: &Image<'_>, d: &Seg) -> Result<()> {
     Ok(())
 }
 
-/// Read the dynamic section's entries up to its `DT_NULL` terminator, which must be there.
-fn read_entries(b: &[u8], d: &Seg) -> Result<Dyn> {
-    let n = d.filesz / 16;
-    let mut dy = Dyn {
-        one: Default::default(),
-        strings: Vec::new(),
-    };
-    let mut terminated = false;
-    for i in 0..n {
-        let at = (d.offset + i * 16) as usize;
-        let tag = u64_at(b, at)?;
-        let val = u64_at(b, at + 8)?;
-        match tag {
-            DT_NULL => {
-                terminated = true;
-                break;
-            }
-            DT_NEEDED | DT_SONAME | DT_RPATH | DT_RUNPATH | DT_AUXILIARY | DT_FILTER => {
-                dy.strings.push((tag, val))
-            }
-            _ => {
-                dy.one.insert(tag, val);
-            }
-        }
-    }
-    if !terminated {
-        return Err(bad(format!(
-            "the dynamic section's {n} entries have no DT_NULL terminator"
-        )));
-    }
-    Ok(dy)
-}
-
 /// The string table (`DT_STRTAB`, `DT_STRSZ`), after checking every string the loader reads from it.
 fn string_table<'a>(img: &Image<'a>, dy: &Dyn) -> Result<Option<&'a [u8]>> {
     let b = img.b;
@@ -111,24 +55,6 @@ fn string_table<'a>(img: &Image<'a>, dy: &Dyn) -> Result<Option<&'a [u8]>> {
         }
     }
     Ok(strtab)
-}
-
-/// A string the loader reads at offset `off` of the string table must end inside it.
-pub(super) fn check_string(strtab: Option<&[u8]>, off: u64, what: &str) -> Result<()> {
-    let Some(t) = strtab else {
-        return Err(bad(format!("{what} without a DT_STRTAB")));
-    };
-    let ok = usize::try_from(off)
-        .ok()
-        .and_then(|o| t.get(o..))
-        .is_some_and(|s| s.contains(&0));
-    if !ok {
-        return Err(bad(format!(
-            "{what} string at offset {off} does not end inside DT_STRTAB (DT_STRSZ {})",
-            t.len()
-        )));
-    }
-    Ok(())
 }
 
 /// The fixed entry sizes, the tables that need them, and `DT_PLTREL`, which the loader asserts on.

@@ -13,6 +13,7 @@ mod dynamic;
 mod relocs;
 mod segments;
 mod symbols;
+mod table;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

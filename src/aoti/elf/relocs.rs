@@ -2,9 +2,9 @@
 //! `DT_REL`, `DT_RELR`): inside the file, each writing inside a writable
 //! segment, each naming an existing symbol.
 
-use super::dynamic::Dyn;
 use super::segments::Image;
 use super::symbols::Symbols;
+use super::table::Dyn;
 use super::*;
 use crate::error::Result;
 

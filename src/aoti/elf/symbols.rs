@@ -2,8 +2,8 @@
 //! `DT_HASH` and `DT_GNU_HASH` hash tables (which give the symbol count) and
 //! the version tables (`DT_VERNEED`, `DT_VERDEF`, `DT_VERSYM`).
 
-use super::dynamic::{check_string, Dyn};
 use super::segments::Image;
+use super::table::{check_string, Dyn};
 use super::*;
 use crate::error::{Error, Result};
 

@@ -108,7 +108,7 @@ pub(crate) fn copy_tensor(dst: &Tensor, src: &Tensor) -> Result<()> {
 
 /// A contiguous copy of `x` on its device.
 pub(crate) fn clone_contiguous(x: &Tensor) -> Result<Tensor> {
-    let y = Tensor::empty_strided(
+    let y = crate::cuda::memory::empty_strided(
         x.sizes.clone(),
         contiguous_strides(&x.sizes),
         x.dtype,
@@ -120,7 +120,12 @@ pub(crate) fn clone_contiguous(x: &Tensor) -> Result<Tensor> {
 
 /// A copy of `x` with the same strides (the whole strided span is copied).
 pub(crate) fn clone_preserve_strides(x: &Tensor) -> Result<Tensor> {
-    let y = Tensor::empty_strided(x.sizes.clone(), x.strides.clone(), x.dtype, x.device())?;
+    let y = crate::cuda::memory::empty_strided(
+        x.sizes.clone(),
+        x.strides.clone(),
+        x.dtype,
+        x.device(),
+    )?;
     copy_tensor(&y, x)?;
     Ok(y)
 }

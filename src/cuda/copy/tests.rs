@@ -6,7 +6,7 @@ use crate::dtype::codes::FLOAT32;
 use std::sync::Arc;
 
 fn host_tensor(vals: &[f32], sizes: Vec<i64>, strides: Vec<i64>) -> Tensor {
-    let t = Tensor::empty_strided(sizes, strides, FLOAT32, Device::Cpu).unwrap();
+    let t = crate::cuda::memory::empty_strided(sizes, strides, FLOAT32, Device::Cpu).unwrap();
     let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
     write_span(&t, 0, &bytes).unwrap();
     t
@@ -102,7 +102,7 @@ fn copy_refuses_mismatches() {
     let a = host_tensor(&[0.; 6], vec![2, 3], vec![3, 1]);
     let b = host_tensor(&[0.; 6], vec![3, 2], vec![2, 1]);
     assert!(copy_tensor(&a, &b).is_err());
-    let i = Tensor::empty_strided(
+    let i = crate::cuda::memory::empty_strided(
         vec![2, 3],
         vec![3, 1],
         crate::dtype::codes::INT32,

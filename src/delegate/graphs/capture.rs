@@ -122,12 +122,12 @@ unsafe fn input_buffers(
         let memory = if c.nbytes == 0 {
             Memory::Empty
         } else {
-            Memory::Device(memory::alloc_on_stream(
+            Memory::Device(Box::new(memory::alloc_on_stream(
                 r.device.clone(),
                 c.nbytes,
                 ctx.stream,
                 Some(r.stream.clone()),
-            )?)
+            )?))
         };
         let t = Tensor::from_memory(
             memory,

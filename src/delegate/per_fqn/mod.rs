@@ -112,7 +112,7 @@ fn upload(m: &Matched<'_>, device: &Arc<DeviceState>, stream: &Arc<CudaStream>) 
         // SAFETY: `d` is a fresh device allocation of n bytes and the source slice has n bytes;
         // the caller waits for the stream before the slice may go away.
         unsafe { copy::copy_htod_async(d.ptr(), m.bytes.as_ptr().cast(), n, stream.raw())? };
-        Memory::Device(d)
+        Memory::Device(Box::new(d))
     };
     let storage = Storage {
         memory,

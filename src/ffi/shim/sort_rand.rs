@@ -56,7 +56,11 @@ fn factory_device(
     if pin_memory.is_some_and(|p| p != 0) {
         return invalid(format!("{op}: pin_memory is for CPU tensors"));
     }
-    match Device::from_codes(device_type::CUDA, device_index)? {
+    match Device::from_codes(
+        device_type::CUDA,
+        device_index,
+        crate::cuda::current_device_ordinal,
+    )? {
         Device::Cuda(i) => Ok(i),
         Device::Cpu => invalid(format!("{op}: not a CUDA device")),
     }

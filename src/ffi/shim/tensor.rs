@@ -155,7 +155,7 @@ pub unsafe extern "C" fn aoti_torch_new_uninitialized_tensor(
     ret: *mut AtenTensorHandle,
 ) -> AOTITorchError {
     guard::<Aoti>("aoti_torch_new_uninitialized_tensor", || {
-        let t = Tensor::empty_strided(vec![0], vec![1], codes::FLOAT32, Device::Cpu)?;
+        let t = crate::cuda::memory::empty_strided(vec![0], vec![1], codes::FLOAT32, Device::Cpu)?;
         // SAFETY: forwarded contract.
         unsafe { give(ret, t) }
     })

@@ -46,8 +46,12 @@ pub unsafe extern "C" fn aoti_torch_empty_strided(
     guard::<Aoti>("aoti_torch_empty_strided", || {
         // SAFETY: forwarded contract.
         let (sizes, strides) = unsafe { shape(ndim, sizes_ptr, strides_ptr)? };
-        let dev = Device::from_codes(device_type, device_index)?;
-        let t = Tensor::empty_strided(sizes, strides, dtype, dev)?;
+        let dev = Device::from_codes(
+            device_type,
+            device_index,
+            crate::cuda::current_device_ordinal,
+        )?;
+        let t = crate::cuda::memory::empty_strided(sizes, strides, dtype, dev)?;
         // SAFETY: forwarded contract.
         unsafe { give(ret_new_tensor, t) }
     })
@@ -101,7 +105,11 @@ pub unsafe extern "C" fn aoti_torch_create_tensor_from_blob(
     guard::<Aoti>("aoti_torch_create_tensor_from_blob", || {
         // SAFETY: forwarded contract.
         let (sizes, strides) = unsafe { shape(ndim, sizes_ptr, strides_ptr)? };
-        let dev = Device::from_codes(device_type, device_index)?;
+        let dev = Device::from_codes(
+            device_type,
+            device_index,
+            crate::cuda::current_device_ordinal,
+        )?;
         // SAFETY: the generated code keeps `data` valid for this view while the tensor lives.
         let t = unsafe { Tensor::borrowed(data, dtype, sizes, strides, storage_offset, dev)? };
         crate::aoti::container::record_constant(&t);
@@ -263,7 +271,7 @@ macro_rules! scalar_to_tensor {
         #[no_mangle]
         pub unsafe extern "C" fn $name(value: $ty, ret_new_tensor: *mut AtenTensorHandle) -> AOTITorchError {
             guard::<Aoti>(stringify!($name), || {
-                let x = Tensor::empty_strided(vec![], vec![], $dt, Device::Cpu)?;
+                let x = crate::cuda::memory::empty_strided(vec![], vec![], $dt, Device::Cpu)?;
                 // SAFETY: a fresh host allocation of one element of this type.
                 unsafe { x.data_ptr().cast::<$ty>().write_unaligned(value) };
                 // SAFETY: forwarded contract.

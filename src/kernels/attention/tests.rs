@@ -3,7 +3,7 @@
 use super::*;
 
 fn t(dt: i32, sizes: &[i64]) -> Tensor {
-    Tensor::empty_strided(
+    crate::cuda::memory::empty_strided(
         sizes.to_vec(),
         tensor::contiguous_strides(sizes),
         dt,

@@ -91,7 +91,7 @@ pub fn rand(sizes: Vec<i64>, dtype: i32, ordinal: i32) -> Result<Tensor> {
     check_sizes(&sizes, "rand")?;
     check_rand_dtype(dtype)?;
     let strides = contiguous_strides(&sizes);
-    let t = Tensor::empty_strided(sizes, strides, dtype, Device::Cuda(ordinal))?;
+    let t = crate::cuda::memory::empty_strided(sizes, strides, dtype, Device::Cuda(ordinal))?;
     let n = t.numel();
     if n == 0 {
         return Ok(t);
@@ -173,7 +173,7 @@ pub fn randint(low: i64, high: i64, sizes: Vec<i64>, dtype: i32, ordinal: i32) -
     check_sizes(&sizes, "randint")?;
     check_randint(low, high, dtype)?;
     let strides = contiguous_strides(&sizes);
-    let t = Tensor::empty_strided(sizes, strides, dtype, Device::Cuda(ordinal))?;
+    let t = crate::cuda::memory::empty_strided(sizes, strides, dtype, Device::Cuda(ordinal))?;
     randint_into(&t, low, high)?;
     Ok(t)
 }

@@ -223,10 +223,12 @@ fn cpu_tensors_and_missing_devices_fail_cleanly() {
         assert!(rand(vec![4], codes::FLOAT32, 0).is_err());
     }
     // A CPU tensor is refused before any device work.
-    let t = Tensor::empty_strided(vec![3], vec![1], codes::FLOAT32, Device::Cpu).unwrap();
+    let t =
+        crate::cuda::memory::empty_strided(vec![3], vec![1], codes::FLOAT32, Device::Cpu).unwrap();
     let e = sort_stable(&t, 0, false).unwrap_err();
     assert!(e.to_string().contains("CPU"), "{e}");
-    let t = Tensor::empty_strided(vec![3], vec![1], codes::INT64, Device::Cpu).unwrap();
+    let t =
+        crate::cuda::memory::empty_strided(vec![3], vec![1], codes::INT64, Device::Cpu).unwrap();
     assert!(randint_into(&t, 0, 5)
         .unwrap_err()
         .to_string()
