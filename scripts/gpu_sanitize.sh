@@ -33,8 +33,28 @@ done
 for t in racecheck synccheck initcheck; do
   run "mlp_f32.graphs" "$t" "$B/et_cuda_run" --manifest "$B/fixtures/mlp_f32/manifest.json" --option enable_cuda_graph_for_method=forward --bench 5 --warmup 1
 done
-for m in $(find "$MODELS" -name manifest.json 2>/dev/null | grep -E 'et15_(mlp|qwen3)|/qwen3_bf16/' | head -4); do
+# The suite's programs: a few by default; SANITIZE_ALL=1: every one in MODELS_DIR, in the modes
+# host, graphs, share and device_out, SANITIZE_JOBS (default 6) at a time.
+if [ "${SANITIZE_ALL:-0}" = 1 ]; then
+  manifests=$(find "$MODELS" -name manifest.json 2>/dev/null | sort)
+else
+  manifests=$(find "$MODELS" -name manifest.json 2>/dev/null | grep -E 'et15_(mlp|qwen3)|/qwen3_bf16/' | head -4)
+fi
+methods="forward,decode,prefill,encoder,decoder"
+jobs=0
+for m in $manifests; do
   n=$(basename "$(dirname "$m")")
-  run "$n.host" memcheck "$B/et_cuda_run" --manifest "$m"
-  run "$n.graphs" memcheck "$B/et_cuda_run" --manifest "$m" --option enable_cuda_graph_for_method=forward,decode,prefill
+  for mode in host graphs share device_out; do
+    case $mode in
+      host) opt=() ;;
+      graphs) opt=(--option enable_cuda_graph_for_method=$methods) ;;
+      share) opt=(--option weight_sharing_across_methods=true --option share_mutable_buffers_across_methods=true) ;;
+      device_out) opt=(--option skip_copy_output_to_cpu_for_method=$methods) ;;
+    esac
+    [ "${SANITIZE_ALL:-0}" = 1 ] || { [ $mode = host ] || [ $mode = graphs ]; } || continue
+    run "$n.$mode" memcheck "$B/et_cuda_run" --manifest "$m" "${opt[@]}" &
+    jobs=$((jobs + 1))
+    if [ $jobs -ge "${SANITIZE_JOBS:-6}" ]; then wait; jobs=0; fi
+  done
 done
+wait

@@ -787,3 +787,51 @@ fn share_group_reload_does_not_reuse_the_old_programs_buffers() {
     println!("share group reused over 3 load/destroy rounds: nothing shared with destroyed programs, outputs pass");
     reset_options();
 }
+
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored --test-threads=1 on a GPU machine"]
+fn replay_checks_inputs_read_in_place() {
+    require_gpu("replay_checks_inputs_read_in_place");
+    // A graph captured over a device input at address A is replayed while the caller passes A
+    // again; the replay must check the call as an eager run does: fewer readable bytes than the
+    // shape needs, or other strides, are refused (before: only the address was compared).
+    reset_options();
+    set_str("enable_cuda_graph_for_method", "forward");
+    let (so, w) = (
+        blob("mlp_f32", "forward_so_blob.bin"),
+        blob("mlp_f32", "forward_weights_blob.bin"),
+    );
+    let h = load_with_options(&so, &w, 0);
+    let case = &cases("mlp_f32", "forward")[0];
+    let (dev_in, ins, _) = device_io(case);
+    let n = case.inputs[0].bytes.len();
+    let out = |h: &Handle, input: EtCudaTensor| {
+        let mut outs = [desc(
+            "float32",
+            &case.outputs[0].sizes,
+            std::ptr::null_mut(),
+            0,
+        )];
+        h.execute(&[input], &mut outs, DEVICE)
+    };
+    for _ in 0..3 {
+        out(&h, ins[0]).unwrap(); // eager, capture, replay
+    }
+    assert!(stats(h.0).graph_replays >= 1, "no replay: {:?}", stats(h.0));
+    // Same address and shape, fewer bytes than the shape needs.
+    let mut short = ins[0];
+    short.nbytes = (n / 2) as u64;
+    let e = out(&h, short).unwrap_err();
+    assert!(e.contains("needs") && e.contains("bytes"), "{e}");
+    // Same address and sizes, zero strides: another signature, and refused like eagerly.
+    let mut zero = ins[0];
+    zero.strides = [0; executorch_cuda::ffi::ET_CUDA_MAX_DIMS];
+    let e = out(&h, zero).unwrap_err();
+    assert!(e.contains("non-contiguous"), "{e}");
+    // The graph still serves the well-formed call.
+    out(&h, ins[0]).unwrap();
+    println!("replay refused a short buffer and zero strides at the captured address; the graph still serves the good call");
+    drop(dev_in);
+    drop(h);
+    reset_options();
+}
