@@ -266,9 +266,14 @@ fn own_copy(t: &Tensor, device: &Arc<DeviceState>, stream: &Arc<CudaStream>) -> 
         unsafe { copy::copy_dtod_async(m.ptr(), t.storage.base_ptr() as u64, n, stream.raw())? };
         Memory::Device(Box::new(m))
     };
+    same_view(t, memory, at)
+}
+
+/// The view `t` has, over a new storage of `t`'s span size in `memory` on `at`.
+fn same_view(t: &Tensor, memory: Memory, at: Device) -> Result<Tensor> {
     let storage = Arc::new(crate::tensor::Storage {
         memory,
-        nbytes: n,
+        nbytes: t.storage.nbytes,
         device: at,
     });
     Tensor::view(
@@ -298,18 +303,7 @@ fn host_copy(t: &Tensor) -> Result<Tensor> {
         };
         Memory::Host(h)
     };
-    let storage = Arc::new(crate::tensor::Storage {
-        memory,
-        nbytes: n,
-        device: Device::Cpu,
-    });
-    Tensor::view(
-        storage,
-        t.dtype,
-        t.sizes.clone(),
-        t.strides.clone(),
-        t.storage_offset,
-    )
+    same_view(t, memory, Device::Cpu)
 }
 
 /// Load `weights` into a container of `lib`, sharing what can be shared.
