@@ -170,31 +170,27 @@ pub unsafe extern "C" fn et_cuda_init(
                     f,
                     user: a.named_data_user,
                 };
-                return register(
-                    Method::load_from(
-                        method,
-                        Blobs::NamedData {
-                            payload,
-                            lookup: &|k| fetch.get(k),
-                        },
-                        &config,
-                    )?,
-                    out_handle,
-                );
+                let blobs = Blobs::NamedData {
+                    payload,
+                    lookup: &|k| fetch.get(k),
+                };
+                let h = register(Method::load_from(method, blobs, &config)?);
+                // SAFETY: out_handle was written above (non-null and valid per the contract).
+                return unsafe { write_out(out_handle, h, "out_handle") };
             }
         };
-        register(Method::load_from(method, blobs, &config)?, out_handle)
+        let h = register(Method::load_from(method, blobs, &config)?);
+        // SAFETY: out_handle was written above (non-null and valid per the contract).
+        unsafe { write_out(out_handle, h, "out_handle") }
     })
 }
 
-/// Keep a loaded method in the table of live handles and hand its key to the caller.
-fn register(method: Method, out_handle: *mut *mut EtCudaHandle) -> Result<()> {
-    let inner = Arc::new(method);
+/// Keep a loaded method in the table of live handles; its key is the handle for C.
+fn register(method: Method) -> *mut EtCudaHandle {
     // Keys step by HANDLE_STEP and are never reused, so a stale pointer never names a new handle.
     let key = NEXT_HANDLE.fetch_add(HANDLE_STEP, Ordering::Relaxed);
-    live().push((key, inner));
-    // SAFETY: checked non-null above.
-    unsafe { write_out(out_handle, key as *mut EtCudaHandle, "out_handle") }
+    live().push((key, Arc::new(method)));
+    key as *mut EtCudaHandle
 }
 
 /// The caller's named-data lookup.
