@@ -70,15 +70,11 @@ pub(crate) fn init_params<'a>(
                 for e in entries {
                     let what = format!("the weights of {}", e.fqn);
                     let bytes = fetch(lookup, &e.storage_key, &what)?;
-                    // Checked here, before any device work: the metadata names the size.
-                    if bytes.len() as u64 != e.storage_nbytes {
-                        return Err(Error::invalid_program(format!(
-                            "{what}: named data {:?} has {} bytes but the metadata declares {}",
-                            e.storage_key,
-                            bytes.len(),
-                            e.storage_nbytes
-                        )));
-                    }
+                    // Checked here, before any device work (the matcher checks it too).
+                    e.check_storage(
+                        bytes.len(),
+                        &format!("{what} (named data {:?})", e.storage_key),
+                    )?;
                     storages.push((e, bytes));
                 }
                 (so, Weights::PerFqn(storages), Some(so_key), None)

@@ -55,6 +55,17 @@ impl FqnEntry {
         self.check_view(nbytes)
     }
 
+    /// The storage the program holds for this entry must have the size the metadata declares.
+    pub(crate) fn check_storage(&self, bytes: usize, what: &str) -> Result<()> {
+        if bytes as u64 != self.storage_nbytes {
+            return Err(Error::invalid_program(format!(
+                "{what} has {bytes} bytes but the metadata declares {}",
+                self.storage_nbytes
+            )));
+        }
+        Ok(())
+    }
+
     /// Whether this entry's view (dtype, sizes, strides, offset) fits `nbytes`
     /// storage bytes: the very check the upload's [`Tensor::view`] makes on a
     /// storage of that size, so a view accepted here is accepted there.

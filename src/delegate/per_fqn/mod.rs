@@ -51,14 +51,7 @@ pub(crate) fn match_storages<'a>(
             )));
         };
         let what = || format!("constant {} (storage {})", info.name, entry.storage_key);
-        if entry.storage_nbytes != bytes.len() as u64 {
-            return Err(Error::invalid_program(format!(
-                "{} has {} bytes in the program but its metadata declares {}",
-                what(),
-                bytes.len(),
-                entry.storage_nbytes
-            )));
-        }
+        entry.check_storage(bytes.len(), &what())?;
         if info.data_size > bytes.len() {
             return Err(Error::invalid_program(format!(
                 "{} has {} bytes but the model expects {}",
