@@ -31,8 +31,8 @@ thread_local! {
 }
 
 static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
-/// Modules loaded by the generated code: (owner, module, its context).
-static MODULES: Mutex<Vec<(u64, usize, usize)>> = Mutex::new(Vec::new());
+/// Modules loaded by the generated code: (owner, (module, its context)).
+static MODULES: Mutex<Vec<(u64, (usize, usize))>> = Mutex::new(Vec::new());
 /// Handles the generated code made over user-managed constants: (owner, handle).
 static HANDLES: Mutex<Vec<(u64, usize)>> = Mutex::new(Vec::new());
 /// Entries of `HANDLES` (read without the lock by the delete shim's fast path).
@@ -40,6 +40,14 @@ static HANDLE_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 fn lock<T>(m: &'static Mutex<T>) -> std::sync::MutexGuard<'static, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Take `owner`'s entries out of `list`.
+fn take_owned<T>(list: &'static Mutex<Vec<(u64, T)>>, owner: u64) -> Vec<T> {
+    let mut v = lock(list);
+    let (mine, rest): (Vec<_>, Vec<_>) = v.drain(..).partition(|(o, _)| *o == owner);
+    *v = rest;
+    mine.into_iter().map(|(_, x)| x).collect()
 }
 
 /// A new owner id for a container.
@@ -81,7 +89,7 @@ impl Drop for OwnerScope {
 pub(crate) fn module_loaded(module: sys::CUmodule, ctx: sys::CUcontext) {
     let owner = OWNER.with(|o| o.get());
     if owner != 0 && !module.is_null() {
-        lock(&MODULES).push((owner, module as usize, ctx as usize));
+        lock(&MODULES).push((owner, (module as usize, ctx as usize)));
     }
 }
 
@@ -109,25 +117,14 @@ pub(crate) fn handle_deleted(h: AtenTensorHandle) {
 /// Release what `owner`'s container left behind (call after deleting it): its modules
 /// unloaded, its leftover handles deleted.
 pub(crate) fn release(owner: u64) {
-    let handles: Vec<usize> = {
-        let mut v = lock(&HANDLES);
-        let (mine, rest): (Vec<_>, Vec<_>) = v.drain(..).partition(|&(o, _)| o == owner);
-        *v = rest;
-        HANDLE_COUNT.fetch_sub(mine.len(), Ordering::Release);
-        mine.into_iter().map(|(_, h)| h).collect()
-    };
+    let handles = take_owned(&HANDLES, owner);
+    HANDLE_COUNT.fetch_sub(handles.len(), Ordering::Release);
     for h in handles {
         // SAFETY: a handle the generated code made with aoti_torch_new_tensor_handle (a box
         // from into_handle) and never deleted: its container is gone, so nobody uses it.
         drop(unsafe { super::from_handle(h as AtenTensorHandle) });
     }
-    let modules: Vec<(usize, usize)> = {
-        let mut v = lock(&MODULES);
-        let (mine, rest): (Vec<_>, Vec<_>) = v.drain(..).partition(|&(o, _, _)| o == owner);
-        *v = rest;
-        mine.into_iter().map(|(_, m, c)| (m, c)).collect()
-    };
-    for (m, c) in modules {
+    for (m, c) in take_owned(&MODULES, owner) {
         let _g = match ContextGuard::bind(c as sys::CUcontext) {
             Ok(g) => g,
             Err(e) => {
