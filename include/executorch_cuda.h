@@ -358,6 +358,38 @@ EtCudaStatus et_cuda_copy_host_to_device(void *dst, const void *src, size_t nbyt
 // `src` must be device memory of `device` and `dst` writable host memory, `nbytes` each.
 EtCudaStatus et_cuda_copy_device_to_host(void *dst, const void *src, size_t nbytes, int32_t device);
 
+// Choose the next token from one row of `vocab` logits on the device and write its id to
+// `*out_token` (-1 when sampling finds no weight: every logit NaN or -inf). `logits` is device
+// memory of `device` holding `vocab` elements of `dtype` (`c10::ScalarType` code: 6 float32,
+// 15 bfloat16, 5 float16; 1 <= `vocab` <= 2^22). Runs after all work queued before on the
+// device's streams, then waits for its own kernel: one host wait, 8 bytes read back.
+// `temperature` 0 is greedy (the first maximum, NaN counting as the largest, as `torch.argmax`);
+// a positive `temperature` samples from softmax(logits / temperature) restricted to the
+// smallest set of most likely tokens whose mass reaches `top_p` (in (0, 1]; ties by lower id),
+// with the uniform number of `step` in the sequence seeded by `seed` (counter-based: the same
+// seed and step give the same token, whatever came before).
+//
+// # Safety
+// `logits` must be device memory of `device` readable for `vocab` elements of `dtype`;
+// `out_token` null or valid for a write of an `int64_t`.
+EtCudaStatus et_cuda_sample(const void *logits,
+                            int32_t dtype,
+                            int64_t vocab,
+                            int32_t device,
+                            double temperature,
+                            double top_p,
+                            uint64_t seed,
+                            uint64_t step,
+                            int64_t *out_token);
+
+// The uniform number in [0, 1) that `et_cuda_sample` draws with at `step` of the sequence
+// seeded by `seed` (splitmix64 of the pair, 53 bits), for a host-side sampler that wants the
+// same draws.
+//
+// # Safety
+// `out` must be null or valid for a write of a `double`.
+EtCudaStatus et_cuda_sample_uniform(uint64_t seed, uint64_t step, double *out);
+
 // Whether `ptr` is CUDA device memory. Fails with `NO_DEVICE` when there is no driver.
 //
 // # Safety

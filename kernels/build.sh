@@ -59,8 +59,8 @@ build() {
   } >"$out/$name.sha256"
 }
 # Which test checks each source's hashes.
-declare -A CHECKED_BY=([int4mm]=tests/int4_cpu.rs [sort_rand]=src/kernels/sort_rand.rs [decode]=src/kernels/mod.rs)
-SOURCES=(int4mm sort_rand decode)
+declare -A CHECKED_BY=([int4mm]=tests/int4_cpu.rs [sort_rand]=src/kernels/sort_rand.rs [decode]=src/kernels/mod.rs [sample]=src/kernels/sample.rs)
+SOURCES=(int4mm sort_rand decode sample)
 [[ $# -eq 0 ]] || SOURCES=("$@")
 for name in "${SOURCES[@]}"; do
   [[ -n "${CHECKED_BY[$name]:-}" ]] || { echo "build.sh: unknown source '$name'" >&2; exit 2; }

@@ -165,12 +165,15 @@ Text generation (the token loop with a tokenizer.json: text on stdout, figures o
   --max-new-tokens N     at most N new tokens (N >= 1; default 128, or what --seq_len leaves);
                          the same as --generate N
   --seq_len L            the prompt plus the new tokens at most L tokens
-  --temperature T        0 (default): greedy, the argmax; T > 0: sample from softmax(logits / T)
-                         on the host
+  --temperature T        0 (default): greedy, the argmax; T > 0: sample from softmax(logits / T).
+                         With this project's backend the logits stay on the device and the token
+                         is chosen there (et_cuda_sample): one host wait and 8 bytes per token
                            et_cuda_run m.pte --tokenizer t.json --prompt "Once" --temperature 0.8 --top-p 0.9 --seed 7
   --top-p P              with --temperature > 0: sample among the most likely tokens whose
                          probability reaches P, in (0, 1] (default 1: all)
   --seed S               the sampler's seed (default 0): the same seed gives the same text
+  --sample-on-host       copy each row of logits to the host and choose there (same algorithm and
+                         draws as on the device; the default with another backend)
   --stop STRING          stop when the text contains STRING (not printed); repeatable
                            --stop "User:" --stop $'\n\n'   (bash: $'..' for a newline)
   --model_path FILE      the same as MODEL.pte (the spellings of ExecuTorch's LLM runner)
@@ -231,6 +234,7 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--top-p") a.top_p = parse_number(arg, next());
     else if (arg == "--seed") a.seed = parse_seed(arg, next()), a.have_seed = true;
     else if (arg == "--stop") a.stop.push_back(next());
+    else if (arg == "--sample-on-host") a.sample_on_host = true;
     else if (arg == "--model_path") {
       if (!a.model.empty()) usage_error(arg, "more than one model given");
       a.model = next();

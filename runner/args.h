@@ -43,6 +43,7 @@ struct Args {
   uint64_t seed = 0;
   bool have_seed = false;
   std::vector<std::string> stop;
+  bool sample_on_host = false;  // --sample-on-host: logits copied back, token chosen on the host
 };
 
 // Parses argv; a wrong command line is a usage error (exit status 2).

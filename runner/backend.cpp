@@ -37,6 +37,7 @@ struct Extras {
   decltype(&::et_cuda_free_device) free_device = nullptr;
   decltype(&::et_cuda_memcpy) memcpy = nullptr;
   decltype(&::et_cuda_is_device_pointer) is_device_pointer = nullptr;
+  decltype(&::et_cuda_sample) sample = nullptr;
 
   bool has_memory() const {
     return alloc_device && free_device && memcpy && is_device_pointer && last_error;
@@ -148,7 +149,7 @@ void load_backend(const std::string& path) {
   g_backend_path = "(linked in)";
   g_extras = Extras{&::et_cuda_version, &::et_cuda_last_error,  &::et_cuda_stats,
                     &::et_cuda_alloc_device, &::et_cuda_free_device, &::et_cuda_memcpy,
-                    &::et_cuda_is_device_pointer};
+                    &::et_cuda_is_device_pointer, &::et_cuda_sample};
 }
 #else
 void load_backend(const std::string& path) {
@@ -189,6 +190,7 @@ void load_backend(const std::string& path) {
   resolve(lib, "et_cuda_free_device", g_extras.free_device);
   resolve(lib, "et_cuda_memcpy", g_extras.memcpy);
   resolve(lib, "et_cuda_is_device_pointer", g_extras.is_device_pointer);
+  resolve(lib, "et_cuda_sample", g_extras.sample);
 }
 #endif
 
@@ -281,6 +283,20 @@ void copy_to_device(void* dst, const void* src, size_t nbytes) {
 
 void copy_to_host(void* dst, const void* src, size_t nbytes) {
   copy_bytes(dst, src, nbytes, "output", "device to host");
+}
+
+bool can_sample_on_device() {
+  return g_extras.sample != nullptr && g_extras.last_error != nullptr;
+}
+
+int64_t sample_on_device(const void* logits, int32_t dtype, int64_t vocab, double temperature, double top_p,
+                         uint64_t seed, uint64_t step) {
+  int64_t token = -1;
+  // The logits are an output of the backend, on its device (cuda:0: the runner loads methods there).
+  if (g_extras.sample(logits, dtype, vocab, 0, temperature, top_p, seed, step, &token) != ET_CUDA_STATUS_OK) {
+    fail("--generate", "sampling on the device failed: " + last_error());
+  }
+  return token;
 }
 
 bool is_device_pointer(const void* p) {

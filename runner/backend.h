@@ -57,6 +57,12 @@ void copy_to_device(void* dst, const void* src, size_t nbytes);
 void copy_to_host(void* dst, const void* src, size_t nbytes);
 // Whether p is device memory (false when no CUDA library can tell).
 bool is_device_pointer(const void* p);
+// Whether the backend library has et_cuda_sample (this project's library does).
+bool can_sample_on_device();
+// The next token chosen on the device from `vocab` logits of `dtype` (c10::ScalarType code) at
+// `logits` (device memory): et_cuda_sample; one host wait, 8 bytes read back. -1: nothing to sample.
+int64_t sample_on_device(const void* logits, int32_t dtype, int64_t vocab, double temperature, double top_p,
+                         uint64_t seed, uint64_t step);
 
 // ---------------------------------------------------------------- options
 

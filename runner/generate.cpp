@@ -66,11 +66,12 @@ DecoderSignature check_decoder(const MethodMeta& meta, const std::string& model,
   return sig;
 }
 
-// The next token from the last row of output 0 (logits [.., T, V]); only
-// that row is read (copied from the device when the backend left it there)
-// and handed to the sampler (greedy: the argmax) on the host.
+// The next token from the last row of output 0 (logits [.., T, V]). When the backend left
+// the logits on the device and can sample there (et_cuda_sample), the token is chosen on the
+// device and only its id comes back; otherwise only that row is read (copied from the device
+// when needed) and handed to the host sampler. Both draw the same numbers (see sampling.h).
 int64_t next_token(const std::vector<EValue>& outputs, const std::string& model, const std::string& method,
-                   Sampler& sampler, double& sampling_ms) {
+                   Sampler& sampler, double& sampling_ms, bool& on_device) {
   if (outputs.empty() || !outputs[0].isTensor()) fail(model, "--generate: '" + method + "' returned no logits tensor");
   const auto& t = outputs[0].toTensor();
   const DType* dtype = dtype_by_type(t.scalar_type());
@@ -82,16 +83,28 @@ int64_t next_token(const std::vector<EValue>& outputs, const std::string& model,
   const auto numel = static_cast<size_t>(t.numel());
   if (vocab == 0 || numel < vocab) fail(model, "--generate: '" + method + "' returned empty logits");
   const double t0 = steady_ms();
-  std::vector<uint8_t> row(vocab * dtype->size);
   const auto* src = static_cast<const uint8_t*>(t.const_data_ptr()) + (numel - vocab) * dtype->size;
-  if (is_device_pointer(t.const_data_ptr())) {
-    copy_to_host(row.data(), src, row.size());
+  const bool device = is_device_pointer(t.const_data_ptr());
+  const auto type = t.scalar_type();
+  const bool kernel_dtype = type == ScalarType::Float || type == ScalarType::BFloat16 || type == ScalarType::Half;
+  int64_t token = -1;
+  on_device = device && kernel_dtype && can_sample_on_device();
+  if (on_device) {
+    const SamplingParams& p = sampler.params();
+    const uint64_t step = sampler.greedy() ? 0 : sampler.take_step();
+    token = sample_on_device(src, static_cast<int32_t>(type), static_cast<int64_t>(vocab), p.temperature, p.top_p,
+                             p.seed, step);
   } else {
-    std::memcpy(row.data(), src, row.size());
+    std::vector<uint8_t> row(vocab * dtype->size);
+    if (device) {
+      copy_to_host(row.data(), src, row.size());
+    } else {
+      std::memcpy(row.data(), src, row.size());
+    }
+    std::vector<double> logits(vocab);
+    for (size_t v = 0; v < vocab; ++v) logits[v] = element(row.data() + v * dtype->size, dtype->type);
+    token = sampler.pick(logits);
   }
-  std::vector<double> logits(vocab);
-  for (size_t v = 0; v < vocab; ++v) logits[v] = element(row.data() + v * dtype->size, dtype->type);
-  const int64_t token = sampler.pick(logits);
   if (token < 0) fail(model, "--generate: '" + method + "' returned logits that are all NaN or -inf: nothing to sample");
   sampling_ms += steady_ms() - t0;
   return token;
@@ -225,6 +238,7 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
   for (long round = 1; round <= p.rounds; ++round) {
     std::vector<int64_t> tokens;
     double sampling_ms = 0;
+    bool on_device = false;  // where the last token was chosen
     Sampler sampler(p.sampling);
     TextStream stream;
     std::string why_stop = "max-new-tokens", piece, error;
@@ -248,7 +262,7 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
     std::vector<int64_t> ids = p.prompt, positions(p.prompt.size());
     for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
     tokens.push_back(next_token(step(module, model, p.prefill_method, prefill_pos, ids, positions), model,
-                                p.prefill_method, sampler, sampling_ms));
+                                p.prefill_method, sampler, sampling_ms, on_device));
     const double first_token_ms = steady_ms();
     bool done = finished(tokens.back());
 
@@ -258,7 +272,7 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
     for (long i = 1; i < p.steps && !done; ++i) {
       std::vector<int64_t> id{tokens.back()}, pos{position++};
       tokens.push_back(next_token(step(module, model, p.decode_method, decode_pos, id, pos), model, p.decode_method,
-                                  sampler, sampling_ms));
+                                  sampler, sampling_ms, on_device));
       done = finished(tokens.back());
     }
     const double end_ms = steady_ms();
@@ -298,10 +312,12 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
                          : "generate";
     std::fprintf(
         figures, "%s: prefill=%s decode=%s prompt_tokens=%zu new_tokens=%zu ttft_ms=%.3f prefill_tok_s=%.1f "
-        "decode_tok_s=%s host_waits_per_token=%s rounds=%ld tokens=%s expected=%s %s\n",
+        "decode_tok_s=%s host_waits_per_token=%s sampler=%s sampling_us_per_token=%.1f rounds=%ld tokens=%s "
+        "expected=%s %s\n",
         prefix.c_str(), p.prefill_method.c_str(), p.decode_method.c_str(), p.prompt.size(), tokens.size(),
         first_token_ms - start_ms, prefill_s > 0 ? static_cast<double>(p.prompt.size()) / prefill_s : 0.0,
-        decode_rate.c_str(), waits.c_str(), p.rounds, join_ints(tokens).c_str(),
+        decode_rate.c_str(), waits.c_str(), on_device ? "device" : "host",
+        tokens.empty() ? 0.0 : sampling_ms * 1e3 / static_cast<double>(tokens.size()), p.rounds, join_ints(tokens).c_str(),
         p.check ? join_ints(expected).c_str() : "none", p.check ? (match ? "MATCH" : "MISMATCH") : "UNCHECKED");
     if (round < p.rounds) continue;
     // Upstream's LLM runner stats (extension/llm/runner): the same keys, in

@@ -211,7 +211,11 @@ int run(int argc, char** argv) {
     if (g.prefill_method.empty()) g.prefill_method = a.method;
     if (g.decode_method.empty()) g.decode_method = a.method;
     const GeneratePlan plan = plan_generate(module, g, have_manifest ? &manifest : nullptr, tokenizer.get());
+    // The logits stay on the device and the token is chosen there, unless asked otherwise.
+    const bool device_sampling = !a.sample_on_host && can_sample_on_device();
+    if (device_sampling) set_skip_copy(user_skip, {plan.prefill_method, plan.decode_method});
     all_pass = run_generate(module, a.model, plan, load_start_ms);
+    if (device_sampling) set_skip_copy(user_skip, {});
   } else if (!a.pipeline.empty()) {
     all_pass = run_pipeline(module, a, manifest, user_skip);
   } else if (have_manifest) {

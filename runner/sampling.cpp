@@ -6,37 +6,13 @@
 
 namespace et_cuda_run {
 
-namespace {
-uint64_t rotl(uint64_t x, int k) {
-  return (x << k) | (x >> (64 - k));
-}
-}  // namespace
-
-uint64_t Rng::splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+double draw(uint64_t seed, uint64_t step) {
+  uint64_t z = seed ^ (step * 0xd1b54a32d192ed03ULL);
+  z += 0x9e3779b97f4a7c15ULL;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-Rng::Rng(uint64_t seed) {
-  for (uint64_t& s : s_) s = splitmix64(seed);
-}
-
-uint64_t Rng::next() {
-  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return result;
-}
-
-double Rng::uniform() {
-  return static_cast<double>(next() >> 11) * 0x1.0p-53;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-53;
 }
 
 int64_t argmax(const std::vector<double>& logits) {
@@ -52,44 +28,61 @@ int64_t argmax(const std::vector<double>& logits) {
   return static_cast<int64_t>(best);
 }
 
-Sampler::Sampler(const SamplingParams& p) : params_(p), rng_(p.seed) {}
+Sampler::Sampler(const SamplingParams& p) : params_(p) {}
 
 int64_t Sampler::pick(const std::vector<double>& logits) {
   if (greedy()) return argmax(logits);
-  const double inf = std::numeric_limits<double>::infinity();
-  double top = -inf;
+  const float inf = std::numeric_limits<float>::infinity();
+  const double u = draw(params_.seed, take_step());
+  float top = -inf;
   for (double x : logits) {
-    if (!std::isnan(x)) top = std::max(top, x);
+    if (!std::isnan(x)) top = std::max(top, static_cast<float>(x));
   }
   if (top == -inf) return -1;
-  // Probabilities up to a common factor; +inf logits share all the mass.
-  p_.assign(logits.size(), 0.0);
-  for (size_t v = 0; v < logits.size(); ++v) {
-    const double x = logits[v];
+  const float inv = static_cast<float>(1.0 / params_.temperature);
+  const size_t n = logits.size();
+  p_.assign(n, 0.0f);
+  w_.assign(n, 0);
+  kept_.assign(n, false);
+  uint64_t total = 0;
+  for (size_t v = 0; v < n; ++v) {
+    const float x = static_cast<float>(logits[v]);
     if (std::isnan(x) || x == -inf) continue;
-    p_[v] = top == inf ? (x == inf ? 1.0 : 0.0) : std::exp((x - top) / params_.temperature);
+    p_[v] = top == inf ? (x == inf ? 1.0f : 0.0f) : std::exp((x - top) * inv);
+    w_[v] = static_cast<uint64_t>(p_[v] * 1099511627776.0f);  // 2^40
+    kept_[v] = p_[v] > 0;
+    total += w_[v];
   }
-  order_.clear();
-  for (size_t v = 0; v < p_.size(); ++v) {
-    if (p_[v] > 0) order_.push_back(static_cast<uint32_t>(v));
-  }
-  if (order_.empty()) return argmax(logits);  // every weight underflowed but the top one cannot: unreachable
-  double mass = 0;
-  for (uint32_t v : order_) mass += p_[v];
   if (params_.top_p < 1) {
-    std::stable_sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) { return p_[a] > p_[b]; });
-    double kept = 0;
-    size_t n = 0;
-    while (n < order_.size() && kept < params_.top_p * mass) kept += p_[order_[n++]];
-    order_.resize(std::max<size_t>(n, 1));
-    mass = kept > 0 ? kept : p_[order_[0]];
+    // Most likely first, ties by lower id, until the kept mass reaches top_p of the total.
+    order_.clear();
+    for (size_t v = 0; v < n; ++v) {
+      if (w_[v] > 0) order_.push_back(static_cast<uint32_t>(v));
+    }
+    std::sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) { return p_[a] > p_[b] || (p_[a] == p_[b] && a < b); });
+    const uint64_t target = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(params_.top_p * static_cast<double>(total))));
+    kept_.assign(n, false);
+    uint64_t acc = 0;
+    for (uint32_t v : order_) {
+      if (acc >= target) break;
+      acc += w_[v];
+      kept_[v] = true;
+    }
   }
-  double u = rng_.uniform() * mass;
-  for (uint32_t v : order_) {
-    if (u < p_[v]) return v;
-    u -= p_[v];
+  uint64_t sum = 0;
+  for (size_t v = 0; v < n; ++v) {
+    if (kept_[v]) sum += w_[v];
   }
-  return order_.back();  // rounding left u just above the last weight
+  if (sum == 0) return argmax(logits);  // the top weight is 2^40: unreachable
+  uint64_t target = static_cast<uint64_t>(u * static_cast<double>(sum));
+  if (target >= sum) target = sum - 1;
+  uint64_t acc = 0;
+  for (size_t v = 0; v < n; ++v) {
+    if (!kept_[v] || w_[v] == 0) continue;
+    acc += w_[v];
+    if (acc > target) return static_cast<int64_t>(v);
+  }
+  return argmax(logits);  // unreachable: acc reaches sum > target
 }
 
 }  // namespace et_cuda_run

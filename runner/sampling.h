@@ -1,6 +1,11 @@
-// Choosing the next token from a row of logits, on the host: greedy (the
-// argmax, as torch.argmax) or sampled with a temperature and top-p, from a
-// seeded generator so that a run is the same run to run for a fixed seed.
+// Choosing the next token from a row of logits: greedy (the argmax, as
+// torch.argmax) or sampled with a temperature and top-p. The same algorithm as
+// the library's device sampler (et_cuda_sample, kernels/sample.cu): f32 weights
+// exp((x - max) / T), masses as 64-bit fixed-point sums (weight * 2^40), the
+// smallest top-p set of most likely tokens (ties by lower id), and the pick in
+// id order with the counter-based draw of the step. So a row gives the same
+// token on the host and on the device, except where the two exp() results
+// differ by an ulp right at a boundary.
 //
 // No ExecuTorch here: the tests link this file alone.
 #pragma once
@@ -10,21 +15,9 @@
 
 namespace et_cuda_run {
 
-// xoshiro256** (Blackman and Vigna), its state filled from the seed by
-// splitmix64: the same sequence on every platform for a given seed.
-class Rng {
- public:
-  explicit Rng(uint64_t seed);
-  uint64_t next();
-  // Uniform in [0, 1), 53 random bits.
-  double uniform();
-
-  // One step of splitmix64 on `state` (exposed for the tests).
-  static uint64_t splitmix64(uint64_t& state);
-
- private:
-  uint64_t s_[4];
-};
+// The draw in [0, 1) of `step` in the sequence seeded by `seed`: splitmix64 of
+// the pair, 53 bits (et_cuda_sample_uniform computes the same numbers).
+double draw(uint64_t seed, uint64_t step);
 
 struct SamplingParams {
   double temperature = 0;  // 0: greedy; > 0: sample
@@ -36,18 +29,23 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& p);
   bool greedy() const { return params_.temperature == 0; }
+  const SamplingParams& params() const { return params_; }
+  // The step of the next draw (counts the sampled tokens), then advances it:
+  // for a caller that samples on the device with the same sequence.
+  uint64_t take_step() { return step_++; }
   // The next token of `logits` (one row of V values). Greedy: the first
-  // maximum, NaN counting as the largest. Sampled: softmax(logits / T), NaN
-  // entries never chosen, restricted to the smallest set of most likely
-  // tokens (ties by lower id) whose probability reaches top_p, one draw.
-  // Returns -1 when there is nothing to sample (every entry NaN or -inf).
+  // maximum, NaN counting as the largest. Sampled: see the top of this file;
+  // NaN and -inf never chosen. Returns -1 when there is nothing to sample
+  // (every entry NaN or -inf).
   int64_t pick(const std::vector<double>& logits);
 
  private:
   SamplingParams params_;
-  Rng rng_;
-  std::vector<double> p_;
+  uint64_t step_ = 0;
+  std::vector<float> p_;
+  std::vector<uint64_t> w_;
   std::vector<uint32_t> order_;
+  std::vector<bool> kept_;
 };
 
 // The argmax as torch.argmax: the first maximum, NaN counting as the largest.

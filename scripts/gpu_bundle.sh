@@ -50,7 +50,7 @@ for line in sys.stdin:
         m = json.loads(line)
     except ValueError:
         continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("gpu", "gpu_features", "bad_input", "sort_rand_gpu", "decode_gpu"):
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("gpu", "gpu_features", "bad_input", "sort_rand_gpu", "decode_gpu", "sample_gpu"):
         shutil.copy(m["executable"], sys.argv[1] + "/" + m["target"]["name"])
 ' "$out/rs/deps"
 strip --strip-debug -o "$out/rs/libexecutorch_cuda.so" "$ROOT/target/release/libexecutorch_cuda.so"

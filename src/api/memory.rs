@@ -4,6 +4,7 @@
 
 use crate::cuda::{self, copy, memory, stream};
 use crate::error::Result;
+use crate::kernels::sample;
 use crate::stats::Stats;
 use std::ffi::c_void;
 
@@ -146,4 +147,39 @@ impl Drop for CallerStreamGuard {
     fn drop(&mut self) {
         stream::set_caller_stream(self.prev);
     }
+}
+
+/// The next token from one row of `vocab` logits of `dtype` (a `c10::ScalarType` code:
+/// float32, bfloat16 or float16) in device memory of `device`, chosen on the device after
+/// all work queued before on the device's streams; one host wait, 8 bytes read back.
+/// `temperature == 0` is greedy (the first maximum, NaN the largest); otherwise
+/// softmax(logits / temperature) within top-p, drawn with [`sample_uniform`]`(seed, step)`.
+/// `None` when sampling finds no weight (every logit NaN or -inf).
+///
+/// # Safety
+/// `logits` must be device memory of `device` readable for `vocab` elements of `dtype`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn sample(
+    logits: *const c_void,
+    dtype: i32,
+    vocab: i64,
+    device: i32,
+    temperature: f64,
+    top_p: f64,
+    seed: u64,
+    step: u64,
+) -> Result<Option<i64>> {
+    let how = sample::Sampling {
+        temperature,
+        top_p,
+        uniform: sample::uniform(seed, step),
+    };
+    // SAFETY: forwarded contract.
+    unsafe { sample::sample(logits, dtype, vocab, device, &how) }
+}
+
+/// The uniform number in [0, 1) that [`sample`] draws with at `step` of a run seeded with
+/// `seed` (counter-based: splitmix64 of the pair).
+pub fn sample_uniform(seed: u64, step: u64) -> f64 {
+    sample::uniform(seed, step)
 }

@@ -153,6 +153,67 @@ pub unsafe extern "C" fn et_cuda_copy_device_to_host(
     })
 }
 
+/// Choose the next token from one row of `vocab` logits on the device and write its id to
+/// `*out_token` (-1 when sampling finds no weight: every logit NaN or -inf). `logits` is device
+/// memory of `device` holding `vocab` elements of `dtype` (`c10::ScalarType` code: 6 float32,
+/// 15 bfloat16, 5 float16; 1 <= `vocab` <= 2^22). Runs after all work queued before on the
+/// device's streams, then waits for its own kernel: one host wait, 8 bytes read back.
+/// `temperature` 0 is greedy (the first maximum, NaN counting as the largest, as `torch.argmax`);
+/// a positive `temperature` samples from softmax(logits / temperature) restricted to the
+/// smallest set of most likely tokens whose mass reaches `top_p` (in (0, 1]; ties by lower id),
+/// with the uniform number of `step` in the sequence seeded by `seed` (counter-based: the same
+/// seed and step give the same token, whatever came before).
+///
+/// # Safety
+/// `logits` must be device memory of `device` readable for `vocab` elements of `dtype`;
+/// `out_token` null or valid for a write of an `int64_t`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn et_cuda_sample(
+    logits: *const c_void,
+    dtype: i32,
+    vocab: i64,
+    device: i32,
+    temperature: f64,
+    top_p: f64,
+    seed: u64,
+    step: u64,
+    out_token: *mut i64,
+) -> EtCudaStatus {
+    guard::<EtCuda>("et_cuda_sample", || {
+        if out_token.is_null() {
+            return invalid("out_token is null");
+        }
+        // SAFETY: forwarded contract.
+        let token = unsafe {
+            memory::sample(logits, dtype, vocab, device, temperature, top_p, seed, step)
+        }?;
+        // SAFETY: checked non-null; valid per the contract.
+        unsafe { write_out(out_token, token.unwrap_or(-1), "out_token") }
+    })
+}
+
+/// The uniform number in [0, 1) that `et_cuda_sample` draws with at `step` of the sequence
+/// seeded by `seed` (splitmix64 of the pair, 53 bits), for a host-side sampler that wants the
+/// same draws.
+///
+/// # Safety
+/// `out` must be null or valid for a write of a `double`.
+#[no_mangle]
+pub unsafe extern "C" fn et_cuda_sample_uniform(
+    seed: u64,
+    step: u64,
+    out: *mut f64,
+) -> EtCudaStatus {
+    guard::<EtCuda>("et_cuda_sample_uniform", || {
+        if out.is_null() {
+            return invalid("out is null");
+        }
+        // SAFETY: checked non-null; valid per the contract.
+        unsafe { write_out(out, memory::sample_uniform(seed, step), "out") }
+    })
+}
+
 /// Whether `ptr` is CUDA device memory. Fails with `NO_DEVICE` when there is no driver.
 ///
 /// # Safety

@@ -262,3 +262,74 @@ impl Drop for Module {
         }
     }
 }
+
+/// A module of one image that each device loads on first use and keeps until the
+/// process exits (the sort/random kernels, whose generator state must not be reset
+/// behind the caller's back, and the sampler).
+pub struct Resident {
+    image: &'static [u8],
+    what: &'static str,
+    slots: Mutex<Vec<Option<Arc<Module>>>>,
+}
+
+impl Resident {
+    pub const fn new(image: &'static [u8], what: &'static str) -> Resident {
+        Resident {
+            image,
+            what,
+            slots: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The module of device `ordinal`, loaded under the lock on first use.
+    pub fn get(&self, ordinal: i32) -> Result<Arc<Module>> {
+        let i = usize::try_from(ordinal)
+            .map_err(|_| Error::invalid_argument(format!("device index {ordinal} is negative")))?;
+        let mut v = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if v.len() <= i {
+            v.resize_with(i + 1, || None);
+        }
+        if let Some(m) = &v[i] {
+            return Ok(m.clone());
+        }
+        let m = Arc::new(self.load(ordinal)?);
+        v[i] = Some(m.clone());
+        Ok(m)
+    }
+
+    fn load(&self, ordinal: i32) -> Result<Module> {
+        let device = crate::cuda::device(ordinal)?;
+        let _g = ContextGuard::device(&device)?;
+        let major = attribute(
+            device.device,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+            "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)",
+        )?;
+        if major < 8 {
+            return Err(Error::cuda(format!(
+                "the {} kernels are built for compute capability 8.0 or newer; cuda:{ordinal} is {major}.x",
+                self.what
+            )));
+        }
+        let sm_count = attribute(
+            device.device,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)",
+        )?;
+        let buf = aligned_copy(self.image, false);
+        let mut raw: sys::CUmodule = std::ptr::null_mut();
+        // SAFETY: a complete fatbin image in 8-byte aligned memory, alive for the call; the
+        // device's primary context is current.
+        let r = unsafe { sys::cuModuleLoadData(&mut raw, buf.as_ptr().cast()) };
+        check(r, &format!("cuModuleLoadData({} fatbin)", self.what))?;
+        log::info!("{} kernels loaded on cuda:{ordinal}", self.what);
+        Ok(Module {
+            raw,
+            // This image only (the decode kernels are in the per-device int4 module).
+            decode: std::ptr::null_mut(),
+            device,
+            sm_count,
+            functions: Mutex::new(HashMap::new()),
+        })
+    }
+}

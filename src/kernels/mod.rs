@@ -32,12 +32,14 @@ pub mod gemv;
 pub mod int4mm;
 #[cfg(test)]
 pub mod philox_ref; // also included by tests/sort_rand_gpu.rs
+pub mod sample;
 pub mod sort_rand;
 
 use crate::cuda;
 use crate::error::Result;
-pub use cumodule::Module;
-use cumodule::{aligned_copy, attribute};
+#[cfg(test)]
+use cumodule::aligned_copy;
+pub use cumodule::{Module, Resident};
 use std::sync::{Arc, Mutex};
 
 /// sm_90 SASS + compute_80 PTX, from `kernels/build.sh`.

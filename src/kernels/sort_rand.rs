@@ -12,15 +12,14 @@
 //! Here: the module, `SortGeom` and the sort's launches; the sort's plan is in
 //! `plan`, the generator's checks and launches in `generator`.
 
-use super::{aligned_copy, attribute, Module};
-use crate::cuda::{self, check, ContextGuard};
+use super::{Module, Resident};
+use crate::cuda::{self, ContextGuard};
 use crate::dtype::{self, codes};
-use crate::error::{invalid, Error, Result};
+use crate::error::{invalid, Result};
 use crate::tensor::{Device, Tensor};
 use cudarc::driver::sys;
-use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// sm_90 SASS + compute_80 PTX of `kernels/sort_rand.cu`, from `kernels/build.sh`.
 pub static FATBIN: &[u8] = include_bytes!("../../kernels/sort_rand.fatbin");
@@ -40,58 +39,13 @@ const MAX_OTHER_DIMS: usize = 15;
 #[cfg(test)]
 pub const DEFAULT_SEED: u64 = 67_280_421_310_721;
 
-static MODULES: Mutex<Vec<Option<Arc<Module>>>> = Mutex::new(Vec::new());
-
-fn load(ordinal: i32) -> Result<Module> {
-    let device = cuda::device(ordinal)?;
-    let _g = ContextGuard::device(&device)?;
-    let major = attribute(
-        device.device,
-        sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-        "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)",
-    )?;
-    if major < 8 {
-        return Err(Error::cuda(format!(
-            "the sort/random kernels are built for compute capability 8.0 or newer; cuda:{ordinal} is {major}.x"
-        )));
-    }
-    let sm_count = attribute(
-        device.device,
-        sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-        "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)",
-    )?;
-    let buf = aligned_copy(FATBIN, false);
-    let mut raw: sys::CUmodule = std::ptr::null_mut();
-    // SAFETY: a complete fatbin image in 8-byte aligned memory, alive for the call; the
-    // device's primary context is current.
-    let r = unsafe { sys::cuModuleLoadData(&mut raw, buf.as_ptr().cast()) };
-    check(r, "cuModuleLoadData(sort_rand fatbin)")?;
-    log::info!("sort/random kernels loaded on cuda:{ordinal}");
-    Ok(Module {
-        raw,
-        // The sort/random image only (the decode kernels are in the per-device int4 module).
-        decode: std::ptr::null_mut(),
-        device,
-        sm_count,
-        functions: Mutex::new(HashMap::new()),
-    })
-}
+/// The module of each device, loaded on first use and kept for the process.
+static MODULES: Resident = Resident::new(FATBIN, "sort/random");
 
 /// The module of device `ordinal`, loaded on first use and kept for the process.
 /// Loaded under the lock, so that a device never has two generator states.
 pub fn module(ordinal: i32) -> Result<Arc<Module>> {
-    let i = usize::try_from(ordinal)
-        .map_err(|_| Error::invalid_argument(format!("device index {ordinal} is negative")))?;
-    let mut v = MODULES.lock().unwrap_or_else(|p| p.into_inner());
-    if v.len() <= i {
-        v.resize_with(i + 1, || None);
-    }
-    if let Some(m) = &v[i] {
-        return Ok(m.clone());
-    }
-    let m = Arc::new(load(ordinal)?);
-    v[i] = Some(m.clone());
-    Ok(m)
+    MODULES.get(ordinal)
 }
 
 fn dtype_name(code: i32) -> String {
