@@ -12,7 +12,8 @@
 #     exit status 77 without one);
 #  5. build and run the consumer project (c_tests/consumer) against the moved
 #     prefix and a second copy of ExecuTorch (-Dexecutorch_DIR), with
-#     --as-needed; without executorch_DIR its configure must fail with our message.
+#     --as-needed; without executorch_DIR its configure must fail with our message,
+#     and so must the project's own.
 # Needs $BUILD from scripts/test.sh (or cmake_build).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -112,5 +113,14 @@ grep -q "^executorch_cuda needs ExecuTorch's CMake package (executorch::runtime)
   { echo "$out"; die "unexpected configure error"; }
 case $msg in *';'*) echo "$out"; die "a ';' in the not-found message" ;; esac
 echo "configure failed as expected: executorch_cuda needs ExecuTorch's CMake package (-Dexecutorch_DIR=...)"
+
+step "install test: the project itself without executorch_DIR gets our message"
+out=$(env -u CMAKE_PREFIX_PATH -u executorch_DIR cmake -S "$ROOT" -B "$T/no_executorch" 2>&1) &&
+  die "the project configured without ExecuTorch"
+msg=$(tr -s ' \n' '  ' <<<"$out" | sed -n 's/.*\(executorch_cuda needs .*CMAKE_PREFIX_PATH\).*/\1/p')
+grep -q "^executorch_cuda needs ExecuTorch's CMake package: pass -Dexecutorch_DIR=.*\.deps/py/executorch/share/cmake" <<<"$msg" ||
+  { echo "$out"; die "unexpected configure error"; }
+case $msg in *';'*) echo "$out"; die "a ';' in the not-found message" ;; esac
+echo "configure failed as expected: $msg"
 
 step "install test passed"
