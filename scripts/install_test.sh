@@ -65,7 +65,17 @@ readelf -S -W "$P/lib/libexecutorch_cuda.so.0" | grep -q ' \.symtab ' &&
 cmake -DREADELF=readelf -DLIB="$P/lib/libexecutorch_cuda.so.0" -DSONAME=libexecutorch_cuda.so.0 \
   -DRUNPATH_FILES="$P/bin/et_cuda_run|$P/lib/libexecutorch_cuda_backend.so" -DFORBIDDEN="$T" \
   -P cmake/check_artifacts.cmake
-for f in "$P/bin/et_cuda_run" "$P"/lib/*.so; do
+# README.md states the library's size as built and as installed with --strip; keep it true.
+sizes=$(sed -n 's/.*no DWARF (\([0-9.]*\) MB; \([0-9.]*\) MB with `--strip`.*/\1 \2/p' README.md)
+[ -n "$sizes" ] || die "README.md no longer states the library's size as 'no DWARF (A MB; B MB with \`--strip\`'"
+read -r built stripped <<<"$sizes"
+for pair in "$built:$LIB" "$stripped:$P/lib/libexecutorch_cuda.so.0"; do
+  claim=${pair%%:*} f=${pair#*:} n=$(stat -c %s "${pair#*:}")
+  awk -v n="$n" -v c="$claim" 'BEGIN { exit !(n >= c * 1e6 * 0.9 && n <= c * 1e6 * 1.1) }' ||
+    die "README.md says $claim MB for $(basename "$f"), it is $(awk -v n="$n" 'BEGIN { printf "%.2f", n / 1e6 }') MB: update README.md"
+  echo "$f: $n bytes (README.md: $claim MB)"
+done
+for f in "$P/bin/et_cuda_run" "$P"/lib/*.so "$P"/lib/*.so.*; do
   [ -L "$f" ] && continue
   runpath=$(readelf -d "$f" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
   case "$runpath" in
