@@ -189,7 +189,7 @@ def export(outdir):
     spec = CudaBackend.generate_method_name_compile_spec("forward")
     edge = to_edge_transform_and_lower(
         ep, partitioner=[CudaPartitioner([spec])],
-        # as this project's other exports: the IR check rejects some ops the CUDA backend's passes insert
+        # as every export of this project does (tests/models/suite_lib.py, the fixtures' exporter)
         compile_config=EdgeCompileConfig(_check_ir_validity=False))
     program = edge.to_executorch()
 
