@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pack what the GPU checks need into .dev/gpu (git-ignored) for a GPU machine
 # without the toolchain: the built binaries and libraries (all found through
-# $ORIGIN), ExecuTorch's libraries and the fixtures. There: bash .dev/gpu/run.sh
+# $ORIGIN), ExecuTorch's libraries, the fixtures and the example program.
+# There: bash .dev/gpu/run.sh
 # Also the benchmark (bench/README.md): bench/ and the Python wheels it installs
 # there (bash .dev/gpu/bench/run.sh).
 #   ET_CUDA_FIXTURES=<dir>   fixture programs (default ../shared/fixtures)
@@ -30,6 +31,10 @@ for f in "$FIXTURES"/*/; do
   cp -r "$f" "$out/fixtures/"
 done
 chmod -R u+w "$out/fixtures"
+# The example program of the repository (scripts/run_example.sh), when committed.
+if [ -f "$ROOT/examples/mlp/manifest.json" ]; then
+  mkdir -p "$out/examples" && cp -r "$ROOT/examples/mlp" "$out/examples/" && chmod -R u+w "$out/examples"
+fi
 # The tokenizer test files, for et_cuda_run --tokenizer on the suite's decoders.
 mkdir -p "$out/tokenizers"
 cp "$ROOT"/tokenizer/testdata/{bpe,wordpiece,unigram}.json "$out/tokenizers/"

@@ -22,6 +22,8 @@ for f in mlp_f32 conv_f32 attn_bf16; do
   check ./et_cuda_run --manifest "$m" --option skip_copy_output_to_cpu_for_method=forward --stats
   check ./et_cuda_run "fixtures/$f/model.pte" --data "fixtures/$f/aoti_cuda_blob.ptd"
 done
+# The example program of the repository (scripts/run_example.sh), when the bundle has it.
+[ -f examples/mlp/manifest.json ] && check ./et_cuda_run --manifest examples/mlp/manifest.json
 # The Rust GPU tests (tests/gpu.rs, tests/gpu_features.rs, tests/bad_input.rs) through the
 # cdylib; the GPU ones are #[ignore]d on plain runs, so include them here.
 export ET_CUDA_LIB=$PWD/rs/libexecutorch_cuda.so ET_CUDA_FAKE_AOTI=$PWD/rs/fake_aoti.so

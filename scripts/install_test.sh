@@ -12,7 +12,8 @@
 #     exit status 77 without one);
 #  5. build and run the consumer project (c_tests/consumer) against the moved
 #     prefix and a second copy of ExecuTorch (-Dexecutorch_DIR), with
-#     --as-needed; without executorch_DIR its configure must fail with our message.
+#     --as-needed; without executorch_DIR its configure must fail with our message,
+#     and so must the project's own.
 # Needs $BUILD from scripts/test.sh (or cmake_build).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -64,7 +65,17 @@ readelf -S -W "$P/lib/libexecutorch_cuda.so.0" | grep -q ' \.symtab ' &&
 cmake -DREADELF=readelf -DLIB="$P/lib/libexecutorch_cuda.so.0" -DSONAME=libexecutorch_cuda.so.0 \
   -DRUNPATH_FILES="$P/bin/et_cuda_run|$P/lib/libexecutorch_cuda_backend.so" -DFORBIDDEN="$T" \
   -P cmake/check_artifacts.cmake
-for f in "$P/bin/et_cuda_run" "$P"/lib/*.so; do
+# README.md states the library's size as built and as installed with --strip; keep it true.
+sizes=$(sed -n 's/.*no DWARF (\([0-9.]*\) MB; \([0-9.]*\) MB with `--strip`.*/\1 \2/p' README.md)
+[ -n "$sizes" ] || die "README.md no longer states the library's size as 'no DWARF (A MB; B MB with \`--strip\`'"
+read -r built stripped <<<"$sizes"
+for pair in "$built:$LIB" "$stripped:$P/lib/libexecutorch_cuda.so.0"; do
+  claim=${pair%%:*} f=${pair#*:} n=$(stat -c %s "${pair#*:}")
+  awk -v n="$n" -v c="$claim" 'BEGIN { exit !(n >= c * 1e6 * 0.9 && n <= c * 1e6 * 1.1) }' ||
+    die "README.md says $claim MB for $(basename "$f"), it is $(awk -v n="$n" 'BEGIN { printf "%.2f", n / 1e6 }') MB: update README.md"
+  echo "$f: $n bytes (README.md: $claim MB)"
+done
+for f in "$P/bin/et_cuda_run" "$P"/lib/*.so "$P"/lib/*.so.*; do
   [ -L "$f" ] && continue
   runpath=$(readelf -d "$f" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
   case "$runpath" in
@@ -112,5 +123,14 @@ grep -q "^executorch_cuda needs ExecuTorch's CMake package (executorch::runtime)
   { echo "$out"; die "unexpected configure error"; }
 case $msg in *';'*) echo "$out"; die "a ';' in the not-found message" ;; esac
 echo "configure failed as expected: executorch_cuda needs ExecuTorch's CMake package (-Dexecutorch_DIR=...)"
+
+step "install test: the project itself without executorch_DIR gets our message"
+out=$(env -u CMAKE_PREFIX_PATH -u executorch_DIR cmake -S "$ROOT" -B "$T/no_executorch" 2>&1) &&
+  die "the project configured without ExecuTorch"
+msg=$(tr -s ' \n' '  ' <<<"$out" | sed -n 's/.*\(executorch_cuda needs .*CMAKE_PREFIX_PATH\).*/\1/p')
+grep -q "^executorch_cuda needs ExecuTorch's CMake package: pass -Dexecutorch_DIR=.*\.deps/py/executorch/share/cmake" <<<"$msg" ||
+  { echo "$out"; die "unexpected configure error"; }
+case $msg in *';'*) echo "$out"; die "a ';' in the not-found message" ;; esac
+echo "configure failed as expected: $msg"
 
 step "install test passed"

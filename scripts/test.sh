@@ -12,6 +12,12 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 check_prereqs --tests
+# The tests read the fixture programs (README.md, "Set-up"); the example does not.
+FIXTURES=${ET_CUDA_FIXTURES:-$ROOT/../shared/fixtures}
+for f in mlp_f32 conv_f32 attn_bf16; do
+  [ -f "$FIXTURES/$f/manifest.json" ] ||
+    die "the tests need the fixture programs: no $FIXTURES/$f/manifest.json (set ET_CUDA_FIXTURES=<dir>)"
+done
 
 valgrind_note=""
 if [ "${SKIP_VALGRIND:-0}" = 1 ]; then
