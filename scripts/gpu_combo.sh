@@ -40,7 +40,7 @@ pids=()
 
 if part suite; then
   ( OUT=$R/suite MODELS_DIR=$M SUITE_ONLY=${COMBO_SUITE_ONLY:-et15_moe_bf16,et15_sampler_bf16,et15_sampler_fallback_bf16,et15_qwen3_bf16} \
-    SUITE_PHASES=et15,run SUITE_EXPORT_JOBS15=4 SUITE_EXPORT_BUDGET=${COMBO_EXPORT_BUDGET:-200} \
+    SUITE_PHASES=export,et15,run SUITE_EXPORT_JOBS15=4 SUITE_EXPORT_BUDGET=${COMBO_EXPORT_BUDGET:-200} \
     SUITE_BUDGET=${COMBO_SUITE_BUDGET:-430} SUITE_LIB=$B/libexecutorch_cuda.so.0 SUITE_PACK_FILES=1 \
     SUITE_EXTRA_MODES="graphs:--option enable_cuda_graph_for_method={methods};share:--option weight_sharing_across_methods=true --option share_mutable_buffers_across_methods=true" \
     timeout -k 10 500 bash tests/models/gpu_suite.sh "$B" > "$R/suite.log" 2>&1

@@ -166,7 +166,8 @@ impl Module {
             Some(&(raw, allowed)) => (raw as sys::CUfunction, allowed),
             None => {
                 // The decode kernels' entry points are `et_*`; the int4 ones `int4mm_*`.
-                let owner = if name.starts_with("et_") {
+                // (A resident module of one image has no decode module: its names are its own.)
+                let owner = if name.starts_with("et_") && !self.decode.is_null() {
                     self.decode
                 } else {
                     self.raw

@@ -57,26 +57,23 @@ pub(super) unsafe fn capture(
     if let CaptureMemory::Trace(t) = trace {
         if !t.events.is_empty() {
             // SAFETY: forwarded contract.
-            match unsafe { capture_private(r, &statics, ctx.stream, &t) } {
-                Ok(Some((outs2, exec2, arena))) => {
-                    // The first graph was never launched: its allocations never existed.
-                    drop((outs, exec));
-                    stats::record(Event::GraphCapture);
-                    return Ok(Some(GraphEntry {
-                        outputs: outs2,
-                        inputs: statics,
-                        in_place: addrs,
-                        _arena: Some(arena),
-                        exec: exec2,
-                    }));
-                }
-                Ok(None) => {}
-                Err(e) => log::debug!(
-                    "method {:?}: graph-private memory not used for input shapes {:?} ({e}); allocation nodes instead",
-                    r.method,
-                    shape_key(inputs)
-                ),
+            if let Some((outs2, exec2, arena)) = unsafe { private_graph(r, &statics, ctx.stream, t) } {
+                // The first graph was never launched: its allocations never existed.
+                drop((outs, exec));
+                stats::record(Event::GraphCapture);
+                return Ok(Some(GraphEntry {
+                    outputs: outs2,
+                    inputs: statics,
+                    in_place: addrs,
+                    _arena: Some(arena),
+                    exec: exec2,
+                }));
             }
+            log::info!(
+                "method {:?}: graph-private memory not used for input shapes {:?}; the graph keeps allocation nodes",
+                r.method,
+                shape_key(inputs)
+            );
         }
     }
     for t in &outs {
@@ -182,6 +179,47 @@ unsafe fn capture_once(
         (Err(e), _) | (Ok(_), Err(e)) => Err(e),
     };
     (out, memory)
+}
+
+/// The graph on its own blocks: planned from `trace` (the first capture's sequence of
+/// allocations and frees). When the second capture asks for what the plan did not foresee
+/// (the first run of a method can allocate what later runs do not, e.g. constants folded
+/// once), the sequence is traced once more from a capture in the steady state and planned
+/// again. `None`: allocation nodes it is.
+///
+/// # Safety
+/// As for [`capture`].
+#[allow(clippy::type_complexity)]
+unsafe fn private_graph(
+    r: &Runner<'_>,
+    statics: &[Tensor],
+    stream: CUstream,
+    mut trace: Trace,
+) -> Option<(Vec<Tensor>, GraphExec, Arc<Arena>)> {
+    for attempt in 0..2 {
+        // SAFETY: forwarded contract.
+        match unsafe { capture_private(r, statics, stream, &trace) } {
+            Ok(Some(v)) => return Some(v),
+            Ok(None) if attempt == 0 => {
+                // SAFETY: forwarded contract.
+                let (again, t) = unsafe {
+                    capture_once(r, statics, stream, CaptureMemory::Trace(Trace::default()))
+                };
+                // Never launched: its allocations never existed.
+                drop(again.ok()?);
+                match t {
+                    CaptureMemory::Trace(t) if !t.events.is_empty() => trace = t,
+                    _ => return None,
+                }
+            }
+            Ok(None) => return None,
+            Err(e) => {
+                log::debug!("method {:?}: graph-private memory: {e}", r.method);
+                return None;
+            }
+        }
+    }
+    None
 }
 
 /// The second capture: every allocation from an arena planned from `trace`.
