@@ -53,23 +53,6 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
   return r;
 }
 
-// 16-byte read-only load that may stay in L1 (activations, reused by every row).
-__device__ __forceinline__ uint4 ld_cached(const void* p) {
-  return __ldg(reinterpret_cast<const uint4*>(p));
-}
-
-// The 8 elements of a 16-byte vector of T, as fp32.
-template <typename T>
-__device__ __forceinline__ void unpack8(uint4 a, float (&f)[8]) {
-  const uint32_t w[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 p = Ops<T>::pair(w[i]);
-    f[2 * i] = p.x;
-    f[2 * i + 1] = p.y;
-  }
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -83,97 +66,203 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 // ------------------------------------------------------------------ GEMV
+//
+// Tensor-core GEMV for small M (decode), memory-bound: the goal is to keep
+// enough bytes of W in flight on every SM and to spend as few instructions as
+// possible per byte. Layout of the work:
+//
+// - One mma.m16n8k16 (fp32 accumulation) takes x as its A operand (16 rows of
+//   x, rows past M are zero registers) and 8 rows of W as its B operand, so a
+//   tile is 8 output columns (rows of W) and every row of x in the block.
+// - Because the sum over k does not care which k goes to which mma slot, each
+//   lane loads 16 contiguous bytes (8 k) of one W row: lane 4g + c reads row
+//   n0 + g at k = 32j + 8c .. +8 for chunk j (a warp load = 8 rows x 64 bytes),
+//   and the same 8 k of x rows g and g + 8; the first half of both vectors
+//   feeds one mma, the second half another. No shuffles, no shared memory in
+//   the loop, no conversions: 1 load of W + 1 load of x (from L1; only lanes of
+//   rows < M issue it) + 2 mma per 16 bytes of W and lane.
+// - The warps of a block split K into NW contiguous ranges of chunks; a warp
+//   issues U chunks x RT tiles of 16-byte loads before its first mma (U * RT *
+//   16 bytes per lane in flight), then accumulates. The partial tiles are
+//   summed over the warps through shared memory at the end; the bias is added
+//   and the result rounded once.
+// - Grid: (ceil(N / (8 * RT)), ceil(M / MROWS)), MROWS = 8 (M <= 8) or 16.
+//   A block row past the first reads W again (from L2 when it fits).
+//
+// Requirements (checked by the caller): K % 8 == 0; x and W 16-byte aligned;
+// row strides sx, sw multiples of 8 elements; unit stride along K.
 
-constexpr int GEMV_WARPS = 8;   // warps per block; they split K
-constexpr int GEMV_RB = 4;      // rows of W per block (every warp covers all of them)
-constexpr int GEMV_U = 2;       // 256-wide k chunks per warp in flight
-constexpr int GEMV_CHUNK = 256; // k per chunk: 32 lanes x 8 elements (16 bytes)
+// 16-byte load of W, predicated (zeros when !p): read once, so not kept in L1;
+// the L2 fetches whole 128-byte lines (the next lane quad's load hits them).
+__device__ __forceinline__ uint4 ld_w(const void* ptr, bool p) {
+  uint4 r;
+  asm volatile(
+      "{\n"
+      "  .reg .pred q;\n"
+      "  setp.ne.b32 q, %5, 0;\n"
+      "  mov.b32 %0, 0;\n"
+      "  mov.b32 %1, 0;\n"
+      "  mov.b32 %2, 0;\n"
+      "  mov.b32 %3, 0;\n"
+      "  @q ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      "}\n"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(ptr), "r"((int)p));
+  return r;
+}
 
-// Fast path. Requirements (checked by the caller): K % 8 == 0; x, W (and y)
-// 16-byte aligned; row strides sx, sw multiples of 8 elements; unit stride
-// along K. Grid: (ceil(N / RB), ceil(M / MT)); block 32 * GEMV_WARPS.
-// Block (bx, by) computes y[by*MT .. +MT][bx*RB .. +RB]. Warp w takes the
-// k chunks w, w + WARPS, ..., GEMV_U of them at a time, each lane one
-// 16-byte vector per row and chunk; partial sums are reduced over lanes by
-// shuffles and over warps through shared memory.
-template <typename T, int MT>
-__device__ __forceinline__ void gemv_fast(const T* __restrict__ x, long long sx,
-                                          const T* __restrict__ w, long long sw,
-                                          const T* __restrict__ bias, T* __restrict__ y,
-                                          int M, int N, int K) {
-  __shared__ float red[GEMV_WARPS][MT * GEMV_RB];
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int n0 = blockIdx.x * GEMV_RB;
-  const int m0 = blockIdx.y * MT;
-  const int mcount = min(MT, M - m0);
-  const int nchunks = (K + GEMV_CHUNK - 1) / GEMV_CHUNK;
+// 16-byte load of x, predicated (zeros when !p); cached in L1 (every block reads x).
+__device__ __forceinline__ uint4 ld_x(const void* ptr, bool p) {
+  uint4 r;
+  asm volatile(
+      "{\n"
+      "  .reg .pred q;\n"
+      "  setp.ne.b32 q, %5, 0;\n"
+      "  mov.b32 %0, 0;\n"
+      "  mov.b32 %1, 0;\n"
+      "  mov.b32 %2, 0;\n"
+      "  mov.b32 %3, 0;\n"
+      "  @q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+      "}\n"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(ptr), "r"((int)p));
+  return r;
+}
 
-  float acc[MT][GEMV_RB];
-#pragma unroll
-  for (int m = 0; m < MT; ++m)
-#pragma unroll
-    for (int r = 0; r < GEMV_RB; ++r) acc[m][r] = 0.f;
-
-  const T* wrow[GEMV_RB];
-  bool rowok[GEMV_RB];
-#pragma unroll
-  for (int r = 0; r < GEMV_RB; ++r) {
-    rowok[r] = n0 + r < N;
-    wrow[r] = w + (long long)(rowok[r] ? n0 + r : n0) * sw;
+// d += A(16x16, row) * B(16x8, col); a0..a3 and b0..b1 are the PTX fragments
+// (two elements per register, the lower k in the low half).
+template <typename T> struct Mma;
+template <> struct Mma<__nv_bfloat16> {
+  static __device__ __forceinline__ void run(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                             uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
   }
-  const T* xbase = x + (long long)m0 * sx;
+};
+template <> struct Mma<__half> {
+  static __device__ __forceinline__ void run(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                             uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+};
 
-  for (int c = warp; c < nchunks; c += GEMV_WARPS * GEMV_U) {
-    uint4 wv[GEMV_U][GEMV_RB];
-    int kk[GEMV_U];
-    bool ok[GEMV_U];
+// NW warps per block, RT tiles of 8 W rows per block, U chunks of 32 k per
+// load batch (halved with X16, which loads twice the x), X16: 16 rows of x per
+// block row (else 8).
+template <typename T, int NW, int RT, int U0, bool X16>
+__device__ __forceinline__ void gemv_mma(const T* __restrict__ x, long long sx,
+                                         const T* __restrict__ w, long long sw,
+                                         const T* __restrict__ bias, T* __restrict__ y,
+                                         int M, int N, int K) {
+  constexpr int MROWS = X16 ? 16 : 8;
+  constexpr int U = X16 && U0 > 2 ? U0 / 2 : U0;
+  __shared__ float red[NW][RT][MROWS][8];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  // 64-bit where N or K near 2^31 would overflow.
+  const long long n0 = (long long)blockIdx.x * (8 * RT);
+  const int m0 = blockIdx.y * MROWS;
+  const int mcount = min(MROWS, M - m0);
+  const int chunks = (int)(((long long)K + 31) >> 5);
+  const int per = (chunks + NW - 1) / NW;
+  const int jb = min(chunks, warp * per), je = min(chunks, jb + per);
+
+  // Per-lane bases (bytes): W row n0 + 8t + g and x rows m0 + g (+ 8), at k = 8c.
+  const char* wp[RT];
+  bool wok[RT];
 #pragma unroll
-    for (int u = 0; u < GEMV_U; ++u) {
-      kk[u] = (c + u * GEMV_WARPS) * GEMV_CHUNK + lane * 8;
-      ok[u] = (c + u * GEMV_WARPS) < nchunks && kk[u] < K;
+  for (int t = 0; t < RT; ++t) {
+    const long long n = n0 + 8 * t + g;
+    wok[t] = n < N;
+    wp[t] = reinterpret_cast<const char*>(w + (wok[t] ? n : 0) * sw) + c * 16;
+  }
+  const bool aok = g < mcount, bok = X16 && g + 8 < mcount;
+  const char* ap = reinterpret_cast<const char*>(x + (long long)(m0 + (aok ? g : 0)) * sx) + c * 16;
+  const char* bp = reinterpret_cast<const char*>(x + (long long)(m0 + (bok ? g + 8 : 0)) * sx) + c * 16;
+
+  // With one tile, two accumulator sets (even and odd chunks) halve the chain of
+  // dependent mma; with more, the tiles' chains are independent already.
+  constexpr int NACC = RT == 1 ? 2 : 1;
+  float acc[NACC][RT][4];
 #pragma unroll
-      for (int r = 0; r < GEMV_RB; ++r)
-        wv[u][r] = (ok[u] && rowok[r]) ? ld_stream(wrow[r] + kk[u]) : make_uint4(0, 0, 0, 0);
+  for (int e = 0; e < NACC; ++e)
+#pragma unroll
+    for (int t = 0; t < RT; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[e][t][i] = 0.f;
+
+  // `never` is 0 (K >= 0) but unknown to the compiler; see below.
+  const uint32_t never = (uint32_t)(K >> 31);
+  // Chunks this lane may read: below je, and 8c inside K.
+  const int jlim = min(je, (int)(((long long)K - c * 8 + 31) >> 5));
+  for (int j = jb; j < je; j += U) {
+    const int nvalid = jlim - j;  // chunks j + u with u < nvalid are read
+    const long long off = (long long)j * 64;
+    uint4 wv[U][RT], av[U], bv[U];
+    // All loads of the batch first (W, then x), then the math.
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int t = 0; t < RT; ++t) wv[u][t] = ld_w(wp[t] + off + u * 64, u < nvalid && wok[t]);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      av[u] = ld_x(ap + off + u * 64, u < nvalid && aok);
+      bv[u] = X16 ? ld_x(bp + off + u * 64, u < nvalid && bok) : make_uint4(0, 0, 0, 0);
     }
+    // ptxas would otherwise start the first mma (which waits for the first load, about
+    // a microsecond from HBM) before issuing the last loads of the batch, putting a whole
+    // memory latency between them. One word of every load, masked to zero at run time
+    // and added to the first accumulator, makes the first mma wait for all of them, so
+    // every load is issued first.
+    uint32_t dep = 0;
 #pragma unroll
-    for (int u = 0; u < GEMV_U; ++u) {
-      if (!ok[u]) continue;
-      // Each W vector is converted to fp32 once and reused for every row of x,
-      // each x vector once and reused for every row of W.
-      float wf[GEMV_RB][8];
+    for (int u = 0; u < U; ++u) {
 #pragma unroll
-      for (int r = 0; r < GEMV_RB; ++r) unpack8<T>(wv[u][r], wf[r]);
+      for (int t = 0; t < RT; ++t) dep |= wv[u][t].x;
+      dep |= av[u].x | bv[u].x;
+    }
+    acc[0][0][0] += __uint_as_float(dep & never);
 #pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        if (m < mcount) {
-          float xf[8];
-          unpack8<T>(ld_cached(xbase + (long long)m * sx + kk[u]), xf);
+    for (int u = 0; u < U; ++u)
 #pragma unroll
-          for (int r = 0; r < GEMV_RB; ++r)
-#pragma unroll
-            for (int e = 0; e < 8; ++e) acc[m][r] = fmaf(wf[r][e], xf[e], acc[m][r]);
-        }
+      for (int t = 0; t < RT; ++t) {
+        float(&d)[4] = acc[u % NACC][t];
+        Mma<T>::run(d, av[u].x, bv[u].x, av[u].y, bv[u].y, wv[u][t].x, wv[u][t].y);
+        Mma<T>::run(d, av[u].z, bv[u].z, av[u].w, bv[u].w, wv[u][t].z, wv[u][t].w);
       }
+  }
+#pragma unroll
+  for (int e = 1; e < NACC; ++e)
+#pragma unroll
+    for (int t = 0; t < RT; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[0][t][i] += acc[e][t][i];
+
+  // acc[0][t] = D[row g (and g + 8) of x][W rows n0 + 8t + 2c, + 1], this warp's k only.
+#pragma unroll
+  for (int t = 0; t < RT; ++t) {
+    red[warp][t][g][2 * c] = acc[0][t][0];
+    red[warp][t][g][2 * c + 1] = acc[0][t][1];
+    if constexpr (X16) {
+      red[warp][t][g + 8][2 * c] = acc[0][t][2];
+      red[warp][t][g + 8][2 * c + 1] = acc[0][t][3];
     }
   }
-
-#pragma unroll
-  for (int m = 0; m < MT; ++m)
-#pragma unroll
-    for (int r = 0; r < GEMV_RB; ++r) {
-      float s = warp_sum(acc[m][r]);
-      if (lane == 0) red[warp][m * GEMV_RB + r] = s;
-    }
   __syncthreads();
-  for (int t = threadIdx.x; t < MT * GEMV_RB; t += blockDim.x) {
-    const int m = t / GEMV_RB, r = t % GEMV_RB;
-    if (m < mcount && n0 + r < N) {
+  for (int i = threadIdx.x; i < RT * MROWS * 8; i += 32 * NW) {
+    const int t = i / (MROWS * 8), m = (i >> 3) % MROWS, r = i & 7;
+    const long long n = n0 + 8 * t + r;
+    if (m < mcount && n < N) {
       float s = 0.f;
 #pragma unroll
-      for (int i = 0; i < GEMV_WARPS; ++i) s += red[i][t];
-      if (bias) s += Ops<T>::to_f(bias[n0 + r]);
-      y[(long long)(m0 + m) * N + n0 + r] = Ops<T>::from_f(s);
+      for (int q = 0; q < NW; ++q) s += red[q][t][m][r];
+      if (bias) s += Ops<T>::to_f(bias[n]);
+      y[(long long)(m0 + m) * N + n] = Ops<T>::from_f(s);
     }
   }
 }
@@ -450,23 +539,24 @@ using namespace et_decode;
 
 // ------------------------------------------------------------------ entry points
 
-#define GEMV_FAST(NAME, T, MT)                                                                  \
-  extern "C" __global__ void __launch_bounds__(32 * GEMV_WARPS)                                 \
+// Tensor-core GEMV: et_gemv_<dtype>_v<variant>_m<8|16> (variant: NW warps, RT tiles of 8 rows,
+// U chunks per batch; src/kernels/gemv.rs names them and picks one).
+#define GEMV_MMA(NAME, T, NW, RT, U, X16, MINB)                                                  \
+  extern "C" __global__ void __launch_bounds__(32 * NW, MINB)                                    \
       NAME(const T* x, long long sx, const T* w, long long sw, const T* bias, T* y, int M, int N, \
            int K) {                                                                             \
-    gemv_fast<T, MT>(x, sx, w, sw, bias, y, M, N, K);                                           \
+    gemv_mma<T, NW, RT, U, X16>(x, sx, w, sw, bias, y, M, N, K);                                \
   }
+#define GEMV_VARIANTS(DT, T)                                                                    \
+  GEMV_MMA(et_gemv_##DT##_v0_m8, T, 8, 1, 8, false, 2)                                          \
+  GEMV_MMA(et_gemv_##DT##_v0_m16, T, 8, 1, 8, true, 2)                                          \
+  GEMV_MMA(et_gemv_##DT##_v1_m8, T, 8, 2, 4, false, 3)                                          \
+  GEMV_MMA(et_gemv_##DT##_v1_m16, T, 8, 2, 4, true, 3)                                          \
+  GEMV_MMA(et_gemv_##DT##_v2_m8, T, 8, 4, 4, false, 2)                                          \
+  GEMV_MMA(et_gemv_##DT##_v2_m16, T, 8, 4, 4, true, 2)
 
-GEMV_FAST(et_gemv_bf16_m1, __nv_bfloat16, 1)
-GEMV_FAST(et_gemv_bf16_m2, __nv_bfloat16, 2)
-GEMV_FAST(et_gemv_bf16_m4, __nv_bfloat16, 4)
-GEMV_FAST(et_gemv_bf16_m8, __nv_bfloat16, 8)
-GEMV_FAST(et_gemv_bf16_m16, __nv_bfloat16, 16)
-GEMV_FAST(et_gemv_f16_m1, __half, 1)
-GEMV_FAST(et_gemv_f16_m2, __half, 2)
-GEMV_FAST(et_gemv_f16_m4, __half, 4)
-GEMV_FAST(et_gemv_f16_m8, __half, 8)
-GEMV_FAST(et_gemv_f16_m16, __half, 16)
+GEMV_VARIANTS(bf16, __nv_bfloat16)
+GEMV_VARIANTS(f16, __half)
 
 #define GEMV_GENERIC(NAME, T)                                                                   \
   extern "C" __global__ void __launch_bounds__(256)                                             \

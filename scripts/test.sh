@@ -39,6 +39,8 @@ if [ "${SKIP_CARGO_CHECKS:-0}" != 1 ]; then
   step "import rules (scripts/layers_check.py)"; python3 scripts/layers_check.py
   step "the int4 kernels' index math, emulated on the CPU (kernels/emulate_int4.py)"
   python3 kernels/emulate_int4.py | tail -1
+  step "the GEMV kernel's lanes and mma fragments, emulated on the CPU (kernels/emulate_gemv.py)"
+  python3 kernels/emulate_gemv.py | tail -1
 fi
 
 cmake_build

@@ -6,13 +6,19 @@
 //! fp16 on one CUDA device. The result is a new contiguous `[..., N]` tensor of
 //! the same dtype, accumulated in fp32 and rounded once.
 //!
-//! Two paths: the fast one (16-byte vector loads) needs `K % 8 == 0`, unit
-//! stride along `K` for `x` and `W`, row strides that are multiples of 8
-//! elements and 16-byte aligned `x` and `W`; anything else takes the generic
-//! kernel (any strides and alignment, scalar loads), which gives the same
-//! result up to the order of the fp32 sums. Any `M` works: the fast kernel
-//! takes 16 rows per block row (`W` is read again for every 16 rows, from L2
-//! when it fits), so it is meant for `M` up to a few dozen.
+//! Two paths: the fast one (tensor cores, 16-byte vector loads) needs
+//! `K % 8 == 0`, unit stride along `K` for `x` and `W`, row strides that are
+//! multiples of 8 elements and 16-byte aligned `x` and `W`; anything else takes
+//! the generic kernel (any strides and alignment, scalar loads), which gives
+//! the same result up to the order of the fp32 sums. Any `M` works: the fast
+//! kernel takes 8 rows of `x` per block row when `M <= 8`, else 16 (`W` is read
+//! again for every 16 rows, from L2 when it fits), so it is meant for `M` up to
+//! a few dozen.
+//!
+//! The fast kernel comes in three variants (`kernels/decode.cu`, `GEMV_VARIANTS`),
+//! which differ in the rows of `W` per block (8, 16 or 32; all have 8 warps that
+//! split `K`). [`variant_for`] picks the largest that still gives every SM two
+//! blocks; [`set_tuning`] forces one (benchmarks only).
 
 use super::module;
 use crate::cuda::{self, ContextGuard};
@@ -20,30 +26,59 @@ use crate::dtype::codes as dtype;
 use crate::error::{invalid, Error, Result};
 use crate::tensor::{self, Device, Tensor};
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 /// Every GEMV entry point of `kernels/decode.cu` (checked against the PTX by a test).
 #[cfg(test)]
 pub const KERNELS: &[&str] = &[
-    "et_gemv_bf16_m1",
-    "et_gemv_bf16_m2",
-    "et_gemv_bf16_m4",
-    "et_gemv_bf16_m8",
-    "et_gemv_bf16_m16",
-    "et_gemv_f16_m1",
-    "et_gemv_f16_m2",
-    "et_gemv_f16_m4",
-    "et_gemv_f16_m8",
-    "et_gemv_f16_m16",
+    "et_gemv_bf16_v0_m8",
+    "et_gemv_bf16_v0_m16",
+    "et_gemv_bf16_v1_m8",
+    "et_gemv_bf16_v1_m16",
+    "et_gemv_bf16_v2_m8",
+    "et_gemv_bf16_v2_m16",
+    "et_gemv_f16_v0_m8",
+    "et_gemv_f16_v0_m16",
+    "et_gemv_f16_v1_m8",
+    "et_gemv_f16_v1_m16",
+    "et_gemv_f16_v2_m8",
+    "et_gemv_f16_v2_m16",
     "et_gemv_generic_bf16",
     "et_gemv_generic_f16",
 ];
 
-/// Rows of `W` per block of the fast kernel (`GEMV_RB` in the source).
-const ROWS_PER_BLOCK: i64 = 4;
-/// Threads per block of both kernels.
+/// Rows of `W` per block of each fast variant (`8 * RT` in `GEMV_VARIANTS`).
+pub const VARIANT_ROWS: [i64; 3] = [8, 16, 32];
+/// Threads per block of both kernels (8 warps).
 const THREADS: u32 = 256;
 /// Rows of `W` per block of the generic kernel (one per warp).
 const GENERIC_ROWS: i64 = 8;
+
+/// A forced fast variant (benchmarks), or -1 for the built-in choice.
+static TUNING: AtomicI32 = AtomicI32::new(-1);
+
+/// Force the fast variant of later launches (`Some(0..=2)`), or go back to the
+/// built-in choice (`None`). For benchmarks only; every variant handles every shape.
+pub fn set_tuning(variant: Option<i32>) -> Result<()> {
+    let v = match variant {
+        None => -1,
+        Some(v) if (0..VARIANT_ROWS.len() as i32).contains(&v) => v,
+        Some(v) => return invalid(format!("et_cuda gemv: variant {v} is not 0, 1 or 2")),
+    };
+    TUNING.store(v, Ordering::Relaxed);
+    Ok(())
+}
+
+/// The built-in variant for `n` rows of `W` on `sms` multiprocessors: the one
+/// with the most rows per block that still makes two blocks per SM (blocks with
+/// more rows amortise the loads of `x` and the final reduction), else 8 rows
+/// per block, which gives 256 blocks at N = 2048.
+pub fn variant_for(n: i64, sms: i64) -> usize {
+    (1..VARIANT_ROWS.len())
+        .rev()
+        .find(|&v| (n + VARIANT_ROWS[v] - 1) / VARIANT_ROWS[v] >= 2 * sms)
+        .unwrap_or(0)
+}
 
 /// The checked problem.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,6 +152,7 @@ pub fn check(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Problem> {
         && aligned(x)
         && aligned(w);
     // Grid limits: row blocks of 16 in gridDim.y (fast); the generic kernel loops over rows.
+    // gridDim.x (at most N / 8 blocks) stays far below its 2^31 - 1 limit.
     if fast && (m + 15) / 16 > 65535 {
         return invalid(format!(
             "et_cuda gemv: M = {m} is more than the grid allows"
@@ -210,30 +246,33 @@ fn check_device(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<i32> {
     Ok(device)
 }
 
-/// Rows of `x` per block row of the fast kernel: the smallest built one that
-/// covers `m`, else 16 (several block rows).
+/// Rows of `x` per block row of the fast kernel: 8 when `m <= 8`, else 16
+/// (several block rows when `m > 16`).
 pub fn rows_per_block(m: i64) -> i64 {
-    [1, 2, 4, 8, 16].into_iter().find(|&t| t >= m).unwrap_or(16)
+    if m <= 8 {
+        8
+    } else {
+        16
+    }
 }
 
-/// Kernel name, grid and block size.
-pub fn launch_shape(p: &Problem) -> (&'static str, (u32, u32, u32), u32) {
+/// Kernel name, grid and block size; `variant` (0..=2) picks the fast kernel.
+pub fn launch_shape(p: &Problem, variant: usize) -> (&'static str, (u32, u32, u32), u32) {
     let bf = p.dtype == dtype::BFLOAT16;
     if p.fast {
         let mt = rows_per_block(p.m);
-        let name = match (bf, mt) {
-            (true, 1) => "et_gemv_bf16_m1",
-            (true, 2) => "et_gemv_bf16_m2",
-            (true, 4) => "et_gemv_bf16_m4",
-            (true, 8) => "et_gemv_bf16_m8",
-            (true, _) => "et_gemv_bf16_m16",
-            (false, 1) => "et_gemv_f16_m1",
-            (false, 2) => "et_gemv_f16_m2",
-            (false, 4) => "et_gemv_f16_m4",
-            (false, 8) => "et_gemv_f16_m8",
-            (false, _) => "et_gemv_f16_m16",
-        };
-        let gx = (p.n + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
+        const NAMES: [[&str; 2]; 6] = [
+            ["et_gemv_bf16_v0_m8", "et_gemv_bf16_v0_m16"],
+            ["et_gemv_bf16_v1_m8", "et_gemv_bf16_v1_m16"],
+            ["et_gemv_bf16_v2_m8", "et_gemv_bf16_v2_m16"],
+            ["et_gemv_f16_v0_m8", "et_gemv_f16_v0_m16"],
+            ["et_gemv_f16_v1_m8", "et_gemv_f16_v1_m16"],
+            ["et_gemv_f16_v2_m8", "et_gemv_f16_v2_m16"],
+        ];
+        let v = variant.min(VARIANT_ROWS.len() - 1);
+        let name = NAMES[if bf { 0 } else { 3 } + v][usize::from(mt == 16)];
+        let rows = VARIANT_ROWS[v];
+        let gx = (p.n + rows - 1) / rows;
         let gy = (p.m + mt - 1) / mt;
         (name, (gx as u32, gy as u32, 1), THREADS)
     } else {
@@ -261,7 +300,13 @@ pub fn gemv(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
         return Ok(y);
     }
     let module = module(p.device)?;
-    let (name, grid, block) = launch_shape(&p);
+    let forced = TUNING.load(Ordering::Relaxed);
+    let variant = if forced >= 0 {
+        forced as usize
+    } else {
+        variant_for(p.n, i64::from(module.sm_count))
+    };
+    let (name, grid, block) = launch_shape(&p, variant);
     let _ctx = ContextGuard::device(module.device())?;
     let stream = cuda::stream::current(p.device).raw;
     let mut xp = x.data_ptr() as u64;
@@ -358,33 +403,63 @@ mod tests {
     fn kernel_choice_covers_every_m_and_names_built_kernels() {
         for m in 1..=40 {
             let mt = rows_per_block(m);
-            assert!(mt >= m.min(16) && [1, 2, 4, 8, 16].contains(&mt));
+            assert!(mt >= m.min(16) && [8, 16].contains(&mt));
             for bf in [dtype::BFLOAT16, dtype::FLOAT16] {
                 for fast in [true, false] {
-                    let p = Problem {
-                        m,
-                        n: 2050,
-                        k: 2048,
-                        dtype: bf,
-                        sx: (2048, 1),
-                        sw: (2048, 1),
-                        has_bias: false,
-                        fast,
-                        out_sizes: vec![m, 2050],
-                        device: 0,
-                    };
-                    let (name, grid, block) = launch_shape(&p);
-                    assert!(KERNELS.contains(&name), "{name}");
-                    assert_eq!(block, 256);
-                    if fast {
-                        // Every row of W and of x is in some block.
-                        assert!(i64::from(grid.0) * ROWS_PER_BLOCK >= 2050);
-                        assert!(i64::from(grid.1) * mt >= m);
-                    } else {
-                        assert!(i64::from(grid.0) * GENERIC_ROWS >= 2050);
+                    for (variant, &rows) in VARIANT_ROWS.iter().enumerate() {
+                        let p = Problem {
+                            m,
+                            n: 2050,
+                            k: 2048,
+                            dtype: bf,
+                            sx: (2048, 1),
+                            sw: (2048, 1),
+                            has_bias: false,
+                            fast,
+                            out_sizes: vec![m, 2050],
+                            device: 0,
+                        };
+                        let (name, grid, block) = launch_shape(&p, variant);
+                        assert!(KERNELS.contains(&name), "{name}");
+                        assert_eq!(block, 256);
+                        if fast {
+                            // Every row of W and of x is in some block.
+                            assert!(i64::from(grid.0) * rows >= 2050);
+                            assert!(i64::from(grid.1) * mt >= m);
+                            let suffix = format!("_v{variant}_m{mt}");
+                            assert!(name.ends_with(&suffix), "{name} {suffix}");
+                        } else {
+                            assert!(i64::from(grid.0) * GENERIC_ROWS >= 2050);
+                        }
                     }
                 }
             }
         }
+    }
+
+    #[test]
+    fn variant_choice_gives_every_sm_two_blocks_when_it_can() {
+        // H200: 132 SMs. N = 2048 cannot fill 264 blocks of 16 rows: 8 rows per block.
+        assert_eq!(variant_for(2048, 132), 0);
+        assert_eq!(variant_for(4224, 132), 1);
+        assert_eq!(variant_for(8192, 132), 1);
+        assert_eq!(variant_for(8448, 132), 2);
+        assert_eq!(variant_for(128256, 132), 2);
+        assert_eq!(variant_for(1, 132), 0);
+        for n in [1, 8, 100, 2048, 5000, 9000, 1 << 20] {
+            let v = variant_for(n, 132);
+            assert!(v == 0 || (n + VARIANT_ROWS[v] - 1) / VARIANT_ROWS[v] >= 264);
+        }
+    }
+
+    #[test]
+    fn tuning_accepts_built_variants_only() {
+        assert!(set_tuning(Some(3)).is_err());
+        assert!(set_tuning(Some(-1)).is_err());
+        assert_eq!(TUNING.load(Ordering::Relaxed), -1);
+        set_tuning(Some(2)).expect("variant 2");
+        assert_eq!(TUNING.load(Ordering::Relaxed), 2);
+        set_tuning(None).expect("back to the built-in choice");
+        assert_eq!(TUNING.load(Ordering::Relaxed), -1);
     }
 }

@@ -146,3 +146,14 @@ pub unsafe extern "C" fn aoti_torch_cuda_et_decode_attention_len(
         unsafe { give(ret0, y) }
     })
 }
+
+/// Benchmarks only (`tests/decode_gpu.rs`): force the fast GEMV variant of later
+/// calls in this process, `variant` 0, 1 or 2 (8, 16 or 32 rows of the weight
+/// per block, `crate::kernels::gemv::VARIANT_ROWS`), or -1 for the built-in
+/// choice. Every variant handles every shape.
+#[no_mangle]
+pub extern "C" fn et_cuda_debug_gemv_tuning(variant: i32) -> AOTITorchError {
+    guard::<Aoti>("et_cuda_debug_gemv_tuning", || {
+        gemv::set_tuning((variant >= 0).then_some(variant))
+    })
+}
