@@ -211,7 +211,9 @@ torch_slot() { # model max_wait: the reference's timing, alone on the GPU
   while [ ! -f "$EX/ref_$m.ready" ] && alive "ref_$m" && [ $(($(now) - t0)) -lt "$wait_s" ]; do sleep 1; done
   if [ ! -f "$EX/ref_$m.ready" ]; then say "torch slot $m: reference not ready ($(done_msg ref_$m))"; return 1; fi
   touch "$W/go_$m"
-  while [ ! -f "$EX/ref_$m.done" ] && alive "ref_$m" && [ "$(left)" -gt 20 ]; do sleep 1; done
+  t0=$(now)
+  while [ ! -f "$EX/ref_$m.done" ] && alive "ref_$m" && [ "$(left)" -gt 20 ] && [ $(($(now) - t0)) -lt 90 ]; do sleep 1; done
+  [ -f "$EX/ref_$m.done" ] || { say "torch slot $m: not done after $(($(now) - t0))s, ending it"; end_job "ref_$m"; }
   say "torch slot $m: $(grep -E '^ref ' "$W/logs/ref_$m.log" | tail -1 | cut -c1-300)"
 }
 run_ours() { # tag mode
