@@ -9,6 +9,8 @@
 #     line; bench/results.py itself (testdata/test_results.py) and bench/RESULTS.md against bench/results/;
 #  3c. bench/side_by_side_table.py on canned logs (testdata/sbs_canned) and bench/side_by_side.sh end to
 #     end with SBS_TEST_CPU=1 (fake runner, programs and upstream builds);
+#  3d. bench/real_scale.sh and real_scale_table.py: flags, the ncu census on a canned CSV, the driver end to
+#     end with fakes (testdata/real_scale/test.sh);
 #  4. et_cuda_run --mem against a stand-in libcuda.so.1, when a built runner is there
 #     (ET_CUDA_RUN=path, default build/et_cuda_run) and cc works; skipped otherwise.
 # Ends with "N passed, N failed"; exit status 1 when anything failed.
@@ -212,6 +214,13 @@ if [ -s "$S2" ]; then
   grep -q -- "--option share_mutable_buffers_across_methods=true" "$T"/sbsw/run/logs/et14_qwen3_pd_bf16.ours.best.steady.log &&
     ! grep -q "share_mutable" "$T"/sbsw/run/logs/et14_qwen3_pd_bf16.v1.4.1.best.steady.log &&
     ok "sbs run: cache sharing option for ours only" || bad "sbs run: options of the pd runs"
+fi
+
+# ------------------------------------------------------------------ 3d. real scale (bench/real_scale.sh)
+if bash "$HERE/testdata/real_scale/test.sh" >"$T/real_scale.log" 2>&1; then
+  ok "$(tail -1 "$T/real_scale.log") (bench/testdata/real_scale/test.sh)"
+else
+  bad "bench/testdata/real_scale/test.sh: $(grep -E '^FAIL|real_scale:' "$T/real_scale.log" | head -6 | tr '\n' ' ')"
 fi
 
 # ------------------------------------------------------------------ 4. et_cuda_run --mem

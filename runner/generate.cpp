@@ -319,6 +319,21 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
         decode_rate.c_str(), waits.c_str(), on_device ? "device" : "host",
         tokens.empty() ? 0.0 : sampling_ms * 1e3 / static_cast<double>(tokens.size()), p.rounds, join_ints(tokens).c_str(),
         p.check ? join_ints(expected).c_str() : "none", p.check ? (match ? "MATCH" : "MISMATCH") : "UNCHECKED");
+    // The library's host time per decode execute (this project's backend only): what the
+    // decode steps above added to its counters, so the prefill and earlier rounds are left out.
+    if (have_stats && s1.executes > s0.executes) {
+      const double n = static_cast<double>(s1.executes - s0.executes);
+      const std::string lib_prefix =
+          round < p.rounds ? "generate-lib (round " + std::to_string(round) + " of " + std::to_string(p.rounds) + ")"
+                           : "generate-lib";
+      std::fprintf(figures,
+                   "%s: decode_executes=%llu lib_execute_us=%.2f run_us=%.2f graph_replays=%llu graph_captures=%llu\n",
+                   lib_prefix.c_str(), static_cast<unsigned long long>(s1.executes - s0.executes),
+                   static_cast<double>(s1.execute_host_ns - s0.execute_host_ns) / n / 1e3,
+                   static_cast<double>(s1.run_host_ns - s0.run_host_ns) / n / 1e3,
+                   static_cast<unsigned long long>(s1.graph_replays - s0.graph_replays),
+                   static_cast<unsigned long long>(s1.graph_captures - s0.graph_captures));
+    }
     if (round < p.rounds) continue;
     // Upstream's LLM runner stats (extension/llm/runner): the same keys, in
     // milliseconds on the steady clock; ours keep fractions of a millisecond.

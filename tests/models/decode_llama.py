@@ -1,13 +1,24 @@
-"""Llama-3.2-1B-shaped decoder (hidden 2048, 16 layers, 32/8 heads x 64, SwiGLU
-8192, vocab 128256, static KV cache 1024, bf16; the Qwen3Decoder of models.py
-with that configuration, random weights) exported with CudaPartitioner, with
-and without the export companion (python/executorch_cuda), plus eager greedy
-tokens on the GPU. Writes <out>/<variant>/{model.pte, *.ptd, manifest.json}
-for `et_cuda_run --manifest ... --generate N`. Exports are cached: a variant
-whose folder has a manifest with the same key (this file, the companion's
-sources, torch/executorch versions) is not exported again.
+"""Real-scale decoders of issue 21, random weights (nothing downloaded):
+  llama1b  Llama-3.2-1B-shaped (models.LLAMA1B_CFG: hidden 2048, 16 layers, 32/8 heads x 64,
+           SwiGLU 8192, vocab 128256, untied head, static KV cache 1024), bf16;
+  qwen06b  Qwen3-0.6B-shaped (28 layers, hidden 1024, 16/8 heads x 128, q/k norm, SwiGLU 3072,
+           vocab 151936, tied embeddings, static KV cache 1024), bf16.
+Variants: base (ExecuTorch's CudaPartitioner as it is), companion (python/executorch_cuda
+rewrites small-M linears and decode attention first), int4 (torchao's tile-packed int4 weights,
+ExecuTorch's int4 path; its expected tokens are the quantized model's own eager greedy ones).
+Writes <out>/<tag>/{model.pte, *.ptd, manifest.json, export.json} (tag: the variant for llama1b,
+else <model>_<variant>) for `et_cuda_run --manifest ... --generate N`.
 
-  python3 tests/models/decode_llama.py OUT [--variants base,companion] [--steps 32]
+  decode_llama.py OUT [--model llama1b] [--variants base,companion] [--steps 32] [--mode all]
+    --mode all     eager greedy tokens (GPU, bf16), then each variant exported in turn, the
+                   tokens in each manifest (tests/models/decode_gpu.sh); cached by cache_key
+    --mode export  the variants only (no eager run; bf16 manifests carry no tokens: pass the
+                   reference's with --expect-tokens), for one export per process
+    --mode ref     PyTorch's rows on the same model (bench/real_scale.sh): eager greedy tokens
+                   (written at once to OUT/ref_<model>.json), torch.compile(mode="reduce-overhead")
+                   compiled and warmed up, then, when the file --go exists (the caller's timing
+                   slot), decode tok/s of eager and compiled and the pinned host-to-device
+                   bandwidth; OUT/ref_<model>.json again, then OUT/ref_<model>.done
 """
 
 import argparse
@@ -27,20 +38,65 @@ import torch  # noqa: E402
 import models as M  # noqa: E402
 import suite_lib  # noqa: E402
 
-LLAMA_1B = dict(vocab=128256, hidden=2048, layers=16, heads=32, kv_heads=8, head_dim=64, ffn=8192, max_seq=1024)
-PROMPT_LEN = 8
-MAX_T = 64
+QWEN06B_CFG = dict(vocab=151936, hidden=1024, layers=28, heads=16, kv_heads=8, head_dim=128, ffn=3072,
+                   max_seq=1024, qk_norm=True, rope_theta=1000000.0)
+# name: (config, std of the random linear weights, tied embeddings)
+MODELS = {"llama1b": (M.LLAMA1B_CFG, 0.02, False), "qwen06b": (QWEN06B_CFG, 0.05, True)}
+MAX_T = 64  # the dynamic T bound (prefill length) of the exported forward
 
 
-def make(seed, cfg=LLAMA_1B):
+def make(model, seed):
+    """float32 CPU module, the same weights in every process (CPU generator)."""
+    cfg, std, tied = MODELS[model]
     g = M.seeded(seed)
     m = M.Qwen3Decoder(cfg).eval()
-    M.init_decoder_weights(m, g)
+    M.init_decoder_weights(m, g, std=std)
+    if tied:  # the head is the embedding (init_decoder_weights made them differ; keep the embedding)
+        m.lm_head.weight = m.embed_tokens.weight
     return m
 
 
-def cache_key():
-    h = hashlib.sha256()
+def make_prompt(model, seed, n):
+    return torch.randint(3, MODELS[model][0]["vocab"], (1, n), generator=M.seeded(seed + 1))
+
+
+def tensor_bytes(t):
+    """Bytes of a tensor, or of the plain tensors inside a tensor subclass (torchao's int4)."""
+    if type(t) in (torch.Tensor, torch.nn.Parameter) or not hasattr(t, "__tensor_flatten__"):
+        return t.numel() * t.element_size()
+    names, _ = t.__tensor_flatten__()
+    return sum(tensor_bytes(getattr(t, n)) for n in names)
+
+
+def read_bytes(m):
+    """Bytes of the state one decode step reads: every parameter and buffer except the
+    embedding table (one row of it is read) and the KV caches (counted apart); a tied head
+    is counted once, as the head (named_parameters lists it under both names)."""
+    total, seen = 0, set()
+    for name, t in list(m.named_parameters(remove_duplicate=False)) + list(m.named_buffers()):
+        if name == "embed_tokens.weight" or name.endswith(("k_cache", "v_cache", "rope_cos", "rope_sin", "key_pos")):
+            continue
+        plain = type(t) in (torch.Tensor, torch.nn.Parameter)
+        key = t.data_ptr() if plain else id(t)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            total += tensor_bytes(t)
+        except Exception:  # noqa: BLE001 - an unknown subclass: its logical size
+            total += t.numel() * t.element_size()
+    return total
+
+
+def describe(model, m):
+    cfg = MODELS[model][0]
+    params = sum(p.numel() for p in m.parameters())
+    return {"model": model, "config": cfg, "tied_embeddings": MODELS[model][2], "parameters": params,
+            "read_bytes_per_token_weights": read_bytes(m)}
+
+
+def cache_key(model):
+    h = hashlib.sha256(model.encode())
     files = [os.path.abspath(__file__)]
     pkg = os.path.join(ROOT, "python", "executorch_cuda")
     files += sorted(os.path.join(pkg, f) for f in os.listdir(pkg) if f.endswith(".py"))
@@ -51,81 +107,237 @@ def cache_key():
     return h.hexdigest()[:16]
 
 
-def export(variant, out, model, prompt, tokens, key):
+def variant_dir(out, model, variant):
+    return os.path.join(out, variant if model == "llama1b" else f"{model}_{variant}")
+
+
+def quantize_int4(m):
+    from torchao.quantization import Int4WeightOnlyConfig, quantize_
+
+    quantize_(m, Int4WeightOnlyConfig(group_size=128, int4_packing_format="tile_packed_to_4d"))
+    return m
+
+
+def export(variant, out, model, a, tokens, key):
+    """model: the bf16 module on the GPU; a: the command line (a.model names the shape)."""
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
 
-    d = os.path.join(out, variant)
+    d = variant_dir(out, a.model, variant)
     man_path = os.path.join(d, "manifest.json")
     if os.path.exists(man_path):
         with open(man_path) as f:
             if json.load(f).get("cache_key") == key:
-                print(f"{variant}: cached export in {d}")
+                print(f"{variant}: cached export in {d}", flush=True)
                 return d
     os.makedirs(d, exist_ok=True)
     t0 = time.time()
+    prompt = make_prompt(a.model, a.seed, a.prompt_len)
+    info = describe(a.model, model)
+    margins = None
+    if variant == "int4":
+        model = quantize_int4(model)
+        info["read_bytes_per_token_weights"] = read_bytes(model)
+        info["quantization"] = "Int4WeightOnlyConfig(group_size=128, int4_packing_format='tile_packed_to_4d')"
+        tokens, margins = suite_lib.greedy(model, prompt, a.steps, torch.bfloat16, "cuda")
+        info["eager_min_margin"] = min(margins)
+        print(f"{variant}: eager int4 greedy, {a.steps} tokens, min margin {min(margins):.3f}", flush=True)
     T = torch.export.Dim("T", min=1, max=MAX_T)
-    ep = torch.export.export(model, (prompt.cuda(), torch.arange(PROMPT_LEN, device="cuda")),
-                             dynamic_shapes=({1: T}, {0: T}), strict=False)
+    with torch.no_grad():
+        ep = torch.export.export(model, (prompt.cuda(), torch.arange(a.prompt_len, device="cuda")),
+                                 dynamic_shapes=({1: T}, {0: T}), strict=True)
+    t_export = time.time() - t0
     report = {}
     if variant == "companion":
         import executorch_cuda
 
         ep, report = executorch_cuda.prepare(ep, positions="cache_position")
-        print(f"{variant}: companion rewrite {report}")
+        print(f"{variant}: companion rewrite {report}", flush=True)
     _, et, _ = suite_lib.lower({"forward": ep}, {}, ExecutorchBackendConfig(
         memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False)))
+    t_lower = time.time() - t0 - t_export
     with open(os.path.join(d, "model.pte"), "wb") as f:
         f.write(et.buffer)
     et.write_tensor_data_to_file(d)
+    gen = {"prefill_method": "forward", "decode_method": "forward",
+           "prompt_ids": [int(x) for x in prompt[0]], "max_seq_len": MODELS[a.model][0]["max_seq"]}
+    if tokens is not None:
+        gen["tokens"] = tokens
     man = {
         "model": "model.pte",
         "data": sorted(f for f in os.listdir(d) if f.endswith(".ptd")),
         "methods": {},
-        "generate": {"prefill_method": "forward", "decode_method": "forward",
-                     "prompt_ids": [int(x) for x in prompt[0]], "tokens": tokens, "max_seq_len": LLAMA_1B["max_seq"]},
+        "generate": gen,
         "cache_key": key,
         "companion": {k: v for k, v in report.items() if k != "patched"},
         "export_s": round(time.time() - t0, 1),
         "versions": suite_lib.versions(),
     }
+    info.update(variant=variant, export_s=man["export_s"], torch_export_s=round(t_export, 1),
+                lower_s=round(t_lower, 1), companion=man["companion"], tokens=tokens,
+                ptd_bytes=sum(os.path.getsize(os.path.join(d, f)) for f in man["data"]),
+                pte_bytes=os.path.getsize(os.path.join(d, "model.pte")), versions=man["versions"])
+    with open(os.path.join(d, "export.json"), "w") as f:
+        json.dump(info, f, indent=1, default=str)
     with open(man_path, "w") as f:
         json.dump(man, f, indent=1, default=str)
-    print(f"{variant}: exported in {man['export_s']} s to {d}")
+    print(f"{variant}: exported in {man['export_s']} s to {d}", flush=True)
     return d
+
+
+# ----------------------------------------------------------------------------- PyTorch's rows
+
+
+def decode_loop(fn, prompt, steps):
+    """Greedy loop as the runner does it (one host read per token): (tokens, ttft_s, decode_s)."""
+    T = prompt.shape[1]
+    dev = "cuda"
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    logits = fn(prompt.to(dev), torch.arange(T, device=dev))
+    toks = [int(logits[0, -1].argmax())]
+    t1 = time.perf_counter()
+    for i in range(steps - 1):
+        logits = fn(torch.tensor([[toks[-1]]], device=dev), torch.tensor([T + i], device=dev))
+        toks.append(int(logits[0, -1].argmax()))
+    t2 = time.perf_counter()
+    return toks, t1 - t0, t2 - t1
+
+
+def h2d_bandwidth(nbytes=1 << 30, reps=5):
+    """Pinned (and pageable) host-to-device copy bandwidth, GB/s: best and median of reps."""
+    out = {}
+    for kind in ("pinned", "pageable"):
+        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=(kind == "pinned"))
+        host.fill_(1)
+        dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        rates = []
+        for _ in range(reps):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            dev.copy_(host, non_blocking=True)
+            e1.record()
+            e1.synchronize()
+            rates.append(nbytes / (e0.elapsed_time(e1) / 1e3) / 1e9)
+        rates.sort()
+        out[kind] = {"bytes": nbytes, "best_gb_s": round(rates[-1], 2), "median_gb_s": round(rates[len(rates) // 2], 2)}
+        del host, dev
+    return out
+
+
+def write_json(path, obj):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+def ref(a):
+    path = os.path.join(a.out, f"ref_{a.model}.json")
+    os.makedirs(a.out, exist_ok=True)
+    t0 = time.time()
+    prompt = make_prompt(a.model, a.seed, a.prompt_len)
+    m = make(a.model, a.seed).to(torch.bfloat16).cuda()
+    r = describe(a.model, m)
+    r.update(prompt_ids=[int(x) for x in prompt[0]], steps=a.steps, build_s=round(time.time() - t0, 1))
+    with torch.no_grad():
+        toks, margins = suite_lib.greedy(m, prompt, a.steps, torch.bfloat16, "cuda")
+    r.update(tokens=toks, min_margin=min(margins), distinct_tokens=len(set(toks)),
+             eager_tokens_s=round(time.time() - t0, 1))
+    write_json(path, r)
+    print(f"ref {a.model}: eager tokens written ({len(toks)}, min margin {min(margins):.3f})", flush=True)
+    compiled, status = None, "not tried"
+    if a.compile:
+        try:
+            import torch._dynamo.utils as dutils
+
+            t1 = time.time()
+            compiled = torch.compile(m, mode="reduce-overhead", dynamic=False)
+            with torch.no_grad():
+                for _ in range(3):  # compile both shapes, record the graphs, warm up
+                    ctoks, _, _ = decode_loop(compiled, prompt, a.steps)
+            skips = dict(dutils.counters.get("inductor", {}))
+            skips = {k: v for k, v in skips.items() if "cudagraph" in k}
+            status = "ok"
+            r.update(compile_s=round(time.time() - t1, 1), compile_tokens_match=ctoks == toks,
+                     compile_cudagraph_counters=skips)
+        except Exception as e:  # noqa: BLE001 - reported in the results
+            status = f"error: {type(e).__name__}: {str(e)[:300]}"
+            compiled = None
+    r["compile_status"] = status
+    write_json(path, r)
+    open(os.path.join(a.out, f"ref_{a.model}.ready"), "w").close()
+    print(f"ref {a.model}: ready ({status}); waiting for {a.go}", flush=True)
+    waited = time.time()
+    while a.go and not os.path.exists(a.go):
+        if time.time() - waited > a.go_timeout:
+            r["slot"] = "no slot given (timed out waiting)"
+            write_json(path, r)
+            return
+        time.sleep(0.1)
+    slot = {}
+    with torch.no_grad():
+        if compiled is not None:
+            best = None
+            for _ in range(a.rounds):
+                ctoks, ttft, dec = decode_loop(compiled, prompt, a.steps)
+                best = (ttft, dec) if best is None or dec < best[1] else best
+            slot["compile"] = {"decode_tok_s": round((a.steps - 1) / best[1], 1), "ttft_ms": round(best[0] * 1e3, 2),
+                               "tokens_match": ctoks == toks, "rounds": a.rounds}
+        etoks, ttft, dec = decode_loop(m, prompt, a.steps)
+        slot["eager"] = {"decode_tok_s": round((a.steps - 1) / dec, 1), "ttft_ms": round(ttft * 1e3, 2),
+                         "tokens_match": etoks == toks}
+    del compiled
+    slot["h2d"] = h2d_bandwidth()
+    r["slot"] = slot
+    write_json(path, r)
+    open(os.path.join(a.out, f"ref_{a.model}.done"), "w").close()
+    print(f"ref {a.model}: {json.dumps(slot)}", flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
+    ap.add_argument("--model", default="llama1b", choices=sorted(MODELS))
     ap.add_argument("--variants", default="base,companion")
+    ap.add_argument("--mode", default="all", choices=("all", "export", "ref"))
     ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--prompt-len", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--go", default="", help="ref: start timing when this file exists")
+    ap.add_argument("--go-timeout", type=float, default=900)
+    ap.add_argument("--rounds", type=int, default=2, help="ref: timed rounds of torch.compile (best)")
+    ap.add_argument("--no-compile", dest="compile", action="store_false")
     a = ap.parse_args()
-    suite_lib.ensure_flatc()
+    if a.prompt_len > MAX_T:
+        ap.error(f"--prompt-len is at most {MAX_T}")
     torch.backends.cuda.matmul.allow_tf32 = False
-    prompt = torch.randint(3, LLAMA_1B["vocab"], (1, PROMPT_LEN), generator=M.seeded(a.seed + 1))
-    key = cache_key()
-    # Eager greedy tokens (bf16, GPU), from a fresh model (zero cache).
-    tok_path = os.path.join(a.out, "eager_tokens.json")
+    if a.mode == "ref":
+        return ref(a)
+    suite_lib.ensure_flatc()
+    key = cache_key(a.model)
     tokens = None
-    if os.path.exists(tok_path):
-        with open(tok_path) as f:
-            saved = json.load(f)
-        if saved.get("cache_key") == key and len(saved["tokens"]) >= a.steps:
-            tokens = saved["tokens"][: a.steps]
-    if tokens is None:
-        m = make(a.seed).to(torch.bfloat16).cuda()
-        tokens, margins = suite_lib.greedy(m, prompt, a.steps, torch.bfloat16, "cuda")
-        os.makedirs(a.out, exist_ok=True)
-        with open(tok_path, "w") as f:
-            json.dump({"cache_key": key, "tokens": tokens, "min_margin": min(margins)}, f)
-        print(f"eager: {a.steps} greedy tokens, min top1-top2 margin {min(margins):.3f}")
-        del m
-        torch.cuda.empty_cache()
+    if a.mode == "all":
+        # Eager greedy tokens (bf16, GPU), from a fresh model (zero cache).
+        tok_path = os.path.join(a.out, f"eager_tokens_{a.model}.json")
+        if os.path.exists(tok_path):
+            with open(tok_path) as f:
+                saved = json.load(f)
+            if saved.get("cache_key") == key and len(saved["tokens"]) >= a.steps:
+                tokens = saved["tokens"][: a.steps]
+        if tokens is None:
+            m = make(a.model, a.seed).to(torch.bfloat16).cuda()
+            tokens, margins = suite_lib.greedy(m, make_prompt(a.model, a.seed, a.prompt_len), a.steps,
+                                               torch.bfloat16, "cuda")
+            os.makedirs(a.out, exist_ok=True)
+            with open(tok_path, "w") as f:
+                json.dump({"cache_key": key, "tokens": tokens, "min_margin": min(margins)}, f)
+            print(f"eager: {a.steps} greedy tokens, min top1-top2 margin {min(margins):.3f}", flush=True)
+            del m
+            torch.cuda.empty_cache()
     for v in a.variants.split(","):
-        model = make(a.seed).to(torch.bfloat16).cuda()
-        export(v, a.out, model, prompt, tokens, key)
+        model = make(a.model, a.seed).to(torch.bfloat16).cuda()
+        export(v, a.out, model, a, None if v == "int4" else tokens, key)
         del model
         torch.cuda.empty_cache()
 

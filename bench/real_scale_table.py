@@ -1,0 +1,614 @@
+"""Helpers and tables of bench/real_scale.sh (issue 21's real-scale rows). No torch needed.
+
+  real_scale_table.py run LOG [--timeout S] -- CMD...   run CMD (stdout+stderr to LOG), then append
+        "real_scale: rc= wall_s= max_rss_kib=" (the child's peak RSS from getrusage); exit status: CMD's
+  real_scale_table.py readbw FILE...     page-cache read rate of the files ("readbw: bytes= s= gb_s=")
+  real_scale_table.py ctx                CUDA context creation through libcuda.so.1 (ctypes):
+        "ctx: init_ms= ctx_ms= total_ms=" or "ctx: n/a (...)"
+  real_scale_table.py census CSV [--md OUT.md] [--title T]   one decode step from an ncu CSV log
+        (ncu --csv --print-units base --metrics gpu__time_duration.sum,dram__bytes_read.sum,
+        dram__bytes_write.sum --log-file CSV <runner> --generate 4): per-kernel table; prints
+        "census: {json}"
+  real_scale_table.py report WORK --out OUT.md [--census-out C.md] [--command TEXT]
+        the results file from WORK (bench/real_scale.sh's layout, below); rewrites only OUT.md
+        and C.md, which the caller named (bench/results.py name) for this run
+
+WORK layout: export/<tag>/{manifest.json,export.json} (tests/models/decode_llama.py; tag: base,
+companion, int4, qwen06b_base, qwen06b_companion), export/ref_<model>.json (decode_llama.py --mode ref),
+logs/run_<tag>_<eager|graphs>.log (et_cuda_run --generate under `run`), logs/ncu_<tag>.csv,
+logs/ctx.txt, logs/readbw_<tag>.txt, timeline.txt.
+"""
+import argparse
+import csv
+import ctypes
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import time
+
+HBM = 4.8e12  # H200 HBM3e bytes/s, the floor's bandwidth
+MODEL_OF = {"base": "llama1b", "companion": "llama1b", "int4": "llama1b",
+            "qwen06b_base": "qwen06b", "qwen06b_companion": "qwen06b"}
+TITLES = {"llama1b": "Llama-3.2-1B-shaped", "qwen06b": "Qwen3-0.6B-shaped"}
+
+
+# ----------------------------------------------------------------------------- small commands
+
+
+def cmd_run(a):
+    t0 = time.time()
+    with open(a.log, "ab") as f:
+        try:
+            p = subprocess.run(a.argv, stdout=f, stderr=subprocess.STDOUT, timeout=a.timeout)
+            rc = p.returncode
+        except subprocess.TimeoutExpired:
+            rc = 124
+        except OSError as e:
+            f.write(f"real_scale: cannot run {a.argv[0]}: {e}\n".encode())
+            rc = 127
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(a.log, "a") as f:
+        f.write(f"real_scale: rc={rc} wall_s={time.time() - t0:.2f} max_rss_kib={ru.ru_maxrss}\n")
+    return rc
+
+
+def cmd_readbw(a):
+    for path in a.files:
+        buf = bytearray(64 << 20)
+        n, t0 = 0, time.perf_counter()
+        with open(path, "rb", buffering=0) as f:
+            while True:
+                k = f.readinto(buf)
+                if not k:
+                    break
+                n += k
+        s = time.perf_counter() - t0
+        print(f"readbw: file={os.path.basename(path)} bytes={n} s={s:.3f} gb_s={n / s / 1e9 if s else 0:.2f}")
+    return 0
+
+
+def cmd_ctx(_a):
+    try:
+        cu = ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        print(f"ctx: n/a ({e})")
+        return 0
+    t0 = time.perf_counter()
+    rc = cu.cuInit(0)
+    t1 = time.perf_counter()
+    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+    rc = rc or cu.cuDeviceGet(ctypes.byref(dev), 0)
+    rc = rc or cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
+    rc = rc or cu.cuCtxSetCurrent(ctx)
+    ptr = ctypes.c_uint64()
+    rc = rc or cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(1 << 20))
+    t2 = time.perf_counter()
+    if rc:
+        print(f"ctx: n/a (CUDA driver error {rc})")
+        return 0
+    print(f"ctx: init_ms={(t1 - t0) * 1e3:.1f} ctx_ms={(t2 - t1) * 1e3:.1f} total_ms={(t2 - t0) * 1e3:.1f}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- ncu census
+
+UNIT = {"ns": 1e-9, "nsecond": 1e-9, "us": 1e-6, "usecond": 1e-6, "ms": 1e-3, "msecond": 1e-3, "s": 1.0,
+        "second": 1.0, "byte": 1, "b": 1, "kbyte": 1e3, "kb": 1e3, "mbyte": 1e6, "mb": 1e6, "gbyte": 1e9,
+        "gb": 1e9, "kib": 1024, "mib": 1 << 20, "gib": 1 << 30}
+METRICS = {"gpu__time_duration.sum": "s", "dram__bytes_read.sum": "rd", "dram__bytes_write.sum": "wr"}
+GEMM_RE = re.compile(r"gemv|gemm|int4mm|addmm|bmm|matmul|xmma|cutlass|(^|_)mm(_|$)|_mm_|fused_mm", re.I)
+ATTN_RE = re.compile(r"attn|attention|sdpa|flash|softmax", re.I)
+
+
+def kind_of(name):
+    if GEMM_RE.search(name):
+        return "GEMM"
+    if ATTN_RE.search(name):
+        return "attention"
+    return "other"
+
+
+def number(text):
+    t = text.strip().replace(",", "")
+    try:
+        return float(t)
+    except ValueError:
+        return None
+
+
+def parse_ncu_csv(path):
+    """Kernels in launch order: [{"id", "name", "s", "rd", "wr"}] (seconds, bytes)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = [ln for ln in f if ln.startswith('"')]
+    kernels = {}
+    for row in csv.DictReader(lines):
+        try:
+            kid = int(row.get("ID", ""))
+        except ValueError:
+            continue
+        key = METRICS.get((row.get("Metric Name") or "").strip())
+        v = number(row.get("Metric Value") or "")
+        if key is None or v is None:
+            continue
+        unit = (row.get("Metric Unit") or "").strip().lower()
+        k = kernels.setdefault(kid, {"id": kid, "name": (row.get("Kernel Name") or "").strip(), "s": None, "rd": None,
+                                     "wr": None})
+        k[key] = v * UNIT.get(unit, 1e-9 if key == "s" and not unit else 1)
+    return [kernels[i] for i in sorted(kernels)]
+
+
+def decode_step(kernels, min_len=4):
+    """The last decode step: the largest N (at most a third of the kernels) such that the last
+    3N kernel names are one block of N names three times (prefill + 3 decode steps gives exactly
+    that with N = one step; a repeated layer inside a step is shorter and fails the test because
+    a step ends with the head). Falls back to two repeats. Returns (kernels of the step, repeats)."""
+    names = [k["name"] for k in kernels]
+    for reps in (3, 2):
+        for n in range(len(names) // reps, min_len - 1, -1):
+            tail = names[-reps * n:]
+            if all(tail[i * n:(i + 1) * n] == tail[:n] for i in range(1, reps)):
+                return kernels[-n:], reps
+    return [], 0
+
+
+def census(path):
+    ks = parse_ncu_csv(path)
+    step, reps = decode_step(ks)
+    out = {"kernels_total": len(ks), "step_kernels": len(step), "repeats": reps}
+    if not step:
+        return out, []
+    agg = {}
+    for k in step:
+        a = agg.setdefault(k["name"], {"name": k["name"], "kind": kind_of(k["name"]), "count": 0, "s": 0.0, "rd": 0.0,
+                                       "wr": 0.0})
+        a["count"] += 1
+        for f in ("s", "rd", "wr"):
+            a[f] += k[f] or 0.0
+    rows = sorted(agg.values(), key=lambda r: -r["s"])
+    tot_s = sum(r["s"] for r in rows)
+    tot_b = sum(r["rd"] + r["wr"] for r in rows)
+    g = [r for r in rows if r["kind"] == "GEMM"]
+    g_s, g_b = sum(r["s"] for r in g), sum(r["rd"] + r["wr"] for r in g)
+    at = [r for r in rows if r["kind"] == "attention"]
+    out.update(step_time_us=tot_s * 1e6, step_dram_bytes=tot_b, step_gb_s=tot_b / tot_s / 1e9 if tot_s else 0,
+               gemm_kernels=sum(r["count"] for r in g), gemm_time_us=g_s * 1e6, gemm_share=g_s / tot_s if tot_s else 0,
+               gemm_gb_s=g_b / g_s / 1e9 if g_s else 0, gemm_dram_bytes=g_b,
+               attention_kernels=sum(r["count"] for r in at), attention_time_us=sum(r["s"] for r in at) * 1e6,
+               kernel_bound_tok_s=1 / tot_s if tot_s else 0)
+    return out, rows
+
+
+def census_md(title, path, summary, rows):
+    L = [f"### {title}", "", f"ncu log: `{os.path.basename(path)}`; {summary['kernels_total']} kernels profiled, "
+         f"the last decode step found as {summary['step_kernels']} kernels repeated {summary['repeats']} times at "
+         "the end of the log.", ""]
+    if not rows:
+        L += ["No repeating decode step found in the log (see the raw CSV).", ""]
+        return L
+    s = summary
+    L += [f"Per step: {s['step_kernels']} kernels, {s['step_time_us']:.1f} µs of kernel time, "
+          f"{s['step_dram_bytes'] / 1e6:.1f} MB of DRAM traffic ({s['step_gb_s']:.0f} GB/s, "
+          f"{s['step_gb_s'] * 1e9 / HBM * 100:.1f} % of 4.8 TB/s); kernels back to back would give "
+          f"{s['kernel_bound_tok_s']:.0f} tok/s. GEMM kernels: {s['gemm_kernels']}, {s['gemm_time_us']:.1f} µs "
+          f"({s['gemm_share'] * 100:.1f} % of the step), {s['gemm_gb_s']:.0f} GB/s "
+          f"({s['gemm_gb_s'] * 1e9 / HBM * 100:.1f} % of HBM). Attention kernels: {s['attention_kernels']}, "
+          f"{s['attention_time_us']:.1f} µs.", "",
+          "| kernel | kind | count | time µs | share | DRAM read MB | DRAM write MB | GB/s | % of 4.8 TB/s |",
+          "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    tot = s["step_time_us"] / 1e6
+    for r in rows:
+        bw = (r["rd"] + r["wr"]) / r["s"] / 1e9 if r["s"] else 0
+        name = r["name"] if len(r["name"]) <= 90 else r["name"][:87] + "..."
+        L.append(f"| `{name}` | {r['kind']} | {r['count']} | {r['s'] * 1e6:.1f} | {r['s'] / tot * 100:.1f} % | "
+                 f"{r['rd'] / 1e6:.2f} | {r['wr'] / 1e6:.2f} | {bw:.0f} | {bw * 1e9 / HBM * 100:.1f} % |")
+    L.append("")
+    return L
+
+
+def cmd_census(a):
+    summary, rows = census(a.csv)
+    print("census: " + json.dumps(summary, sort_keys=True))
+    if a.md:
+        with open(a.md, "w") as f:
+            f.write("\n".join(census_md(a.title or os.path.basename(a.csv), a.csv, summary, rows)) + "\n")
+    return 0
+
+
+# ----------------------------------------------------------------------------- runner logs
+
+KV = re.compile(r"(\w+)=([^\s]+)")
+
+
+def parse_run(path):
+    """Figures of one et_cuda_run --generate log (written by `run`)."""
+    r = {"log": os.path.basename(path), "rounds": []}
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    for ln in text.splitlines():
+        m = re.match(r"^generate(?: \(round (\d+) of (\d+)\))?: (.*)$", ln)
+        if m:
+            d = dict(KV.findall(m.group(3)))
+            d["verdict"] = m.group(3).split()[-1]
+            r["rounds"].append(d)
+            continue
+        m = re.match(r"^generate-lib(?: \(round (\d+) of (\d+)\))?: (.*)$", ln)
+        if m:
+            r.setdefault("lib", []).append(dict(KV.findall(m.group(3))))
+        elif ln.startswith("PyTorchObserver "):
+            try:
+                r["observer"] = json.loads(ln.split(" ", 1)[1])
+            except ValueError:
+                pass
+        elif ln.startswith("stats: ") and "n/a" not in ln:
+            r["stats"] = {k: float(v) for k, v in KV.findall(ln)}
+        elif ln.startswith("mem: ") and "n/a" not in ln:
+            r["mem"] = dict(KV.findall(ln))
+        elif ln.startswith("real_scale: "):
+            r["proc"] = dict(KV.findall(ln))
+        elif ln.startswith("et_cuda_run: ") and "error" not in r:
+            r["error"] = ln[len("et_cuda_run: "):][:300]
+    return r
+
+
+def f(v, fmt="{:.1f}"):
+    try:
+        return fmt.format(float(v))
+    except (TypeError, ValueError):
+        return "n/a"
+
+
+def load_json(path):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def kv_bytes_per_token(cfg, prompt_len, steps):
+    """Mean KV-cache bytes a decode step reads (bf16; the valid positions only)."""
+    per_pos = 2 * cfg["layers"] * cfg["kv_heads"] * cfg["head_dim"] * 2
+    positions = [prompt_len + i + 1 for i in range(steps - 1)]  # step i attends to prompt_len + i + 1 slots
+    return per_pos * sum(positions) / max(len(positions), 1)
+
+
+class Report:
+    def __init__(self, work, command):
+        self.w, self.command, self.L, self.figs, self.targets = work, command, [], [], []
+        self.exports = {}
+        for tag in MODEL_OF:
+            e = load_json(os.path.join(work, "export", tag, "export.json"))
+            if e:
+                self.exports[tag] = e
+        self.refs = {m: load_json(os.path.join(work, "export", f"ref_{m}.json")) for m in TITLES}
+        self.runs = {}
+        for tag in MODEL_OF:
+            for mode in ("eager", "graphs"):
+                r = parse_run(os.path.join(work, "logs", f"run_{tag}_{mode}.log"))
+                if r:
+                    self.runs[(tag, mode)] = r
+
+    def fig(self, key, value, unit, better, what):
+        if value is not None:
+            self.figs.append(f"<!-- figure: {key} | {value:.6g} | {unit} | {better} | {what} -->")
+
+    def model_info(self, model):
+        ref = self.refs.get(model) or {}
+        e = next((self.exports[t] for t in ("base", "companion", "qwen06b_base", "qwen06b_companion")
+                  if t in self.exports and MODEL_OF[t] == model), None)
+        src = ref if ref.get("read_bytes_per_token_weights") else (e or {})
+        return src, ref
+
+    def floor(self, model, weights_bytes, prompt_len=32, steps=128):
+        src, _ = self.model_info(model)
+        cfg = src.get("config")
+        if not cfg or not weights_bytes:
+            return None, None
+        kv = kv_bytes_per_token(cfg, prompt_len, steps)
+        return (weights_bytes + kv) / HBM, kv
+
+    def decode(self, r):
+        """(steady round, first round, lib line of the last round)"""
+        if not r or not r["rounds"]:
+            return None, None, None
+        return r["rounds"][-1], r["rounds"][0], (r.get("lib") or [None])[-1]
+
+    def model_section(self, model, tags):
+        src, ref = self.model_info(model)
+        if not src and not any((t, m) in self.runs for t in tags for m in ("eager", "graphs")):
+            return
+        L = self.L
+        L += [f"## {TITLES[model]} decoder, bf16", ""]
+        wb = src.get("read_bytes_per_token_weights")
+        steps = int(ref.get("steps") or 128)
+        plen = len(ref.get("prompt_ids") or []) or 32
+        fl, kv = self.floor(model, wb, plen, steps)
+        if src:
+            L.append(f"{src.get('parameters', 0) / 1e9:.3f} B parameters (random, seeded), "
+                     f"{(wb or 0) / 1e9:.3f} GB of weights read per token (all but the embedding table; "
+                     f"{'tied' if src.get('tied_embeddings') else 'untied'} head), "
+                     f"{(kv or 0) / 1e6:.2f} MB of KV cache per token on average over the decode steps "
+                     f"(valid positions only). Floor: {f(1 / fl if fl else None, '{:.0f}')} tok/s "
+                     f"(bytes / 4.8 TB/s); counting the embedding table too, as issue 21 did: "
+                     f"{f(HBM / (wb + src['config']['vocab'] * src['config']['hidden'] * 2) if wb else None, '{:.0f}')} tok/s.")
+        if ref.get("tokens"):
+            L.append(f"Eager PyTorch (bf16, GPU): {len(ref['tokens'])} greedy tokens after a {plen}-token prompt, "
+                     f"{ref.get('distinct_tokens')} distinct, smallest top-1/top-2 logit margin "
+                     f"{f(ref.get('min_margin'), '{:.3f}')}.")
+        L += ["", "| run | decode tok/s | % of floor | vs torch.compile | TTFT ms (cold / warm) | "
+              "host µs per decode execute (lib / run call) | waits/token | graph replays | tokens vs eager |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+        slot = ref.get("slot") if isinstance(ref.get("slot"), dict) else {}
+        tc = (slot.get("compile") or {}).get("decode_tok_s")
+        best = {}
+        for tag in tags:
+            for mode in ("eager", "graphs"):
+                r = self.runs.get((tag, mode))
+                if r is None:
+                    continue
+                steady, first, lib = self.decode(r)
+                name = f"ours, {tag.replace(model + '_', '')}" + (" + CUDA graphs" if mode == "graphs" else "")
+                if steady is None:
+                    L.append(f"| {name} | failed: {r.get('error', 'no generate line')} (rc "
+                             f"{(r.get('proc') or {}).get('rc', '?')}) | | | | | | | |")
+                    continue
+                tok = float(steady.get("decode_tok_s", "nan")) if steady.get("decode_tok_s") not in (None, "n/a") else None
+                best[(tag, mode)] = tok
+                L.append(f"| {name} | {f(tok)} | {f(tok * fl * 100 if tok and fl else None)} % | "
+                         f"{f(tok / tc if tok and tc else None, '{:.2f}')}x | {f(first.get('ttft_ms'))} / "
+                         f"{f(steady.get('ttft_ms'))} | {f((lib or {}).get('lib_execute_us'))} / "
+                         f"{f((lib or {}).get('run_us'))} | {steady.get('host_waits_per_token', 'n/a')} | "
+                         f"{(lib or {}).get('graph_replays', 'n/a')} | {steady.get('verdict')} |")
+                self.fig(f"real.{model}.{tag.replace(model + '_', '')}.{mode}.decode_tok_s", tok, "tok/s", "higher",
+                         f"{TITLES[model]} bf16, 32-token prompt, 128 greedy tokens")
+        if slot.get("eager"):
+            L.append(f"| PyTorch eager | {f(slot['eager'].get('decode_tok_s'))} | "
+                     f"{f(slot['eager']['decode_tok_s'] * fl * 100 if fl else None)} % | | "
+                     f"{f(slot['eager'].get('ttft_ms'))} | | 1 | | reference |")
+        if slot.get("compile"):
+            c = slot["compile"]
+            cg = ref.get("compile_cudagraph_counters")
+            L.append(f"| torch.compile(mode=\"reduce-overhead\") | {f(c.get('decode_tok_s'))} | "
+                     f"{f(c['decode_tok_s'] * fl * 100 if fl else None)} % | 1.00x | {f(c.get('ttft_ms'))} | | 1 | "
+                     f"{'cudagraph counters ' + json.dumps(cg) if cg else ''} | "
+                     f"{'MATCH' if c.get('tokens_match') else 'MISMATCH'} |")
+        elif ref:
+            L.append(f"| torch.compile(mode=\"reduce-overhead\") | not measured: {ref.get('compile_status', 'no ref')}; "
+                     f"slot: {ref.get('slot', 'not reached') if not slot else 'no compile row'} | | | | | | | |")
+        if fl:
+            L.append(f"| floor ((weights + KV) / 4.8 TB/s) | {1 / fl:.0f} | 100 % | | | | | | |")
+        L.append("")
+        if model == "llama1b":
+            self.llama_targets(best, fl, tc)
+        else:
+            b, c = best.get((tags[0], "graphs")), best.get((tags[1], "graphs")) if len(tags) > 1 else None
+            self.target("Qwen3-0.6B shape: companion >= 2x today's lowering (graphs)",
+                        f"{f(c)} vs {f(b)} tok/s ({f(c / b if b and c else None, '{:.2f}')}x)",
+                        None if not (b and c) else c >= 2 * b)
+
+    def target(self, what, figure, ok):
+        self.targets.append(f"| {what} | {figure} | {'**PASS**' if ok else ('**MISS**' if ok is not None else 'n/a')} |")
+
+    def llama_targets(self, best, fl, tc):
+        for tag in ("base", "companion"):
+            tok = best.get((tag, "graphs"))
+            self.target(f"Llama-1B {tag} + graphs >= 50 % of the floor",
+                        f"{f(tok)} tok/s = {f(tok * fl * 100 if tok and fl else None)} %",
+                        None if not (tok and fl) else tok * fl >= 0.5)
+            self.target(f"Llama-1B {tag} + graphs >= 1.0x torch.compile",
+                        f"{f(tok)} vs {f(tc)} tok/s", None if not (tok and tc) else tok >= tc)
+            r = self.runs.get((tag, "graphs"))
+            lib = (r.get("lib") or [None])[-1] if r else None
+            us = float(lib["lib_execute_us"]) if lib and lib.get("lib_execute_us") else None
+            self.target(f"Llama-1B {tag}: host time per replayed decode execute <= 15 µs",
+                        f"{f(us)} µs ({(lib or {}).get('graph_replays', 'n/a')} replays of "
+                        f"{(lib or {}).get('decode_executes', 'n/a')} executes)", None if us is None else us <= 15)
+
+    def int4_section(self):
+        e = self.exports.get("int4")
+        r = self.runs.get(("int4", "graphs")) or self.runs.get(("int4", "eager"))
+        if not e and not r:
+            return
+        fl, _ = self.floor("llama1b", (e or {}).get("read_bytes_per_token_weights"))
+        steady, first, lib = self.decode(r) if r else (None, None, None)
+        tok = float(steady["decode_tok_s"]) if steady and steady.get("decode_tok_s") not in (None, "n/a") else None
+        self.L += ["## Llama-3.2-1B-shaped, int4 tile-packed (torchao Int4WeightOnlyConfig(group_size=128))", "",
+                   f"{(e or {}).get('read_bytes_per_token_weights', 0) / 1e9:.3f} GB read per token; floor "
+                   f"{f(1 / fl if fl else None, '{:.0f}')} tok/s. Expected tokens: the quantized model's own eager "
+                   f"greedy run (smallest margin {f((e or {}).get('eager_min_margin'), '{:.3f}')}).", "",
+                   "| run | decode tok/s | % of floor | TTFT ms | tokens |", "| --- | ---: | ---: | ---: | --- |"]
+        for mode in ("eager", "graphs"):
+            rr = self.runs.get(("int4", mode))
+            if not rr:
+                continue
+            s, fr, _ = self.decode(rr)
+            t = float(s["decode_tok_s"]) if s and s.get("decode_tok_s") not in (None, "n/a") else None
+            self.L.append(f"| ours, int4{' + CUDA graphs' if mode == 'graphs' else ''} | {f(t)} | "
+                          f"{f(t * fl * 100 if t and fl else None)} % | {f((fr or {}).get('ttft_ms'))} | "
+                          f"{(s or {}).get('verdict', rr.get('error', 'n/a'))} |")
+            self.fig(f"real.llama1b.int4.{mode}.decode_tok_s", t, "tok/s", "higher", "Llama-1B int4 tile-packed")
+        self.L.append("")
+        self.target("Llama-1B int4 + graphs >= 40 % of its floor", f"{f(tok)} tok/s = "
+                    f"{f(tok * fl * 100 if tok and fl else None)} %", None if not (tok and fl) else tok * fl >= 0.4)
+
+    def load_section(self):
+        L = self.L
+        ctx = self.read_line(os.path.join(self.w, "logs", "ctx.txt"), "ctx:")
+        h2d = None
+        for m in TITLES:
+            s = (self.refs.get(m) or {}).get("slot")
+            if isinstance(s, dict) and s.get("h2d"):
+                h2d = s["h2d"]
+                break
+        pinned = (h2d or {}).get("pinned", {}).get("best_gb_s")
+        L += ["## Load", "",
+              "The runner's load time (PyTorchObserver model_load_end - model_load_start: program and method load, "
+              "which includes the CUDA context, reading the named data, opening the .so, creating the container "
+              "and uploading the weights; the library has no per-phase timers, so context creation and the file "
+              "read are measured apart in the same call). weights / load: a lower bound on the upload rate; "
+              "upload estimate: weights / (load - context - file read), the upload's rate if the file read does not "
+              "overlap it.", "",
+              f"Same machine, same call: CUDA context creation {ctx or 'n/a'}; pinned host-to-device "
+              f"{f(pinned)} GB/s (best of 5, 1 GiB), pageable {f((h2d or {}).get('pageable', {}).get('best_gb_s'))} "
+              "GB/s.", "",
+              "| program | mode | weights GB (.ptd) | page-cache read GB/s | load ms | weights / load GB/s | upload estimate GB/s | % of pinned H2D | "
+              "cold TTFT ms | cold start to first token ms | peak RSS MiB | RSS / weights | device MiB after load |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        ctx_ms = float(ctx.split("total_ms=")[1].split()[0]) if ctx and "total_ms=" in ctx else 0.0
+        for (tag, mode), r in sorted(self.runs.items()):
+            e = self.exports.get(tag) or {}
+            wbytes = e.get("ptd_bytes")
+            rb = self.read_line(os.path.join(self.w, "logs", f"readbw_{tag}.txt"), "readbw:")
+            rb_gbs = float(rb.split("gb_s=")[1]) if rb and "gb_s=" in rb else None
+            o = r.get("observer") or {}
+            load_ms = o["model_load_end_ms"] - o["model_load_start_ms"] if o else None
+            read_ms = wbytes / (rb_gbs * 1e9) * 1e3 if wbytes and rb_gbs else 0.0
+            up = wbytes / ((load_ms - ctx_ms - read_ms) / 1e3) / 1e9 if load_ms and wbytes and load_ms > ctx_ms + read_ms else None
+            first = r["rounds"][0] if r["rounds"] else {}
+            cold = load_ms + float(first["ttft_ms"]) if load_ms is not None and first.get("ttft_ms") else None
+            rss = float((r.get("proc") or {}).get("max_rss_kib", "nan")) / 1024
+            L.append(f"| {tag} | {mode} | {f(wbytes / 1e9 if wbytes else None, '{:.3f}')} | {f(rb_gbs)} | "
+                     f"{f(load_ms)} | {f(wbytes / load_ms / 1e6 if wbytes and load_ms else None)} | {f(up)} | {f(up / pinned * 100 if up and pinned else None)} % | "
+                     f"{f(first.get('ttft_ms'))} | {f(cold)} | {f(rss, '{:.0f}')} | "
+                     f"{f(rss * 1048576 / wbytes if wbytes else None, '{:.2f}')} | {(r.get('mem') or {}).get('loaded_mib', 'n/a')} |")
+            if tag == "base" and mode == "graphs" and r["rounds"]:
+                self.fig("real.llama1b.cold_start_ms", cold, "ms", "lower", "load + first token, Llama-1B base")
+                if wbytes and rss == rss:
+                    self.target("Load: peak RSS <= 0.3 x weights + 300 MiB (base, graphs)",
+                                f"{rss:.0f} MiB vs {0.3 * wbytes / 1048576 + 300:.0f} MiB",
+                                rss <= 0.3 * wbytes / 1048576 + 300)
+                self.target("Load: upload >= 80 % of pinned H2D (base, graphs; estimate)",
+                            f"{f(up)} vs {f(pinned)} GB/s", None if not (up and pinned) else up >= 0.8 * pinned)
+        L.append("")
+
+    @staticmethod
+    def read_line(path, prefix):
+        try:
+            with open(path) as fh:
+                for ln in fh:
+                    if ln.startswith(prefix):
+                        return ln[len(prefix):].strip()
+        except OSError:
+            pass
+        return None
+
+    def exports_section(self):
+        L = self.L
+        L += ["## Exports", "", "| program | export s (torch.export / lowering) | .ptd GB | companion rewrite |",
+              "| --- | ---: | ---: | --- |"]
+        for tag in MODEL_OF:
+            e = self.exports.get(tag)
+            if e:
+                L.append(f"| {tag} | {e.get('export_s')} ({e.get('torch_export_s')} / {e.get('lower_s')}) | "
+                         f"{f(e.get('ptd_bytes', 0) / 1e9, '{:.3f}')} | {json.dumps(e.get('companion') or {})} |")
+            else:
+                log = os.path.join(self.w, "logs", f"export_{tag}.log")
+                if os.path.exists(log):
+                    with open(log, errors="replace") as fh:
+                        tail = [ln.strip() for ln in fh.read().splitlines() if ln.strip()][-1:] or ["(empty log)"]
+                    L.append(f"| {tag} | not finished: `{tail[0][:200]}` | | |")
+        L.append("")
+
+    def census_section(self, census_out):
+        rows, parts = [], []
+        for tag in MODEL_OF:
+            p = os.path.join(self.w, "logs", f"ncu_{tag}.csv")
+            if not os.path.exists(p):
+                continue
+            s, krows = census(p)
+            parts += census_md(f"{tag} (eager mode, one decode step)", p, s, krows)
+            if krows:
+                rows.append(f"| {tag} | {s['step_kernels']} | {s['step_time_us']:.0f} | {s['step_dram_bytes'] / 1e6:.0f} | "
+                            f"{s['step_gb_s']:.0f} | {s['gemm_kernels']} | {s['gemm_share'] * 100:.0f} % | "
+                            f"{s['gemm_gb_s']:.0f} ({s['gemm_gb_s'] * 1e9 / HBM * 100:.0f} %) | {s['kernel_bound_tok_s']:.0f} |")
+                self.fig(f"real.{MODEL_OF[tag]}.{tag}.step_kernels", s["step_kernels"], "kernels", "lower",
+                         "kernels per decode step (ncu)")
+            else:
+                rows.append(f"| {tag} | no step found ({s['kernels_total']} kernels in the log) | | | | | | | |")
+        if not rows:
+            return
+        self.L += ["## Census of one decode step (ncu)", "",
+                   f"Per-kernel tables: `{os.path.basename(census_out) if census_out else 'not written'}`. "
+                   "ncu --clock-control none --cache-control all (caches flushed before each kernel).", "",
+                   "| program | kernels | kernel µs | DRAM MB | GB/s | GEMM kernels | GEMM time share | GEMM GB/s (% HBM) | "
+                   "tok/s if back to back |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        self.L += rows + [""]
+        if census_out:
+            with open(census_out, "w") as fh:
+                fh.write("# Census of one decode step (ncu), bench/real_scale.sh\n\n" + "\n".join(parts) + "\n")
+
+    def build(self, census_out=None):
+        L = self.L
+        date = time.strftime("%Y-%m-%d", time.gmtime())
+        commit = self.read_line(os.path.join(self.w, "timeline.txt"), "commit:") or "unknown"
+        L += [f"# Real-scale decode (issue 21), {date}, bundle {commit}", ""]
+        if self.command:
+            L += ["Command (one H200 call):", "", "```", self.command, "```", ""]
+        env = os.path.join(self.w, "env.txt")
+        if os.path.exists(env):
+            with open(env) as fh:
+                L += ["Machine: " + "; ".join(ln.strip() for ln in fh if ln.strip()), ""]
+        self.model_section("llama1b", ["base", "companion"])
+        self.int4_section()
+        self.model_section("qwen06b", ["qwen06b_base", "qwen06b_companion"])
+        self.load_section()
+        self.census_section(census_out)
+        self.exports_section()
+        head = ["## Targets of issue 21", "", "| target | figure | verdict |", "| --- | --- | --- |"] + self.targets + [""]
+        i = next((k for k, ln in enumerate(L) if ln.startswith("## ")), len(L))
+        L[i:i] = head
+        tl = os.path.join(self.w, "timeline.txt")
+        if os.path.exists(tl):
+            with open(tl) as fh:
+                L += ["## Timeline of the call", "", "```"] + [ln.rstrip() for ln in fh if not ln.startswith("commit:")] + ["```", ""]
+        return "\n".join(L + self.figs) + "\n"
+
+
+def cmd_report(a):
+    text = Report(a.work, a.command).build(a.census_out)
+    tmp = a.out + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, a.out)
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("log")
+    r.add_argument("--timeout", type=float, default=None)
+    b = sub.add_parser("readbw")
+    b.add_argument("files", nargs="+")
+    sub.add_parser("ctx")
+    c = sub.add_parser("census")
+    c.add_argument("csv")
+    c.add_argument("--md", default="")
+    c.add_argument("--title", default="")
+    p = sub.add_parser("report")
+    p.add_argument("work")
+    p.add_argument("--out", required=True)
+    p.add_argument("--census-out", default="")
+    p.add_argument("--command", default="")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = []
+    if argv[:1] == ["run"]:  # everything after the first "--" is the command, options or not
+        if "--" not in argv or argv.index("--") == len(argv) - 1:
+            ap.error("run: no command after --")
+        i = argv.index("--")
+        argv, command = argv[:i], argv[i + 1:]
+    a = ap.parse_args(argv)
+    if a.cmd == "run":
+        a.argv = command
+        return cmd_run(a)
+    return {"readbw": cmd_readbw, "ctx": cmd_ctx, "census": cmd_census, "report": cmd_report}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

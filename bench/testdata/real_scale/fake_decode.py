@@ -1,0 +1,78 @@
+"""Stands in for tests/models/decode_llama.py in bench/real_scale.sh's CPU test (REAL_DECODE):
+same flags; writes what the real one writes, with made-up numbers. FAKE_EXPORT_FAIL=<variant>
+makes that export fail; FAKE_EXPORT_S its time (default 0.3 s)."""
+import argparse
+import json
+import os
+import sys
+import time
+
+CFG = {"llama1b": dict(vocab=128256, hidden=2048, layers=16, heads=32, kv_heads=8, head_dim=64, ffn=8192, max_seq=1024),
+       "qwen06b": dict(vocab=151936, hidden=1024, layers=28, heads=16, kv_heads=8, head_dim=128, ffn=3072, max_seq=1024)}
+WEIGHTS = {"llama1b": 2471493632, "qwen06b": 1192230912}
+PARAMS = {"llama1b": 1498482688, "qwen06b": 596049920}
+TOKENS = [(7 * i + 3) % 1000 for i in range(128)]
+
+
+def tag(model, v):
+    return v if model == "llama1b" else f"{model}_{v}"
+
+
+ap = argparse.ArgumentParser()
+ap.add_argument("out")
+ap.add_argument("--model", default="llama1b")
+ap.add_argument("--variants", default="base,companion")
+ap.add_argument("--mode", default="all")
+ap.add_argument("--steps", type=int, default=32)
+ap.add_argument("--prompt-len", type=int, default=8)
+ap.add_argument("--go", default="")
+ap.add_argument("--go-timeout", type=float, default=900)
+ap.add_argument("--no-compile", action="store_true")
+a = ap.parse_args()
+os.makedirs(a.out, exist_ok=True)
+prompt = list(range(10, 10 + a.prompt_len))
+base = {"model": a.model, "config": CFG[a.model], "tied_embeddings": a.model == "qwen06b",
+        "parameters": PARAMS[a.model], "read_bytes_per_token_weights": WEIGHTS[a.model]}
+if a.mode == "ref":
+    r = dict(base, prompt_ids=prompt, steps=a.steps, tokens=TOKENS[:a.steps], min_margin=1.25, distinct_tokens=a.steps,
+             compile_status="not tried" if a.no_compile else "ok", compile_s=1.0, compile_tokens_match=True,
+             compile_cudagraph_counters={})
+    path = os.path.join(a.out, f"ref_{a.model}.json")
+    json.dump(r, open(path, "w"))
+    print(f"ref {a.model}: eager tokens written", flush=True)
+    time.sleep(0.5)
+    open(os.path.join(a.out, f"ref_{a.model}.ready"), "w").close()
+    t0 = time.time()
+    while not os.path.exists(a.go):
+        if time.time() - t0 > a.go_timeout:
+            sys.exit(0)
+        time.sleep(0.05)
+    r["slot"] = {"compile": {"decode_tok_s": 580.0, "ttft_ms": 30.0, "tokens_match": True, "rounds": 2},
+                 "eager": {"decode_tok_s": 80.0, "ttft_ms": 40.0, "tokens_match": True},
+                 "h2d": {"pinned": {"bytes": 1 << 30, "best_gb_s": 50.0, "median_gb_s": 49.0},
+                         "pageable": {"bytes": 1 << 30, "best_gb_s": 20.0, "median_gb_s": 19.0}}}
+    json.dump(r, open(path, "w"))
+    open(os.path.join(a.out, f"ref_{a.model}.done"), "w").close()
+    print(f"ref {a.model}: " + json.dumps(r["slot"]), flush=True)
+    sys.exit(0)
+for v in a.variants.split(","):
+    time.sleep(float(os.environ.get("FAKE_EXPORT_S", "0.3")))
+    if v == os.environ.get("FAKE_EXPORT_FAIL"):
+        print(f"{v}: RuntimeError: planted export failure", flush=True)
+        sys.exit(1)
+    d = os.path.join(a.out, tag(a.model, v))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "aoti_cuda_blob.ptd"), "wb") as f:
+        f.write(b"\0" * 4096)
+    gen = {"prefill_method": "forward", "decode_method": "forward", "prompt_ids": prompt, "max_seq_len": 1024}
+    if v == "int4":
+        gen["tokens"] = TOKENS[:a.steps]
+    json.dump({"model": "model.pte", "data": ["aoti_cuda_blob.ptd"], "methods": {}, "generate": gen},
+              open(os.path.join(d, "manifest.json"), "w"))
+    e = dict(base, variant=v, export_s=100.0, torch_export_s=20.0, lower_s=70.0, ptd_bytes=3e9 if a.model == "llama1b" else 1.5e9,
+             companion={"gemv": 113, "attention": 16, "skipped_attention": []} if v == "companion" else {})
+    if v == "int4":
+        e["read_bytes_per_token_weights"] = 800000000
+        e["eager_min_margin"] = 0.9
+    json.dump(e, open(os.path.join(d, "export.json"), "w"))
+    print(f"{v}: exported", flush=True)

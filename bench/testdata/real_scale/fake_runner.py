@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Stands in for et_cuda_run --generate in bench/real_scale.sh's CPU test (REAL_RUNNER): prints the
+lines the real runner prints, with figures that depend on the program and on CUDA graphs.
+FAKE_RUNNER_FAIL=<tag> makes that program's run fail like a failed load."""
+import os
+import sys
+import time
+
+args = sys.argv[1:]
+man = args[args.index("--manifest") + 1]
+tag = os.path.basename(os.path.dirname(man))
+n = int(args[args.index("--generate") + 1])
+rounds = int(args[args.index("--generate-rounds") + 1]) if "--generate-rounds" in args else 1
+graphs = any(a.startswith("enable_cuda_graph_for_method") for a in args)
+if tag == os.environ.get("FAKE_RUNNER_FAIL"):
+    print(f"et_cuda_run: {man}: loading method 'forward' failed: planted", file=sys.stderr)
+    sys.exit(1)
+exp = args[args.index("--expect-tokens") + 1].split(",") if "--expect-tokens" in args else None
+toks = (exp or [str(7 * i % 1000) for i in range(n)])[:n]
+rate = {"base": 430.0, "companion": 1100.0, "int4": 2000.0}.get(tag, 900.0) * (1.1 if graphs else 1.0)
+for r in range(1, rounds + 1):
+    pre = f"generate (round {r} of {rounds})" if r < rounds else "generate"
+    print(f"{pre}: prefill=forward decode=forward prompt_tokens=32 new_tokens={n} ttft_ms={(250.0 if r == 1 else 12.5):.3f} "
+          f"prefill_tok_s=2560.0 decode_tok_s={rate:.1f} host_waits_per_token=1.00 rounds={rounds} tokens={','.join(toks)} "
+          f"expected={','.join(toks) if exp else 'none'} {'MATCH' if exp else 'UNCHECKED'}")
+    lib = "generate-lib" + (f" (round {r} of {rounds})" if r < rounds else "")
+    us = 9.5 if graphs else 140.0
+    print(f"{lib}: decode_executes={n - 1} lib_execute_us={us:.2f} run_us={us - 3:.2f} "
+          f"graph_replays={(n - 1 if r > 1 else n - 3) if graphs else 0} graph_captures={0 if r > 1 or not graphs else 1}")
+t = time.monotonic() * 1e3
+print('PyTorchObserver {"prompt_tokens":32,"generated_tokens":%d,"model_load_start_ms":%.3f,"model_load_end_ms":%.3f,'
+      '"inference_start_ms":%.3f,"inference_end_ms":%.3f,"prompt_eval_end_ms":%.3f,"first_token_ms":%.3f,'
+      '"aggregate_sampling_time_ms":1.0,"SCALING_FACTOR_UNITS_PER_SECOND":1000}' % (n, t, t + 2100.0, t + 2100, t + 2400, t + 2112, t + 2112))
+print("stats: executes=256 host_waits=256 driver_allocs=10 pool_allocs=0 pool_frees=0 live_allocs=5 live_bytes=3000000000 "
+      "bytes_htod=3000100000 bytes_dtoh=65000000 bytes_dtod=0 execute_host_ns=5000000 run_host_ns=4000000 graph_captures=2 "
+      "graph_replays=250 graph_fallbacks=0 shared_constant_bytes=0")
+print("mem: device=0 total_mib=143771 context_mib=520 loaded_mib=3100 peak_mib=3300 end_mib=3300 samples=5")
+sys.exit(0 if exp is None or True else 1)

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# CPU test of bench/real_scale.sh and bench/real_scale_table.py (no GPU, no torch), run by
+# bench/test_table.sh: the flags, the ncu census on a canned CSV (ncu_sample.csv, made by
+# make_ncu_sample.py), and the whole driver with fakes of decode_llama.py, et_cuda_run and ncu
+# (fake_*.py): the results file's rows and targets, the census file, a second run's fresh name,
+# a failed export and a failed run reported as such. Ends with "real_scale: N passed, N failed".
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+has() { if grep -qF -- "$2" "$1"; then ok "$3"; else bad "$3: no line with: $2"; fi; }
+S=$ROOT/bench/real_scale.sh
+TB=$ROOT/bench/real_scale_table.py
+
+# flags
+bash "$S" --dry-run --extra int4 --budget 500 >"$T/plan" 2>&1 && ok "--dry-run exits 0" || bad "--dry-run: $(cat "$T/plan")"
+has "$T/plan" "plan: extras (niced, stopped while timing): int4" "--extra int4 in the plan"
+has "$T/plan" "plan: timing slot: torch, then ours: base/graphs companion/graphs base/eager companion/eager" "run order"
+for args in "--extra foo" "--budget x" "--site et99" "--export-deadline 600" "--bogus"; do
+  # shellcheck disable=SC2086
+  bash "$S" --dry-run $args >"$T/err" 2>&1
+  [ $? = 2 ] && ok "usage error: $args" || bad "no usage error for $args: $(cat "$T/err")"
+done
+python3 "$TB" run "$T/x.log" -- sh -c 'echo --timeout; exit 3'
+[ $? = 3 ] && ok "run: the command's exit status" || bad "run: exit status"
+has "$T/x.log" "real_scale: rc=3 " "run: status line"
+python3 "$TB" run "$T/x.log" >/dev/null 2>&1
+[ $? = 2 ] && ok "run without a command: usage error" || bad "run without a command"
+
+# census on the canned CSV: a prefill then three decode steps of 27 kernels
+python3 "$TB" census "$HERE/ncu_sample.csv" --md "$T/c.md" >"$T/c.out" 2>&1 || bad "census: $(cat "$T/c.out")"
+has "$T/c.out" '"step_kernels": 27' "census: the step found"
+has "$T/c.out" '"repeats": 3' "census: three repeats"
+has "$T/c.out" '"gemm_kernels": 17' "census: GEMM kernels"
+has "$T/c.md" "| \`triton_tem_fused_mm_8\` | GEMM | 1 | 130.0 | 33.6 % | 525.34 | 0.26 | 4043 | 84.2 % |" "census: per-kernel row (thousands separators read)"
+has "$T/c.md" "| \`sdpa_fused_kernel_4\` | attention | 4 | 60.0 |" "census: attention row"
+
+# the driver with fakes
+run() { # out work extra-env...
+  local out=$1 work=$2
+  shift 2
+  mkdir -p "$T/bundle" "$T/site"
+  echo abc1234 >"$T/bundle/COMMIT"
+  env OUT="$out" REAL_WORK="$work" REAL_BUNDLE_DIR="$T/bundle" REAL_SITE_DIR="$T/site" REAL_DECODE="$HERE/fake_decode.py" \
+    REAL_RUNNER="$HERE/fake_runner.py" REAL_NCU="$HERE/fake_ncu.py" REAL_BUDGET=150 REAL_EXPORT_DEADLINE=60 "$@" \
+    bash "$S" >"$work.log" 2>&1
+}
+run "$T/out" "$T/w1" || bad "real_scale.sh with fakes: exit status $?"
+R=$(ls "$T"/out/*-abc1234-real-scale.md 2>/dev/null | head -1)
+if [ -z "$R" ]; then
+  bad "no results file in $T/out: $(tail -5 "$T/w1.log")"
+else
+  ok "results file $(basename "$R")"
+  has "$R" "| ours, companion + CUDA graphs | 1210.0 | 62.4 % | 2.09x | 250.0 / 12.5 | 9.5 / 6.5 | 1.00 | 127 | MATCH |" "companion + graphs row"
+  has "$R" "| torch.compile(mode=\"reduce-overhead\") | 580.0 | 29.9 % | 1.00x |" "torch.compile row"
+  has "$R" "| floor ((weights + KV) / 4.8 TB/s) | 1940 | 100 % |" "floor row"
+  has "$R" "| Llama-1B base + graphs >= 50 % of the floor | 473.0 tok/s = 24.4 % | **MISS** |" "target missed"
+  has "$R" "| Llama-1B companion: host time per replayed decode execute <= 15 µs | 9.5 µs (127 replays of 127 executes) | **PASS** |" "host time target"
+  has "$R" "| ours, int4 + CUDA graphs | 2200.0 |" "int4 row"
+  has "$R" "| qwen06b_base | 27 | 387 | 1155 | 2984 | 17 | 80 % | 3698 (77 %) | 2584 |" "census summary row"
+  has "$R" "| base | graphs | 3.000 |" "load row"
+  has "$R" "<!-- figure: real.llama1b.companion.graphs.decode_tok_s | 1210 | tok/s | higher |" "figure line"
+  has "$R" "pinned host-to-device 50.0 GB/s" "pinned H2D"
+  [ -f "${R%.md}-census.md" ] && ok "census file" || bad "no census file"
+  [ -f "$T/out/logs.tar.xz" ] && [ -f "$T/out/raw/ref_llama1b.json" ] && ok "logs and raw JSON" || bad "logs or raw JSON missing"
+fi
+cp "$R" "$T/first.md" 2>/dev/null
+# a second run into the same $OUT: a fresh name, the first file untouched; a failed export and run
+run "$T/out" "$T/w2" FAKE_EXPORT_FAIL=companion FAKE_RUNNER_FAIL=base REAL_EXTRA=none || bad "second run: exit status $?"
+R2=$(ls "$T"/out/*-abc1234-real-scale-2.md 2>/dev/null | head -1)
+if [ -z "$R2" ]; then
+  bad "second run: no -2 file ($(ls "$T/out" | tr '\n' ' '))"
+else
+  ok "second run: $(basename "$R2")"
+  cmp -s "$R" "$T/first.md" && ok "first results file unchanged" || bad "first results file changed"
+  has "$R2" "| companion | not finished: \`companion: RuntimeError: planted export failure\` | | |" "failed export reported"
+  has "$R2" "| ours, base + CUDA graphs | failed: " "failed run reported"
+  if grep -q "qwen06b" "$R2"; then bad "--extra none still ran qwen06b"; else ok "REAL_EXTRA=none"; fi
+fi
+echo "real_scale: $pass passed, $fail failed"
+[ "$fail" = 0 ]
