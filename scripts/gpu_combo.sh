@@ -6,7 +6,7 @@
 #
 # Carried (git-ignored): .dev/gpu.tar.xz (scripts/gpu_bundle.sh, packed), .dev/models*.tar.xz
 # (programs of earlier calls), .whl/models/sites (tests/models/wheels.sh).
-# COMBO_PARTS (default "suite example llm tests text sanitize") picks the parts:
+# COMBO_PARTS (default "suite example llm tests text sanitize") picks the parts (also: gemv):
 #   suite     tests/models/gpu_suite.sh on COMBO_SUITE_ONLY (default: the MoE and sampler decoders
 #             and et15_qwen3_bf16): exports them (ExecuTorch 1.5.1), runs every mode with graphs and
 #             sharing; their programs come back in $OUT/models.tar.xz for a later call
@@ -16,7 +16,9 @@
 #   text      text generation on qwen3_bf16: --prompt vs --generate ids, device vs host sampling,
 #             seeds, sampling time per token
 #   sanitize  compute-sanitizer: the device-IO mode, whisper_bf16's decoder with graphs
-#             (diagnosis), and with SANITIZE_MODELS=<names> those programs in every mode
+#             (diagnosis), and with SANITIZE_MODELS=<names> those programs in every mode (after the
+#             suite part's exports)
+#   gemv      after the others, alone: tests/decode_gpu.rs (decode kernels: tests and bench)
 # $OUT: combo.txt (printed last), logs.tar.xz, models.tar.xz, example/.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,7 +56,8 @@ if part example && [ -f examples/export.sh ]; then
     for m in "$OUT"/example/*/manifest.json; do
       [ -f "$m" ] && timeout 60 $B/et_cuda_run --manifest "$m" >> "$R/example.log" 2>&1
       echo "run exit $?" >> "$R/example.log"
-    done ) &
+    done
+    [ -d "$OUT/example" ] && tar -cJf "$OUT/example.tar.xz" -C "$OUT" example && rm -rf "$OUT/example" ) &
   pids+=($!)
 fi
 
@@ -121,13 +124,18 @@ if part sanitize; then
     done
     w=$M/whisper_bf16/manifest.json
     if [ -f "$w" ]; then
-      san whisper.graphs_decoder --print-limit 4 $B/et_cuda_run --manifest "$w" --option enable_cuda_graph_for_method=decoder &
+      san whisper.graphs_decoder --print-limit 4 $B/et_cuda_run --manifest "$w" --option enable_cuda_graph_for_method=decoder --verbose &
       san whisper.graphs_decoder_bench1 --print-limit 4 $B/et_cuda_run --manifest "$w" --option enable_cuda_graph_for_method=decoder --bench 1 --warmup 0 &
       san whisper.graphs_decoder_noprivate --print-limit 4 $B/et_cuda_run --manifest "$w" --option enable_cuda_graph_for_method=decoder --option cuda_graph_private_memory=false &
       san whisper.eager --print-limit 4 $B/et_cuda_run --manifest "$w" &
       san whisper.eager_bench --print-limit 4 $B/et_cuda_run --manifest "$w" --bench 3 --warmup 1 &
     fi
     wait
+    # Programs the suite part exports in this call: wait for its exports (at most 300 s).
+    for _ in $(seq 60); do
+      grep -q "checks until" "$R/suite.log" 2>/dev/null && break
+      sleep 5
+    done
     for n in ${SANITIZE_MODELS:-}; do
       m=$M/$n/manifest.json
       [ -f "$m" ] || { echo "$n: not carried"; continue; }
@@ -144,15 +152,22 @@ fi
 
 wait "${pids[@]}"
 say "all parts done"
+# Alone on the GPU at the end: the decode kernels' tests and bench (tests/decode_gpu.rs).
+if part gemv && [ -x "$B/rs/deps/decode_gpu" ]; then
+  ( cd $B && ET_CUDA_LIB=$B/rs/libexecutorch_cuda.so timeout -k 5 ${COMBO_GEMV_TIMEOUT:-150} ./rs/deps/decode_gpu \
+      --include-ignored --test-threads=1 --nocapture > "$R/decode_gpu.log" 2>&1; echo "exit $?" >> "$R/decode_gpu.log" )
+  say "decode kernels done"
+fi
 {
   echo "===== suite"; tail -5 "$R/suite.log" 2>/dev/null; sed -n '/## Checks/,$p' "$R/suite/summary.md" 2>/dev/null | head -60
   echo "===== example"; tail -25 "$R/example.log" 2>/dev/null
   echo "===== llm"; grep -vE "^\s*$" "$R/llm.log" 2>/dev/null | tail -25
   echo "===== sample_gpu"; grep -E "^test |draws|us per call|panicked|test result|SKIPPED" "$R/sample_gpu.log" 2>/dev/null
   echo "===== text"; cat "$R/text.log" 2>/dev/null
+  echo "===== decode_gpu"; grep -vE "^\s*$|^running|^ +[0-9]+: |stack backtrace|^note:" "$R/decode_gpu.log" 2>/dev/null | tail -90
   echo "===== sanitizer"; cat "$R/sanitize.txt" 2>/dev/null
   for f in "$R"/san_whisper*.log; do
-    [ -f "$f" ] && { echo "--- $(basename "$f")"; grep -E "Invalid|is .* after|nearest allocation|by thread|at .*triton|ERROR SUMMARY" "$f" | head -14; }
+    [ -f "$f" ] && { echo "--- $(basename "$f")"; grep -E "Invalid|is .* after|nearest allocation|by thread|at .*triton|ERROR SUMMARY|graph-private|allocation nodes" "$f" | head -14; }
   done
 } >> "$R/combo.txt"
 cp "$R/combo.txt" "$OUT/"
