@@ -36,7 +36,8 @@
 #   SBS_UPSTREAM_DIR    an unpacked one (its upstream/ folder's parent); default /tmp/sbs_u
 #   SBS_BUILDS          which builds (folder name prefixes, default "v1.4.1 main")
 #   SBS_REBUILD=1       rebuild every upstream build from its carried sources (nvcc, g++; ~1 min each
-#                       on 16 cores, in the background during the exports)
+#                       on 16 cores, in the background during the exports; stopped after
+#                       SBS_REBUILD_TIMEOUT s, default 240)
 #   SBS_SITES           the folder with et14.tar.xz (default <repo>/.whl/models/sites); SBS_SITE14 where
 #                       it is unpacked (default /tmp/site-et14)
 #   SBS_MODELS          exported programs, reused (default /tmp/et14_models); SBS_MODELS_TAR=<f...>
@@ -46,13 +47,15 @@
 #   SBS_BIG             the programs of SBS_PROGRAMS exported by the second exporter and run last
 #                       (default et14_llama1b_bf16)
 #   SBS_BUDGET          seconds from the start until every run has ended (default 525; the results and
-#                       logs are written after it, in seconds)
+#                       logs are written after it, in a few seconds)
 #   SBS_EXPORT_BUDGET   the small exports: none starts after it, each is stopped 60 s later (default 240)
 #   SBS_BIG_RESERVE     seconds of the budget kept for the big programs' runs: their export is stopped
 #                       when fewer are left (default 100)
 #   SBS_PAUSE_BIG=0     let the big export run on during the small programs' runs (default 1: paused;
 #                       with 0 the small programs' figures are taken beside it, and the notes say so)
 #   SBS_EXPORT_JOBS     parallel small exports (default 4)
+#   SBS_EXPORT_ARGS     more arguments for export_et14.py (e.g. --fake-aoti: the real export path tested
+#                       on a machine without a GPU, with SBS_RUNNER=bench/testdata/fake_runner.py)
 #   SBS_GEN_N, SBS_GEN_ROUNDS   tokens per loop (default 48) and rounds of the steady run (default 3)
 #   SBS_RUN_TIMEOUT     seconds per runner call of a small program (default 45); SBS_BIG_RUN_TIMEOUT of a
 #                       big one (default 120)
@@ -214,40 +217,41 @@ else
     # metadata only (no torch import: the exporters start at once; an import failure is in their logs)
     note "exporter: $(PYTHONPATH=$SITE14 python3 -c 'import importlib.metadata as m; print("executorch", m.version("executorch"), "torchao", m.version("torchao"), "torch", m.version("torch"))' 2>&1 | tail -1)"
   fi
+  # Inductor's compile threads (max-autotune precompiles its GEMM templates with them): each small
+  # export NCPU / JOBS, the big one 3/4 of NCPU (it goes on alone once the small ones are done)
   NCPU=$(nproc 2>/dev/null || echo 4)
-  nexp=$((${#missing_small[@]} < JOBS ? ${#missing_small[@]} : JOBS))
-  nexp=$((nexp + ${#missing_big[@]}))
-  export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-$((NCPU / nexp > 1 ? NCPU / nexp : 2))}
-  # start_export GROUP SECONDS_FOR_THE_FAKE OUTER_TIMEOUT EXPORT_ARGS... (sets XPID; own session)
+  SMALL_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-$((NCPU / JOBS > 1 ? NCPU / JOBS : 2))}
+  BIG_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-$((NCPU * 3 / 4 > 1 ? NCPU * 3 / 4 : 2))}
+  SETSID=()
+  command -v setsid >/dev/null 2>&1 && SETSID=(setsid) # else sig_tree walks the descendants
+  # start_export GROUP THREADS SECONDS_FOR_THE_FAKE OUTER_TIMEOUT NAMES EXPORT_ARGS... (sets XPID)
   start_export() {
-    local group=$1 fake_s=$2 outer=$3
-    shift 3
-    local names=$1
+    local group=$1 threads=$2 fake_s=$3 outer=$4 names=$5
+    shift 4
+    local to=()
+    [ "$outer" -gt 0 ] && to=(timeout -k 10 "$outer")
     if [ "$CPU" = 1 ]; then
       # in steps of 0.2 s, so that a pause (SIGSTOP) delays it as it would a real export
-      setsid bash -c 'for ((i = 0; i < $1 * 5; i++)); do sleep 0.2; done
+      "${SETSID[@]}" bash -c 'for ((i = 0; i < $1 * 5; i++)); do sleep 0.2; done
         python3 "$2" --suite "$3" --decoders "$4" && echo "export $4: fake ok"' _ \
         "$fake_s" "$BENCH/testdata/make_fakes.py" "$MODELS" "$names" >"$LOGS/export.$group.log" 2>&1 &
-    elif [ "$outer" -gt 0 ]; then
-      PYTHONPATH=$SITE14 PYTHONDONTWRITEBYTECODE=1 setsid timeout -k 10 "$outer" \
-        python3 "$ROOT/tests/models/export_et14.py" "$MODELS" --only "$@" >"$LOGS/export.$group.log" 2>&1 &
     else
-      PYTHONPATH=$SITE14 PYTHONDONTWRITEBYTECODE=1 setsid \
-        python3 "$ROOT/tests/models/export_et14.py" "$MODELS" --only "$@" >"$LOGS/export.$group.log" 2>&1 &
+      PYTHONPATH=$SITE14 PYTHONDONTWRITEBYTECODE=1 TORCHINDUCTOR_COMPILE_THREADS=$threads "${SETSID[@]}" "${to[@]}" \
+        python3 "$ROOT/tests/models/export_et14.py" "$MODELS" ${SBS_EXPORT_ARGS:-} --only "$@" >"$LOGS/export.$group.log" 2>&1 &
     fi
     XPID=$!
   }
   if [ "$can_export" = 1 ] && [ "${#missing_big[@]}" -gt 0 ]; then
     # no deadline or timeout of its own: paused during the small programs' runs, stopped here
-    start_export big "${SBS_TEST_BIG_EXPORT_S:-0}" 0 "$(csv "${missing_big[@]}")" --jobs 1 --timeout 100000
+    start_export big "$BIG_THREADS" "${SBS_TEST_BIG_EXPORT_S:-0}" 0 "$(csv "${missing_big[@]}")" --jobs 1 --timeout 100000
     BIG_PID=$XPID BIG_T0=$(date +%s)
-    say "exporting ${missing_big[*]} (pid $BIG_PID)"
+    say "exporting ${missing_big[*]} (pid $BIG_PID; $BIG_THREADS compile threads)"
   fi
   if [ "$can_export" = 1 ] && [ "${#missing_small[@]}" -gt 0 ]; then
-    start_export small "${SBS_TEST_EXPORT_S:-0}" $((EXPORT_BUDGET + 90)) "$(csv "${missing_small[@]}")" \
+    start_export small "$SMALL_THREADS" "${SBS_TEST_EXPORT_S:-0}" $((EXPORT_BUDGET + 90)) "$(csv "${missing_small[@]}")" \
       --jobs "$JOBS" --deadline $((START + EXPORT_BUDGET)) --timeout $((EXPORT_BUDGET + 60))
     SMALL_PID=$XPID
-    say "exporting ${missing_small[*]} ($JOBS at a time, pid $SMALL_PID; $TORCHINDUCTOR_COMPILE_THREADS compile threads each)"
+    say "exporting ${missing_small[*]} ($JOBS at a time, pid $SMALL_PID; $SMALL_THREADS compile threads each)"
   fi
 fi
 # Whatever happens, no export outlives this script.
@@ -286,7 +290,7 @@ for pre in "${BUILD_PREFIXES[@]}"; do
   fi
   if [ "$need" = 1 ] && [ "$CPU" != 1 ]; then
     rb=$WORK/rebuilt/$name
-    bash "$BENCH/upstream/build.sh" --src "$d/src" --et "$UPDIR/upstream/et" --out "$rb" \
+    timeout -k 10 "${SBS_REBUILD_TIMEOUT:-240}" bash "$BENCH/upstream/build.sh" --src "$d/src" --et "$UPDIR/upstream/et" --out "$rb" \
       --jobs "$(nproc 2>/dev/null || echo 4)" >"$LOGS/rebuild.$name.log" 2>&1 &
     REBUILD_PIDS+=("$!:$name:$rb")
     lib=$rb/lib/libupstream_cuda_backend.so
