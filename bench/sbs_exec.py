@@ -8,7 +8,9 @@ LOG gets the command line, then its output (stdout and stderr together), then on
 launch_ms: the monotonic clock (CLOCK_MONOTONIC, the clock of the runner's steady_clock and so of
 its PyTorchObserver times) just before the process was started, in ms: cold start = first_token_ms
 - launch_ms. cpu_s: user + system CPU time of the process and its children (getrusage).
-Exit status: the command's (124 when it timed out).
+Exit status: the command's (124 when it timed out). A SIGTERM or SIGINT to this script (the
+command runs in a session of its own, so it gets none) ends the command's session too, then this
+script with 143.
 """
 import os
 import resource
@@ -16,6 +18,14 @@ import signal
 import subprocess
 import sys
 import time
+
+
+class Stopped(Exception):
+    pass
+
+
+def stop(signum, frame):
+    raise Stopped()
 
 
 def main(argv):
@@ -36,17 +46,21 @@ def main(argv):
             f.write(f"sbs: cannot start: {e}\n")
             f.write(f"sbs: rc=127 launch_ms={launch:.3f} wall_s=0 cpu_s=0 timed_out=0\n")
             return 127
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
         try:
             rc = p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = 1
-            os.killpg(p.pid, signal.SIGTERM)
+        except (subprocess.TimeoutExpired, Stopped) as e:
+            timed_out = int(isinstance(e, subprocess.TimeoutExpired))
             try:
+                os.killpg(p.pid, signal.SIGTERM)
                 p.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-            rc = 124
+            except ProcessLookupError:
+                p.wait()
+            rc = 124 if isinstance(e, subprocess.TimeoutExpired) else 143
         wall = time.monotonic() - t0
         r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)

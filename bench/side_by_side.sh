@@ -5,19 +5,28 @@
 #
 # 1. exports the ExecuTorch 1.4.1 programs that are not cached yet (tests/models/export_et14.py with
 #    the et14 site of tests/models/wheels.sh; programs stay in SBS_MODELS for a later call on a warm
-#    machine; the small ones also come back in $OUT/et14_models.tar.xz for SBS_MODELS_TAR);
+#    machine; the small ones also come back in $OUT/et14_models.tar.xz for SBS_MODELS_TAR), as two
+#    exporters started together: the small programs, and the big ones (SBS_BIG: the 1B-shaped
+#    llama, minutes to export) in their own process group;
 # 2. meanwhile takes upstream's C++ backend at v1.4.1 and at the main commit of
 #    bench/upstream/README.md from bench/upstream/pack.sh's archive, and rebuilds a build from
 #    its carried sources (bench/upstream/build.sh --src) when its library does not load here
 #    (or always, SBS_REBUILD=1);
-# 3. once the exports are done (never while they run: their autotuning would share the GPU), each
-#    program through ours and every upstream build, plain and in the best configuration
-#    (graphs on the decode method + shared stream + weight sharing), three runner calls each:
-#    the manifest's cases (outputs against eager), a 1-round token loop (cold start: process start
-#    to first token, load time, device memory) and an R-round token loop (steady TTFT, prefill and
-#    decode tok/s, host waits per token, host CPU per token);
+# 3. once the small exports are done, the big export is paused (SIGSTOP to its process group: no
+#    CPU or GPU work of it, its device memory frozen, so that it changes no measurement), each
+#    small program runs through ours and every upstream build, then the big export goes on until
+#    SBS_BIG_RESERVE seconds before the end of the budget (stopped there: "not exported") and the
+#    big programs run last. Never a run while an export works (its autotuning would share the
+#    GPU). Per program, the best configuration (graphs on the decode method + shared stream +
+#    weight sharing) first, then plain; per configuration ours, then each upstream build; three
+#    runner calls each: the manifest's cases (outputs against eager), a 1-round token loop (cold
+#    start: process start to first token, load time, device memory) and an R-round token loop
+#    (steady TTFT, prefill and decode tok/s, host waits per token, host CPU per token). A call
+#    that times out skips the rest of its (program, backend, configuration);
 # 4. bench/side_by_side_table.py: $OUT/<date>-<commit>-side-by-side.md (bench/results.py names it;
-#    never over an existing file), printed last; $OUT/sbs_logs.tar.xz holds every log.
+#    never over an existing file), printed last; $OUT/sbs_logs.tar.xz holds every log. After each
+#    program, $OUT/sbs_partial.md has the table so far (removed once the dated file is written; a
+#    SIGTERM or SIGINT writes the dated file from what ran).
 #
 # Environment (all optional):
 #   OUT                 results (the device tool sets it; default /tmp/sbs_out)
@@ -27,22 +36,34 @@
 #   SBS_UPSTREAM_DIR    an unpacked one (its upstream/ folder's parent); default /tmp/sbs_u
 #   SBS_BUILDS          which builds (folder name prefixes, default "v1.4.1 main")
 #   SBS_REBUILD=1       rebuild every upstream build from its carried sources (nvcc, g++; ~1 min each
-#                       on 16 cores, in the background during the exports)
+#                       on 16 cores, in the background during the exports; stopped after
+#                       SBS_REBUILD_TIMEOUT s, default 240)
 #   SBS_SITES           the folder with et14.tar.xz (default <repo>/.whl/models/sites); SBS_SITE14 where
 #                       it is unpacked (default /tmp/site-et14)
 #   SBS_MODELS          exported programs, reused (default /tmp/et14_models); SBS_MODELS_TAR=<f...>
 #                       et14_models.tar.xz of an earlier call, unpacked into it first
-#   SBS_PROGRAMS        default et14_llama1b_bf16,et14_qwen3_bf16,et14_gemma3_bf16,et14_qwen3_pd_bf16,
-#                       et14_qwen3_int4tp_bf16 (the order of the runs; the 1B is exported first)
-#   SBS_BUDGET          seconds until the last run may start (default 540); SBS_EXPORT_BUDGET no
-#                       export starts after it (default 330; the exporter stops them 60 s later)
-#   SBS_EXPORT_JOBS     parallel exports (default 3)
+#   SBS_PROGRAMS        default et14_qwen3_bf16,et14_gemma3_bf16,et14_qwen3_pd_bf16,et14_qwen3_int4tp_bf16,
+#                       et14_llama1b_bf16 (the order of the runs, the big ones after the small ones)
+#   SBS_BIG             the programs of SBS_PROGRAMS exported by the second exporter and run last
+#                       (default et14_llama1b_bf16)
+#   SBS_BUDGET          seconds from the start until every run has ended (default 525; the results and
+#                       logs are written after it, in a few seconds)
+#   SBS_EXPORT_BUDGET   the small exports: none starts after it, each is stopped 60 s later (default 240)
+#   SBS_BIG_RESERVE     seconds of the budget kept for the big programs' runs: their export is stopped
+#                       when fewer are left (default 100)
+#   SBS_PAUSE_BIG=0     let the big export run on during the small programs' runs (default 1: paused;
+#                       with 0 the small programs' figures are taken beside it, and the notes say so)
+#   SBS_EXPORT_JOBS     parallel small exports (default 4)
+#   SBS_EXPORT_ARGS     more arguments for export_et14.py (e.g. --fake-aoti: the real export path tested
+#                       on a machine without a GPU, with SBS_RUNNER=bench/testdata/fake_runner.py)
 #   SBS_GEN_N, SBS_GEN_ROUNDS   tokens per loop (default 48) and rounds of the steady run (default 3)
-#   SBS_RUN_TIMEOUT     seconds per runner call (default 90)
+#   SBS_RUN_TIMEOUT     seconds per runner call of a small program (default 45); SBS_BIG_RUN_TIMEOUT of a
+#                       big one (default 120)
 #   SBS_WHAT            the results' index text (bench/results.py)
 #   ET_RESULTS_COMMIT   the commit in the results file's name (default: git, else the bundle's COMMIT)
 #   SBS_TEST_CPU=1      test on a machine without a GPU: bench/testdata/fake_runner.py, fake programs
-#                       (bench/testdata/make_fakes.py) and fake upstream builds; numbers mean nothing
+#                       (bench/testdata/make_fakes.py) and fake upstream builds; numbers mean nothing.
+#                       SBS_TEST_EXPORT_S / SBS_TEST_BIG_EXPORT_S: seconds the fake exports take
 set -uo pipefail
 
 BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -53,13 +74,17 @@ MODELS=${SBS_MODELS:-/tmp/et14_models}
 UPDIR=${SBS_UPSTREAM_DIR:-/tmp/sbs_u}
 SITE14=${SBS_SITE14:-/tmp/site-et14}
 SITES=${SBS_SITES:-$ROOT/.whl/models/sites}
-BUDGET=${SBS_BUDGET:-540}
-EXPORT_BUDGET=${SBS_EXPORT_BUDGET:-330}
-JOBS=${SBS_EXPORT_JOBS:-3}
+BUDGET=${SBS_BUDGET:-525}
+EXPORT_BUDGET=${SBS_EXPORT_BUDGET:-240}
+BIG_RESERVE=${SBS_BIG_RESERVE:-100}
+PAUSE_BIG=${SBS_PAUSE_BIG:-1}
+JOBS=${SBS_EXPORT_JOBS:-4}
 GEN_N=${SBS_GEN_N:-48}
 ROUNDS=${SBS_GEN_ROUNDS:-3}
-RUN_TIMEOUT=${SBS_RUN_TIMEOUT:-90}
-IFS=, read -r -a PROGRAMS <<<"${SBS_PROGRAMS:-et14_llama1b_bf16,et14_qwen3_bf16,et14_gemma3_bf16,et14_qwen3_pd_bf16,et14_qwen3_int4tp_bf16}"
+RUN_TIMEOUT=${SBS_RUN_TIMEOUT:-45}
+BIG_RUN_TIMEOUT=${SBS_BIG_RUN_TIMEOUT:-120}
+IFS=, read -r -a PROGRAMS <<<"${SBS_PROGRAMS:-et14_qwen3_bf16,et14_gemma3_bf16,et14_qwen3_pd_bf16,et14_qwen3_int4tp_bf16,et14_llama1b_bf16}"
+IFS=, read -r -a BIG <<<"${SBS_BIG-et14_llama1b_bf16}"
 read -r -a BUILD_PREFIXES <<<"${SBS_BUILDS:-v1.4.1 main}"
 CPU=${SBS_TEST_CPU:-0}
 START=$(date +%s)
@@ -76,6 +101,73 @@ say() { printf '[%3ds] %s\n' $(($(date +%s) - START)) "$*"; }
 note() { printf '%s\n' "$*" >>"$NOTES"; say "$*"; }
 left() { echo $((DEADLINE - $(date +%s))); }
 csv() { local IFS=,; echo "$*"; }
+is_big() { local b; for b in "${BIG[@]}"; do [ "$b" = "$1" ] && return 0; done; return 1; }
+SMALL_P=() BIG_P=()
+for p in "${PROGRAMS[@]}"; do if is_big "$p"; then BIG_P+=("$p"); else SMALL_P+=("$p"); fi; done
+
+# sig_tree SIGNAL PID: the process group PID leads (the exporters are started with setsid), else PID
+# and every descendant of it (/proc, no ps needed).
+pgid_of() { sed -E 's/^.*\) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f3; }
+alive() { # PID runs (a zombie, exited but not yet reaped, does not)
+  local st
+  st=$(sed -E 's/^.*\) ([A-Za-z]).*/\1/' "/proc/$1/stat" 2>/dev/null)
+  [ -n "$st" ] && [ "$st" != Z ]
+}
+sig_tree() {
+  local s=$1 p=$2 k
+  [ -d "/proc/$p" ] || return 0
+  if [ "$(pgid_of "$p")" = "$p" ]; then
+    kill -s "$s" -- "-$p" 2>/dev/null
+    return 0
+  fi
+  kill -s "$s" "$p" 2>/dev/null
+  for k in $(for f in /proc/[0-9]*/stat; do sed -E 's/^([0-9]+) .*\) [A-Za-z] ([0-9]+) .*/\1 \2/' "$f" 2>/dev/null; done |
+    awk -v p="$p" '$2 == p { print $1 }'); do
+    sig_tree "$s" "$k"
+  done
+}
+
+# ------------------------------------------------------------------ the results file (at the end, or on a signal)
+RESULT= CUR= CUR_ROW=() DONE=() UP_NAMES=() PACK_PID=
+# row PROGRAM BACKEND CONFIG KIND RC LOG N ROUNDS
+row() { printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$INDEX"; }
+# table FILE: the results table of what ran so far (side_by_side_table.py never replaces FILE)
+table() { python3 "$BENCH/side_by_side_table.py" --index "$INDEX" --notes "$NOTES" --out "$1" >"$LOGS/table.log" 2>&1; }
+finish() {
+  trap - TERM INT
+  note "elapsed: $(($(date +%s) - START))s"
+  RESULT=$(python3 "$BENCH/results.py" name --dir "$OUT" --tag side-by-side)
+  table "$RESULT" || { echo "side_by_side_table.py failed:"; tail -20 "$LOGS/table.log"; }
+  [ -f "$RESULT" ] && rm -f "$OUT/sbs_partial.md"
+  cp "$RESULT" "$RUN/" 2>/dev/null
+  cp -r "$MODELS/.logs" "$RUN/export_logs" 2>/dev/null
+  local T=$OUT/sbs_logs.tar.xz
+  [ -e "$T" ] && T=$OUT/sbs_logs.$(basename "$RESULT" .md).tar.xz
+  tar -C "$RUN" -cf - . | xz -T0 -6 >"$T" 2>/dev/null || echo "could not pack the logs"
+  if [ -n "${PACK_PID:-}" ]; then
+    wait "$PACK_PID" || echo "pack.py failed: $(tail -2 "$RUN/pack.log")"
+  fi
+  if [ -n "${BENCH_RESULTS_DIR:-}" ] && [ -f "$RESULT" ]; then
+    python3 "$BENCH/results.py" add "$RESULT" --dir "$BENCH_RESULTS_DIR" --index "${BENCH_RESULTS_INDEX:-$BENCH/RESULTS.md}" \
+      --what "${SBS_WHAT:-side by side: ExecuTorch 1.4.1 programs (${PROGRAMS[*]}), ours vs upstream ${UP_NAMES[*]}, plain and best}"
+  fi
+  echo
+  echo "==================== $RESULT ($(($(date +%s) - START))s)"
+  cat "$RESULT" 2>/dev/null || echo "(no results file)"
+}
+# stopped from outside (the device tool's time limit): the dated file from what ran
+stopped() {
+  note "stopped by a signal at +$(($(date +%s) - START))s; programs not run to the end: $(for p in "${SMALL_P[@]}" "${BIG_P[@]}"; do
+    [[ " ${DONE[*]} " == *" $p "* ]] || printf '%s ' "$p"; done)"
+  if [ -n "$CUR" ]; then
+    kill -TERM "$CUR" 2>/dev/null
+    wait "$CUR"
+    row "${CUR_ROW[@]}"
+  fi
+  finish
+  exit 143
+}
+trap stopped TERM INT
 
 # ------------------------------------------------------------------ 0. bundle, runner
 BUNDLE=${SBS_BUNDLE:-}
@@ -102,36 +194,68 @@ note "runner: $RUNNER"
 for t in ${SBS_MODELS_TAR:-}; do
   tar -xJif "$t" -C "$MODELS" 2>>"$LOGS/unpack.log" && say "unpacked $t" || note "ERROR: cannot unpack $t"
 done
-missing=()
-for p in "${PROGRAMS[@]}"; do [ -f "$MODELS/$p/manifest.json" ] || missing+=("$p"); done
-EXPORT_PID=
-if [ "${#missing[@]}" -eq 0 ]; then
+missing_small=() missing_big=()
+for p in "${SMALL_P[@]}"; do [ -f "$MODELS/$p/manifest.json" ] || missing_small+=("$p"); done
+for p in "${BIG_P[@]}"; do [ -f "$MODELS/$p/manifest.json" ] || missing_big+=("$p"); done
+SMALL_PID= BIG_PID= BIG_T0=
+if [ $((${#missing_small[@]} + ${#missing_big[@]})) -eq 0 ]; then
   note "exports: all ${#PROGRAMS[@]} programs cached in $MODELS"
-elif [ "$CPU" = 1 ]; then
-  python3 "$BENCH/testdata/make_fakes.py" --suite "$MODELS" --decoders "$(csv "${missing[@]}")" >"$LOGS/export.log" 2>&1
-  note "exports (fake): ${missing[*]}"
 else
-  if [ ! -f "$SITE14/executorch/exir/__init__.py" ]; then
+  can_export=1
+  if [ "$CPU" != 1 ] && [ ! -f "$SITE14/executorch/exir/__init__.py" ]; then
     if [ -f "$SITES/et14.tar.xz" ]; then
       mkdir -p "$SITE14" && tar -xJf "$SITES/et14.tar.xz" -C "$SITE14" && chmod +x "$SITE14/executorch/data/bin/flatc" ||
-        note "ERROR: cannot unpack $SITES/et14.tar.xz"
+        { note "ERROR: cannot unpack $SITES/et14.tar.xz"; can_export=0; }
     else
-      note "ERROR: no $SITES/et14.tar.xz (tests/models/wheels.sh): ${missing[*]} cannot be exported"
+      note "ERROR: no $SITES/et14.tar.xz (tests/models/wheels.sh): ${missing_small[*]} ${missing_big[*]} cannot be exported"
+      can_export=0
     fi
   fi
-  if PYTHONPATH=$SITE14 python3 -c 'import executorch.exir, torchao' >"$LOGS/site14.log" 2>&1; then
+  if [ "$CPU" = 1 ]; then
+    note "exporter: fake (bench/testdata/make_fakes.py)"
+  elif [ "$can_export" = 1 ]; then
+    # metadata only (no torch import: the exporters start at once; an import failure is in their logs)
     note "exporter: $(PYTHONPATH=$SITE14 python3 -c 'import importlib.metadata as m; print("executorch", m.version("executorch"), "torchao", m.version("torchao"), "torch", m.version("torch"))' 2>&1 | tail -1)"
-    NCPU=$(nproc 2>/dev/null || echo 4)
-    export TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-$((NCPU / JOBS > 1 ? NCPU / JOBS : 2))}
-    say "exporting ${missing[*]} ($JOBS at a time)"
-    PYTHONPATH=$SITE14 PYTHONDONTWRITEBYTECODE=1 timeout -k 10 $((EXPORT_BUDGET + 90)) \
-      python3 "$ROOT/tests/models/export_et14.py" "$MODELS" --only "$(csv "${missing[@]}")" --jobs "$JOBS" \
-      --deadline $((START + EXPORT_BUDGET)) --timeout $((EXPORT_BUDGET + 60)) >"$LOGS/export.log" 2>&1 &
-    EXPORT_PID=$!
-  else
-    note "ERROR: the ExecuTorch 1.4.1 site does not import with this torch: $(tail -2 "$LOGS/site14.log" | tr '\n' ' ')"
+  fi
+  # Inductor's compile threads (max-autotune precompiles its GEMM templates with them): each small
+  # export NCPU / JOBS, the big one 3/4 of NCPU (it goes on alone once the small ones are done)
+  NCPU=$(nproc 2>/dev/null || echo 4)
+  SMALL_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-$((NCPU / JOBS > 1 ? NCPU / JOBS : 2))}
+  BIG_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-$((NCPU * 3 / 4 > 1 ? NCPU * 3 / 4 : 2))}
+  SETSID=()
+  command -v setsid >/dev/null 2>&1 && SETSID=(setsid) # else sig_tree walks the descendants
+  # start_export GROUP THREADS SECONDS_FOR_THE_FAKE OUTER_TIMEOUT NAMES EXPORT_ARGS... (sets XPID)
+  start_export() {
+    local group=$1 threads=$2 fake_s=$3 outer=$4 names=$5
+    shift 4
+    local to=()
+    [ "$outer" -gt 0 ] && to=(timeout -k 10 "$outer")
+    if [ "$CPU" = 1 ]; then
+      # in steps of 0.2 s, so that a pause (SIGSTOP) delays it as it would a real export
+      "${SETSID[@]}" bash -c 'for ((i = 0; i < $1 * 5; i++)); do sleep 0.2; done
+        python3 "$2" --suite "$3" --decoders "$4" && echo "export $4: fake ok"' _ \
+        "$fake_s" "$BENCH/testdata/make_fakes.py" "$MODELS" "$names" >"$LOGS/export.$group.log" 2>&1 &
+    else
+      PYTHONPATH=$SITE14 PYTHONDONTWRITEBYTECODE=1 TORCHINDUCTOR_COMPILE_THREADS=$threads "${SETSID[@]}" "${to[@]}" \
+        python3 "$ROOT/tests/models/export_et14.py" "$MODELS" ${SBS_EXPORT_ARGS:-} --only "$@" >"$LOGS/export.$group.log" 2>&1 &
+    fi
+    XPID=$!
+  }
+  if [ "$can_export" = 1 ] && [ "${#missing_big[@]}" -gt 0 ]; then
+    # no deadline or timeout of its own: paused during the small programs' runs, stopped here
+    start_export big "$BIG_THREADS" "${SBS_TEST_BIG_EXPORT_S:-0}" 0 "$(csv "${missing_big[@]}")" --jobs 1 --timeout 100000
+    BIG_PID=$XPID BIG_T0=$(date +%s)
+    say "exporting ${missing_big[*]} (pid $BIG_PID; $BIG_THREADS compile threads)"
+  fi
+  if [ "$can_export" = 1 ] && [ "${#missing_small[@]}" -gt 0 ]; then
+    start_export small "$SMALL_THREADS" "${SBS_TEST_EXPORT_S:-0}" $((EXPORT_BUDGET + 90)) "$(csv "${missing_small[@]}")" \
+      --jobs "$JOBS" --deadline $((START + EXPORT_BUDGET)) --timeout $((EXPORT_BUDGET + 60))
+    SMALL_PID=$XPID
+    say "exporting ${missing_small[*]} ($JOBS at a time, pid $SMALL_PID; $SMALL_THREADS compile threads each)"
   fi
 fi
+# Whatever happens, no export outlives this script.
+trap '[ -n "$BIG_PID" ] && sig_tree CONT "$BIG_PID" && sig_tree KILL "$BIG_PID"; [ -n "$SMALL_PID" ] && sig_tree KILL "$SMALL_PID"' EXIT
 
 # ------------------------------------------------------------------ 2. upstream builds
 UTAR=${SBS_UPSTREAM_TAR:-$ROOT/.dev/upstream/upstream_cuda_backends.tar.xz}
@@ -166,7 +290,7 @@ for pre in "${BUILD_PREFIXES[@]}"; do
   fi
   if [ "$need" = 1 ] && [ "$CPU" != 1 ]; then
     rb=$WORK/rebuilt/$name
-    bash "$BENCH/upstream/build.sh" --src "$d/src" --et "$UPDIR/upstream/et" --out "$rb" \
+    timeout -k 10 "${SBS_REBUILD_TIMEOUT:-240}" bash "$BENCH/upstream/build.sh" --src "$d/src" --et "$UPDIR/upstream/et" --out "$rb" \
       --jobs "$(nproc 2>/dev/null || echo 4)" >"$LOGS/rebuild.$name.log" 2>&1 &
     REBUILD_PIDS+=("$!:$name:$rb")
     lib=$rb/lib/libupstream_cuda_backend.so
@@ -181,15 +305,28 @@ for e in "${REBUILD_PIDS[@]}"; do
     note "ERROR: upstream $name: rebuild failed: $(tail -3 "$LOGS/rebuild.$name.log" | tr '\n' ' ')"
 done
 
-# ------------------------------------------------------------------ 3. runs (after the exports)
-if [ -n "$EXPORT_PID" ]; then
-  wait "$EXPORT_PID"
-  note "exports done (rc $?) at +$(($(date +%s) - START))s: $(grep -E '^export ' "$LOGS/export.log" | tr '\n' ';' | cut -c1-600)"
+# ------------------------------------------------------------------ 3. runs (never during an export)
+export_lines() { grep -E '^export ' "$LOGS/export.$1.log" 2>/dev/null | tr '\n' ';' | cut -c1-600; }
+if [ -n "$SMALL_PID" ]; then
+  wait "$SMALL_PID"
+  rc=$?
+  SMALL_PID=
+  note "small exports done (rc $rc) at +$(($(date +%s) - START))s: $(export_lines small)"
+fi
+PAUSED_AT=
+PAUSED_S=0
+if [ -n "$BIG_PID" ] && alive "$BIG_PID" && [ "${#SMALL_P[@]}" -gt 0 ]; then
+  if [ "$PAUSE_BIG" = 1 ]; then
+    sig_tree STOP "$BIG_PID"
+    PAUSED_AT=$(date +%s)
+    note "big export (${missing_big[*]}) paused at +$((PAUSED_AT - START))s while the small programs run"
+  else
+    note "WARNING: the small programs ran while the big export (${missing_big[*]}) went on (SBS_PAUSE_BIG=0): their times and device memory were taken beside it"
+  fi
 fi
 label() { case "$1" in main-*) echo "main ${1#main-}" ;; *) echo "${1%%-*}" ;; esac; }
-# row PROGRAM BACKEND CONFIG KIND RC LOG N ROUNDS
-row() { printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$INDEX"; }
-one() { # one PROGRAM BACKEND CONFIG KIND N ROUNDS ARGS...
+CALL_TIMEOUT=$RUN_TIMEOUT
+one() { # one PROGRAM BACKEND CONFIG KIND N ROUNDS ARGS...; returns the runner's status
   local prog=$1 backend=$2 config=$3 kind=$4 n=$5 rounds=$6
   shift 6
   local log lim
@@ -197,74 +334,116 @@ one() { # one PROGRAM BACKEND CONFIG KIND N ROUNDS ARGS...
   lim=$(left)
   if [ "$lim" -lt 5 ]; then
     row "$prog" "$backend" "$config" "$kind" skipped "" "$n" "$rounds"
-    return
+    return 0
   fi
-  [ "$lim" -gt "$RUN_TIMEOUT" ] && lim=$RUN_TIMEOUT
+  [ "$lim" -gt "$CALL_TIMEOUT" ] && lim=$CALL_TIMEOUT
   local env=()
   [ "$backend" != ours ] && [ -n "$UP_LD" ] && env=(env "LD_LIBRARY_PATH=$UP_LD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
-  python3 "$BENCH/sbs_exec.py" "$lim" "$log" -- "${env[@]}" "$RUNNER" "$@"
+  # in the background, so that a SIGTERM to this script is handled at once (bash runs a trap only
+  # after the foreground command, but interrupts `wait`)
+  python3 "$BENCH/sbs_exec.py" "$lim" "$log" -- "${env[@]}" "$RUNNER" "$@" &
+  CUR=$! CUR_ROW=("$prog" "$backend" "$config" "$kind" 143 "logs/$(basename "$log")" "$n" "$rounds")
+  wait "$CUR"
   local rc=$?
+  CUR=
   row "$prog" "$backend" "$config" "$kind" "$rc" "logs/$(basename "$log")" "$n" "$rounds"
   say "rc=$rc $prog / $backend / $config / $kind: $(grep -E '^generate: |max_abs_err' "$log" | tail -1 | cut -c1-140)"
+  return $rc
 }
-for prog in "${PROGRAMS[@]}"; do
-  man=$MODELS/$prog/manifest.json
+partial() {
+  local t=$RUN/partial.$(date +%s%N).md
+  table "$t" && mv -f "$t" "$OUT/sbs_partial.md"
+}
+run_program() {
+  local prog=$1 man=$MODELS/$1/manifest.json
   if [ ! -f "$man" ]; then
-    why=$(cat "$MODELS/.$prog.failed.txt" 2>/dev/null | head -c 300)
-    note "$prog: not exported${why:+: $why} (see logs/export.log)"
-    continue
+    local why
+    why=$(head -c 300 "$MODELS/.$prog.failed.txt" 2>/dev/null)
+    note "$prog: not exported${why:+: $why} (see logs/export.*.log)"
+    return
   fi
+  local dec pre
   dec=$(python3 -c 'import json,sys; g=json.load(open(sys.argv[1])).get("generate") or {}; print(g.get("decode_method","forward"))' "$man" 2>/dev/null)
   pre=$(python3 -c 'import json,sys; g=json.load(open(sys.argv[1])).get("generate") or {}; print(g.get("prefill_method","forward"))' "$man" 2>/dev/null)
-  best=(--option "enable_cuda_graph_for_method=${dec:-forward}" --option use_shared_cuda_stream=true
+  local best=(--option "enable_cuda_graph_for_method=${dec:-forward}" --option use_shared_cuda_stream=true
     --option weight_sharing_across_methods=true)
-  backends=(ours)
+  local backends=(ours) bi i c b k lib extra opts rc args
   for i in "${!UP_NAMES[@]}"; do backends+=("$i"); done
-  for bi in "${backends[@]}"; do
-    if [ "$bi" = ours ]; then
-      b=ours lib=() extra=(--stats)
-    else
-      b=$(label "${UP_NAMES[$bi]}") lib=(--backend-lib "${UP_LIBS[$bi]}") extra=()
-      if [ ! -f "${UP_LIBS[$bi]}" ]; then
-        for c in plain best; do for k in cases cold steady; do row "$prog" "$b" "$c" "$k" "not run" "" "$GEN_N" 1; done; done
-        continue
+  # best first: when the budget runs out, the comparison with graphs on both sides is what is left
+  for c in best plain; do
+    for bi in "${backends[@]}"; do
+      if [ "$bi" = ours ]; then
+        b=ours lib=() extra=(--stats)
+      else
+        b=$(label "${UP_NAMES[$bi]}") lib=(--backend-lib "${UP_LIBS[$bi]}") extra=()
+        if [ ! -f "${UP_LIBS[$bi]}" ]; then
+          for k in cases cold steady; do row "$prog" "$b" "$c" "$k" "not run" "" "$GEN_N" 1; done
+          continue
+        fi
       fi
-    fi
-    for c in plain best; do
       opts=()
       if [ "$c" = best ]; then
         opts=("${best[@]}")
         # ours keeps the KV cache of a prefill+decode program in one place only with this option
         [ "$b" = ours ] && [ "$pre" != "$dec" ] && opts+=(--option share_mutable_buffers_across_methods=true)
       fi
-      one "$prog" "$b" "$c" cases 0 1 "${lib[@]}" --manifest "$man" --mem "${extra[@]}" "${opts[@]}"
-      one "$prog" "$b" "$c" cold "$GEN_N" 1 "${lib[@]}" --manifest "$man" --generate "$GEN_N" --generate-rounds 1 \
-        --mem "${extra[@]}" "${opts[@]}"
-      one "$prog" "$b" "$c" steady "$GEN_N" "$ROUNDS" "${lib[@]}" --manifest "$man" --generate "$GEN_N" \
-        --generate-rounds "$ROUNDS" --mem "${extra[@]}" "${opts[@]}"
+      rc=0
+      for k in cases cold steady; do
+        if [ "$rc" = 124 ]; then # a call that timed out: the rest of this backend and configuration is skipped
+          row "$prog" "$b" "$c" "$k" skipped "" "$GEN_N" 1
+          continue
+        fi
+        case $k in
+          cases) args=(--manifest "$man" --mem) ;;
+          cold) args=(--manifest "$man" --generate "$GEN_N" --generate-rounds 1 --mem) ;;
+          steady) args=(--manifest "$man" --generate "$GEN_N" --generate-rounds "$ROUNDS" --mem) ;;
+        esac
+        local n=$GEN_N r=1
+        [ "$k" = cases ] && n=0
+        [ "$k" = steady ] && r=$ROUNDS
+        one "$prog" "$b" "$c" "$k" "$n" "$r" "${lib[@]}" "${args[@]}" "${extra[@]}" "${opts[@]}"
+        rc=$?
+        [ "$rc" = 124 ] && note "$prog / $b / $c / $k: timed out (${CALL_TIMEOUT}s a call, or the end of the budget)$([ $k != steady ] && echo "; the rest of $b / $c skipped")"
+      done
     done
   done
-done
+  DONE+=("$prog")
+  partial
+}
 
-# ------------------------------------------------------------------ 4. the results file
-note "elapsed: $(($(date +%s) - START))s"
-RESULT=$(python3 "$BENCH/results.py" name --dir "$OUT" --tag side-by-side)
-python3 "$BENCH/side_by_side_table.py" --index "$INDEX" --notes "$NOTES" --out "$RESULT" >"$LOGS/table.log" 2>&1 ||
-  { echo "side_by_side_table.py failed:"; tail -20 "$LOGS/table.log"; }
-cp "$RESULT" "$RUN/" 2>/dev/null
-cp "$LOGS/export.log" "$RUN/" 2>/dev/null
-cp -r "$MODELS/.logs" "$RUN/export_logs" 2>/dev/null
-T=$OUT/sbs_logs.tar.xz
-[ -e "$T" ] && T=$OUT/sbs_logs.$(basename "$RESULT" .md).tar.xz
-tar -C "$RUN" -cf - . | xz -T0 -6 >"$T" 2>/dev/null || echo "could not pack the logs"
-# the programs that fit (smallest first, <= 15 MiB) for SBS_MODELS_TAR next time
-[ -e "$OUT/et14_models.tar.xz" ] ||
-  python3 "$BENCH/pack.py" --models "$MODELS" --out "$OUT/et14_models.tar.xz" --limit-mb 15 >"$RUN/pack.log" 2>&1 ||
-  echo "pack.py failed: $(tail -2 "$RUN/pack.log")"
-if [ -n "${BENCH_RESULTS_DIR:-}" ] && [ -f "$RESULT" ]; then
-  python3 "$BENCH/results.py" add "$RESULT" --dir "$BENCH_RESULTS_DIR" --index "${BENCH_RESULTS_INDEX:-$BENCH/RESULTS.md}" \
-    --what "${SBS_WHAT:-side by side: ExecuTorch 1.4.1 programs (${PROGRAMS[*]}), ours vs upstream ${UP_NAMES[*]}, plain and best}"
+
+CALL_TIMEOUT=$RUN_TIMEOUT
+for prog in "${SMALL_P[@]}"; do run_program "$prog"; done
+# the programs that fit (smallest first, <= 15 MiB) for SBS_MODELS_TAR next time; in the background
+# while the big export goes on, done before the big programs run
+PACK_PID=
+if [ ! -e "$OUT/et14_models.tar.xz" ]; then
+  python3 "$BENCH/pack.py" --models "$MODELS" --out "$OUT/et14_models.tar.xz" --limit-mb 15 >"$RUN/pack.log" 2>&1 &
+  PACK_PID=$!
 fi
-echo
-echo "==================== $RESULT ($(($(date +%s) - START))s)"
-cat "$RESULT" 2>/dev/null || echo "(no results file)"
+if [ -n "$BIG_PID" ]; then
+  if [ -n "$PAUSED_AT" ]; then
+    sig_tree CONT "$BIG_PID"
+    PAUSED_S=$(($(date +%s) - PAUSED_AT))
+    note "big export resumed at +$(($(date +%s) - START))s (paused ${PAUSED_S}s)"
+  fi
+  stop_at=$((DEADLINE - BIG_RESERVE))
+  while alive "$BIG_PID" && [ "$(date +%s)" -lt "$stop_at" ]; do sleep 1; done
+  if alive "$BIG_PID"; then
+    sig_tree TERM "$BIG_PID"
+    sleep 3
+    sig_tree KILL "$BIG_PID"
+    note "big export (${missing_big[*]}) stopped at +$(($(date +%s) - START))s after $((stop_at - BIG_T0 - PAUSED_S))s of work (${BIG_RESERVE}s of the budget kept for the big programs' runs): not exported"
+  fi
+  wait "$BIG_PID"
+  rc=$?
+  BIG_PID=
+  note "big export done (rc $rc) at +$(($(date +%s) - START))s: $(export_lines big)"
+fi
+if [ -n "$PACK_PID" ]; then
+  wait "$PACK_PID" || echo "pack.py failed: $(tail -2 "$RUN/pack.log")"
+  PACK_PID=
+fi
+CALL_TIMEOUT=$BIG_RUN_TIMEOUT
+for prog in "${BIG_P[@]}"; do run_program "$prog"; done
+finish

@@ -215,6 +215,65 @@ if [ -s "$S2" ]; then
     ! grep -q "share_mutable" "$T"/sbsw/run/logs/et14_qwen3_pd_bf16.v1.4.1.best.steady.log &&
     ok "sbs run: cache sharing option for ours only" || bad "sbs run: options of the pd runs"
 fi
+# The big program's export: paused (SIGSTOP) while the small programs run, resumed, its program run
+# last; a call that times out skips the rest of its backend and configuration.
+SB=(env -u PYTHONPATH SBS_TEST_CPU=1 SBS_BUILDS=v1.4.1 ET_RESULTS_COMMIT=abc1234 SBS_PROGRAMS=et14_qwen3_bf16,et14_llama1b_bf16)
+"${SB[@]}" OUT="$T/sbsA" SBS_WORK="$T/sbswA" SBS_MODELS="$T/sbsmA" SBS_UPSTREAM_DIR="$T/sbsu" SBS_TEST_EXPORT_S=1 \
+  SBS_TEST_BIG_EXPORT_S=2 SBS_RUN_TIMEOUT=3 FAKE_SLEEP="et14_qwen3_bf16+v1.4.1+enable_cuda_graph+--generate-rounds 1=30" \
+  bash "$HERE/side_by_side.sh" >"$T/sbsA.log" 2>&1
+SA=$(ls "$T"/sbsA/*-side-by-side.md 2>/dev/null | head -1)
+if [ -n "$SA" ]; then
+  has "$SA" "big export (et14_llama1b_bf16) paused at" "sbs big: export paused during the small runs"
+  has "$SA" "big export resumed at" "sbs big: export resumed"
+  has "$SA" "| et14_llama1b_bf16 | ours | best | 3 x 48 |" "sbs big: the big program ran after its export"
+  has "$SA" "- et14_qwen3_bf16 / v1.4.1 / best / cold: TIMEOUT" "sbs big: a call that timed out"
+  has "$SA" "- et14_qwen3_bf16 / v1.4.1 / best / steady: skipped" "sbs big: the rest of that configuration skipped"
+  has "$SA" "| et14_qwen3_bf16 | v1.4.1 | plain | 3 x 48 |" "sbs big: the other configuration ran"
+  order=$(cut -f1 "$T/sbswA/run/runs.tsv" | uniq | tr '\n' ' ')
+  [ "$order" = "et14_qwen3_bf16 et14_llama1b_bf16 " ] && ok "sbs big: small program first" || bad "sbs big: run order $order"
+  [ "$(cut -f3 "$T/sbswA/run/runs.tsv" | head -1)" = best ] && ok "sbs big: best configuration first" ||
+    bad "sbs big: first configuration $(cut -f3 "$T/sbswA/run/runs.tsv" | head -1)"
+else
+  bad "sbs big: no results file ($(tail -3 "$T/sbsA.log"))"
+fi
+# A big export that does not end in time is stopped, the small rows are there, the budget is kept.
+t0=$(date +%s)
+"${SB[@]}" OUT="$T/sbsB" SBS_WORK="$T/sbswB" SBS_MODELS="$T/sbsmB" SBS_UPSTREAM_DIR="$T/sbsu" SBS_TEST_EXPORT_S=1 \
+  SBS_TEST_BIG_EXPORT_S=300 SBS_BUDGET=20 SBS_BIG_RESERVE=8 bash "$HERE/side_by_side.sh" >"$T/sbsB.log" 2>&1
+dt=$(($(date +%s) - t0))
+SBf=$(ls "$T"/sbsB/*-side-by-side.md 2>/dev/null | head -1)
+if [ -n "$SBf" ]; then
+  has "$SBf" "et14_llama1b_bf16) stopped at" "sbs stop: big export stopped at its deadline"
+  has "$SBf" "- et14_llama1b_bf16: not exported" "sbs stop: big program reported as not exported"
+  has "$SBf" "| et14_qwen3_bf16 | v1.4.1 | plain | 3 x 48 |" "sbs stop: small rows written"
+else
+  bad "sbs stop: no results file ($(tail -3 "$T/sbsB.log"))"
+fi
+[ "$dt" -le 30 ] && ok "sbs stop: ended in ${dt}s (budget 20 s)" || bad "sbs stop: took ${dt}s with a budget of 20 s"
+# SIGTERM (the device tool's time limit): the dated file from what ran, the running call recorded,
+# no export left behind.
+"${SB[@]}" OUT="$T/sbsC" SBS_WORK="$T/sbswC" SBS_MODELS="$T/sbsmC" SBS_UPSTREAM_DIR="$T/sbsu" SBS_TEST_EXPORT_S=1 \
+  SBS_TEST_BIG_EXPORT_S=300 FAKE_SLEEP="et14_qwen3_bf16+v1.4.1+--generate-rounds 1=60" \
+  bash "$HERE/side_by_side.sh" >"$T/sbsC.log" 2>&1 &
+cpid=$!
+for _ in $(seq 100); do grep -q "v1.4.1 / best / cases" "$T/sbsC.log" 2>/dev/null && break; sleep 0.2; done
+sleep 1
+kill -TERM "$cpid"
+wait "$cpid"
+crc=$?
+SC=$(ls "$T"/sbsC/*-side-by-side.md 2>/dev/null | head -1)
+[ "$crc" = 143 ] && ok "sbs TERM: exit status 143" || bad "sbs TERM: exit status $crc"
+if [ -n "$SC" ]; then
+  has "$SC" "- et14_qwen3_bf16 / v1.4.1 / best / cold: exit status 143" "sbs TERM: the running call recorded"
+  has "$SC" "programs not run to the end: et14_qwen3_bf16 et14_llama1b_bf16" "sbs TERM: what did not run"
+else
+  bad "sbs TERM: no results file ($(tail -3 "$T/sbsC.log"))"
+fi
+if grep -l "sbsm[ABC]" /proc/[0-9]*/cmdline 2>/dev/null | grep -qv self; then
+  bad "sbs: a fake export outlived its script"
+else
+  ok "sbs: no export left running"
+fi
 
 # ------------------------------------------------------------------ 3d. real scale (bench/real_scale.sh)
 if bash "$HERE/testdata/real_scale/test.sh" >"$T/real_scale.log" 2>&1; then

@@ -10,6 +10,8 @@ never the program. What it imitates:
 - --device-io on a manifest without "alloc_graph_input": false: the memory-planned refusal;
 - qwen3_pd_bf16 --generate without share_mutable_buffers_across_methods: tokens differ after
   the first (the decode method does not see the prefill's cache).
+FAKE_SLEEP="a+b=S,...": sleep S seconds first when the command line contains a and b (a hang, for
+the timeouts of bench/side_by_side.sh's CPU test).
 The numbers are fixed functions of the command line; they mean nothing.
 """
 import json
@@ -54,6 +56,11 @@ def main(argv):
         if a.startswith("--"):
             flags.add(a)
         i += 1
+    line = " ".join(argv)
+    for entry in filter(None, os.environ.get("FAKE_SLEEP", "").split(",")):
+        pat, secs = entry.rsplit("=", 1)
+        if all(part in line for part in pat.split("+")):
+            time.sleep(float(secs))
     opts = dict(o.split("=", 1) for o in args["options"])
     man_path = args.get("manifest", "")
     with open(man_path) as f:
