@@ -77,6 +77,9 @@ fn pick(sizes: &[usize], free: &mut [bool], bytes: usize) -> Option<usize> {
 struct ArenaState {
     free: Vec<bool>,
     misses: usize,
+    /// Allocations asked for so far, and the size of the first miss.
+    taken: usize,
+    first_miss: Option<(usize, usize)>,
 }
 
 /// One block: its device address, and what keeps its memory alive (the allocation,
@@ -145,6 +148,8 @@ impl Arena {
             state: Mutex::new(ArenaState {
                 free: vec![true; sizes.len()],
                 misses: 0,
+                taken: 0,
+                first_miss: None,
             }),
             blocks,
             sizes,
@@ -159,10 +164,13 @@ impl Arena {
     /// `None` is a miss (counted).
     pub(crate) fn take(&self, bytes: usize) -> Option<(usize, u64)> {
         let mut st = self.state();
+        st.taken += 1;
+        let st = &mut *st;
         match pick(&self.sizes, &mut st.free, bytes) {
             Some(i) => Some((i, self.blocks[i].ptr)),
             None => {
                 st.misses += 1;
+                st.first_miss.get_or_insert((st.taken, bytes));
                 None
             }
         }
@@ -178,6 +186,21 @@ impl Arena {
     /// Allocations the plan did not foresee.
     pub(crate) fn misses(&self) -> usize {
         self.state().misses
+    }
+
+    /// For the log: allocations asked for, blocks planned, and the first miss (its
+    /// position among the allocations, its size).
+    pub(crate) fn describe(&self) -> String {
+        let st = self.state();
+        let miss = st.first_miss.map_or_else(String::new, |(n, b)| {
+            format!("; first miss: allocation {n}, {b} bytes")
+        });
+        format!(
+            "{} allocations asked for, {} blocks planned ({} bytes){miss}",
+            st.taken,
+            self.sizes.len(),
+            self.bytes()
+        )
     }
 
     /// Device bytes the arena holds.

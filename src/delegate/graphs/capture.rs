@@ -57,7 +57,9 @@ pub(super) unsafe fn capture(
     if let CaptureMemory::Trace(t) = trace {
         if !t.events.is_empty() {
             // SAFETY: forwarded contract.
-            if let Some((outs2, exec2, arena)) = unsafe { private_graph(r, &statics, ctx.stream, t) } {
+            if let Some((outs2, exec2, arena)) =
+                unsafe { private_graph(r, &statics, ctx.stream, t) }
+            {
                 // The first graph was never launched: its allocations never existed.
                 drop((outs, exec));
                 stats::record(Event::GraphCapture);
@@ -69,7 +71,7 @@ pub(super) unsafe fn capture(
                     exec: exec2,
                 }));
             }
-            log::info!(
+            log::warn!(
                 "method {:?}: graph-private memory not used for input shapes {:?}; the graph keeps allocation nodes",
                 r.method,
                 shape_key(inputs)
@@ -214,7 +216,7 @@ unsafe fn private_graph(
             }
             Ok(None) => return None,
             Err(e) => {
-                log::debug!("method {:?}: graph-private memory: {e}", r.method);
+                log::warn!("method {:?}: graph-private memory: {e}", r.method);
                 return None;
             }
         }
@@ -250,10 +252,12 @@ unsafe fn capture_private(
     let (res, _) = unsafe { capture_once(r, statics, stream, CaptureMemory::Arena(arena.clone())) };
     let (outs, exec) = res?;
     if arena.misses() > 0 {
-        log::debug!(
-            "method {:?}: {} allocation(s) of the second capture were not in its plan",
+        log::warn!(
+            "method {:?}: {} allocation(s) of the capture were not in its plan of {} traced events ({})",
             r.method,
-            arena.misses()
+            arena.misses(),
+            trace.events.len(),
+            arena.describe()
         );
         return Ok(None);
     }
