@@ -57,9 +57,8 @@ pub(super) unsafe fn capture(
     if let CaptureMemory::Trace(t) = trace {
         if !t.events.is_empty() {
             // SAFETY: forwarded contract.
-            if let Some((outs2, exec2, arena)) =
-                unsafe { private_graph(r, &statics, ctx.stream, t) }
-            {
+            let private = unsafe { private_graph(r, &statics, ctx.stream, t) };
+            if let Some((outs2, exec2, arena)) = private {
                 // The first graph was never launched: its allocations never existed.
                 drop((outs, exec));
                 stats::record(Event::GraphCapture);
