@@ -39,6 +39,28 @@ pub(super) fn attribute(dev: sys::CUdevice, a: sys::CUdevice_attribute, what: &s
     Ok(v)
 }
 
+/// Compute capability (major, minor) and the number of SMs of `device`.
+fn capabilities(device: &DeviceState) -> Result<(i32, i32, i32)> {
+    let dev = device.device;
+    Ok((
+        attribute(
+            dev,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+            "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)",
+        )?,
+        attribute(
+            dev,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+            "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)",
+        )?,
+        attribute(
+            dev,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)",
+        )?,
+    ))
+}
+
 /// Bytes aligned for the driver (fatbin headers want 8-byte alignment; PTX a NUL).
 pub(super) fn aligned_copy(bytes: &[u8], nul: bool) -> Vec<u64> {
     let n = bytes.len() + usize::from(nul);
@@ -101,21 +123,7 @@ fn load_image_of(image: Image, fatbin: &[u8], ptx_env: &str) -> Result<sys::CUmo
 impl Module {
     pub(super) fn load(device: Arc<DeviceState>) -> Result<Module> {
         let _g = ContextGuard::device(&device)?;
-        let major = attribute(
-            device.device,
-            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-            "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)",
-        )?;
-        let minor = attribute(
-            device.device,
-            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-            "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)",
-        )?;
-        let sm_count = attribute(
-            device.device,
-            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-            "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)",
-        )?;
+        let (major, minor, sm_count) = capabilities(&device)?;
         if major < 8 {
             return Err(Error::cuda(format!(
                 "the int4 kernels need compute capability 8.0 or newer (bf16 tensor cores); cuda:{} is {major}.{minor}",
@@ -301,22 +309,13 @@ impl Resident {
     fn load(&self, ordinal: i32) -> Result<Module> {
         let device = crate::cuda::device(ordinal)?;
         let _g = ContextGuard::device(&device)?;
-        let major = attribute(
-            device.device,
-            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-            "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)",
-        )?;
+        let (major, minor, sm_count) = capabilities(&device)?;
         if major < 8 {
             return Err(Error::cuda(format!(
-                "the {} kernels are built for compute capability 8.0 or newer; cuda:{ordinal} is {major}.x",
+                "the {} kernels are built for compute capability 8.0 or newer; cuda:{ordinal} is {major}.{minor}",
                 self.what
             )));
         }
-        let sm_count = attribute(
-            device.device,
-            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-            "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)",
-        )?;
         let buf = aligned_copy(self.image, false);
         let mut raw: sys::CUmodule = std::ptr::null_mut();
         // SAFETY: a complete fatbin image in 8-byte aligned memory, alive for the call; the

@@ -70,10 +70,22 @@ pub static RECORD: &str = include_str!("../../kernels/int4mm.sha256");
 /// The SHA-256 (hex) recorded for `what` ("source", "ptx", "fatbin") in [`RECORD`].
 #[cfg(test)]
 pub fn recorded_sha256(what: &str) -> Option<&'static str> {
-    RECORD.lines().find_map(|l| {
+    recorded_in(RECORD, what)
+}
+
+/// The SHA-256 (hex) recorded for `what` in one `kernels/<name>.sha256` record.
+#[cfg(test)]
+pub fn recorded_in(record: &'static str, what: &str) -> Option<&'static str> {
+    record.lines().find_map(|l| {
         let mut it = l.split_whitespace();
         (it.next() == Some(what)).then(|| it.next()).flatten()
     })
+}
+
+/// SHA-256 of `bytes`, lowercase hex (the tests' check of the committed device code).
+#[cfg(test)]
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    crate::aoti::loader::hex(&crate::aoti::loader::sha256(bytes))
 }
 
 #[derive(Default)]
@@ -191,29 +203,23 @@ mod tests {
         assert_eq!(v.as_ptr() as usize % 8, 0);
     }
 
-    use sha2::{Digest, Sha256};
-
-    fn hex(d: &[u8]) -> String {
-        d.iter().map(|b| format!("{b:02x}")).collect()
-    }
-
     #[test]
     fn committed_device_code_matches_its_source() {
         let src = include_bytes!("../../kernels/int4mm.cu");
         let recorded =
             super::recorded_sha256("source").expect("kernels/int4mm.sha256 has a source line");
         assert_eq!(
-            hex(&Sha256::digest(src)),
+            super::sha256_hex(src),
             recorded,
             "kernels/int4mm.cu changed since kernels/build.sh last ran: rebuild the PTX/fatbin with it (nvcc 13.0) and commit them"
         );
         assert_eq!(
-            hex(&Sha256::digest(super::FATBIN)),
+            super::sha256_hex(super::FATBIN),
             super::recorded_sha256("fatbin").unwrap_or_default(),
             "kernels/int4mm.fatbin is not the one kernels/build.sh recorded"
         );
         assert_eq!(
-            hex(&Sha256::digest(super::PTX)),
+            super::sha256_hex(super::PTX),
             super::recorded_sha256("ptx").unwrap_or_default(),
             "kernels/int4mm.ptx is not the one kernels/build.sh recorded"
         );
@@ -226,25 +232,20 @@ mod tests {
 
     #[test]
     fn committed_decode_kernels_match_their_source() {
-        let record = |what: &str| {
-            super::DECODE_RECORD.lines().find_map(|l| {
-                let mut it = l.split_whitespace();
-                (it.next() == Some(what)).then(|| it.next()).flatten()
-            })
-        };
+        let record = |what: &str| super::recorded_in(super::DECODE_RECORD, what);
         let src = include_bytes!("../../kernels/decode.cu");
         assert_eq!(
-            Some(hex(&Sha256::digest(src)).as_str()),
+            Some(super::sha256_hex(src).as_str()),
             record("source"),
             "kernels/decode.cu changed since kernels/build.sh last ran: rebuild (KERNELS=decode kernels/build.sh, nvcc 13.0) and commit"
         );
         assert_eq!(
-            Some(hex(&Sha256::digest(super::DECODE_FATBIN)).as_str()),
+            Some(super::sha256_hex(super::DECODE_FATBIN).as_str()),
             record("fatbin"),
             "kernels/decode.fatbin is not the one kernels/build.sh recorded"
         );
         assert_eq!(
-            Some(hex(&Sha256::digest(super::DECODE_PTX)).as_str()),
+            Some(super::sha256_hex(super::DECODE_PTX).as_str()),
             record("ptx"),
             "kernels/decode.ptx is not the one kernels/build.sh recorded"
         );

@@ -187,34 +187,23 @@ fn param<T>(v: &mut T) -> *mut c_void {
 mod tests {
     use super::*;
 
-    use sha2::{Digest, Sha256};
+    use crate::kernels::{recorded_in, sha256_hex};
 
-    fn recorded(what: &str) -> String {
-        RECORD
-            .lines()
-            .find_map(|l| {
-                let mut it = l.split_whitespace();
-                (it.next() == Some(what)).then(|| it.next()).flatten()
-            })
-            .unwrap_or("")
-            .to_string()
-    }
-
-    fn hex(d: &[u8]) -> String {
-        d.iter().map(|b| format!("{b:02x}")).collect()
+    fn recorded(what: &str) -> &'static str {
+        recorded_in(RECORD, what).unwrap_or("")
     }
 
     #[test]
     fn committed_device_code_matches_its_source() {
         let src = include_bytes!("../../kernels/sample.cu");
         assert_eq!(
-            hex(&Sha256::digest(src)),
+            sha256_hex(src),
             recorded("source"),
             "kernels/sample.cu changed since kernels/build.sh last ran: rebuild (kernels/build.sh sample) and commit"
         );
-        assert_eq!(hex(&Sha256::digest(FATBIN)), recorded("fatbin"));
+        assert_eq!(sha256_hex(FATBIN), recorded("fatbin"));
         let ptx = include_bytes!("../../kernels/sample.ptx");
-        assert_eq!(hex(&Sha256::digest(ptx)), recorded("ptx"));
+        assert_eq!(sha256_hex(ptx), recorded("ptx"));
         assert!(RECORD.contains("nvcc 13.0 "), "{RECORD}");
         let text = std::str::from_utf8(ptx).expect("PTX is text");
         assert!(

@@ -3,32 +3,22 @@
 use super::generator::*;
 use super::plan::*;
 use super::*;
-use sha2::{Digest, Sha256};
-
-fn hex(d: &[u8]) -> String {
-    d.iter().map(|b| format!("{b:02x}")).collect()
-}
+use crate::kernels::{recorded_in, sha256_hex};
 
 fn recorded(what: &str) -> &'static str {
-    RECORD
-        .lines()
-        .find_map(|l| {
-            let mut it = l.split_whitespace();
-            (it.next() == Some(what)).then(|| it.next()).flatten()
-        })
-        .unwrap_or("")
+    recorded_in(RECORD, what).unwrap_or("")
 }
 
 #[test]
 fn committed_device_code_matches_its_source() {
     let src = include_bytes!("../../../kernels/sort_rand.cu");
     assert_eq!(
-        hex(&Sha256::digest(src)),
+        sha256_hex(src),
         recorded("source"),
         "kernels/sort_rand.cu changed since kernels/build.sh last ran: rebuild (kernels/build.sh sort_rand) and commit"
     );
-    assert_eq!(hex(&Sha256::digest(FATBIN)), recorded("fatbin"));
-    assert_eq!(hex(&Sha256::digest(PTX)), recorded("ptx"));
+    assert_eq!(sha256_hex(FATBIN), recorded("fatbin"));
+    assert_eq!(sha256_hex(PTX), recorded("ptx"));
     assert!(RECORD.contains("nvcc 13.0 "), "{RECORD}");
     assert_eq!(&FATBIN[..4], &[0x50, 0xED, 0x55, 0xBA], "fatbin magic");
 }
