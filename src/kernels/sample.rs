@@ -7,7 +7,7 @@
 use super::{Module, Resident};
 use crate::cuda::{self, memory::PinnedBuffer, ContextGuard};
 use crate::dtype::{self, codes};
-use crate::error::{invalid, Result};
+use crate::error::{invalid, Error, Result};
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
@@ -134,7 +134,9 @@ pub unsafe fn sample(
     if slots[i].is_none() {
         slots[i] = Some(PinnedBuffer::new(device.clone(), 8)?);
     }
-    let slot = slots[i].as_ref().map_or(std::ptr::null_mut(), |b| b.ptr());
+    let Some(slot) = slots[i].as_ref().map(|b| b.ptr()) else {
+        return Err(Error::internal("sample: no result slot".to_string()));
+    };
     // SAFETY: the slot holds at least 8 bytes (PinnedBuffer's minimum is 256).
     unsafe { slot.cast::<i64>().write(i64::MIN) };
     let mut row = logits as u64;
@@ -172,7 +174,7 @@ pub unsafe fn sample(
     match token {
         -1 if how.temperature > 0.0 => Ok(None),
         t if (0..vocab).contains(&t) => Ok(Some(t)),
-        t => Err(crate::error::Error::cuda(format!(
+        t => Err(Error::cuda(format!(
             "sample: the kernel returned token {t} for a row of {vocab}"
         ))),
     }
