@@ -7,7 +7,9 @@
 
 #include <etc_tokenizer.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -159,6 +161,71 @@ static void sampling_tests() {
   Sampler edge(p);
   CHECK(edge.pick({0.0, inf, 1.0}) == 1);
   CHECK(edge.pick({nan, -inf}) == -1);
+
+  // The threshold search against the definition it implements: sort the weights (larger
+  // first, ties by lower id), keep them until the mass reaches top_p of the total, then
+  // the draw's token in id order. Rows with many equal logits exercise the ties.
+  auto reference = [](const std::vector<double>& logits, double t, double top_p, double u) -> int64_t {
+    float top = -std::numeric_limits<float>::infinity();
+    for (double x : logits) top = std::max(top, static_cast<float>(x));
+    const float inv = static_cast<float>(1.0 / t);
+    std::vector<uint64_t> w(logits.size());
+    std::vector<float> p(logits.size());
+    uint64_t total = 0;
+    for (size_t v = 0; v < logits.size(); ++v) {
+      p[v] = std::exp((static_cast<float>(logits[v]) - top) * inv);
+      w[v] = static_cast<uint64_t>(p[v] * 1099511627776.0f);
+      total += w[v];
+    }
+    std::vector<bool> kept(logits.size(), top_p >= 1);
+    for (size_t v = 0; v < logits.size(); ++v) kept[v] = kept[v] && w[v] > 0;
+    if (top_p < 1) {
+      std::vector<size_t> order;
+      for (size_t v = 0; v < w.size(); ++v) {
+        if (w[v] > 0) order.push_back(v);
+      }
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+      const uint64_t target = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(top_p * static_cast<double>(total))));
+      uint64_t acc = 0;
+      for (size_t v : order) {
+        if (acc >= target) break;
+        acc += w[v];
+        kept[v] = true;
+      }
+    }
+    uint64_t sum = 0;
+    for (size_t v = 0; v < w.size(); ++v) sum += kept[v] ? w[v] : 0;
+    uint64_t target = std::min(static_cast<uint64_t>(u * static_cast<double>(sum)), sum - 1);
+    uint64_t acc = 0;
+    for (size_t v = 0; v < w.size(); ++v) {
+      if (!kept[v] || w[v] == 0) continue;
+      acc += w[v];
+      if (acc > target) return static_cast<int64_t>(v);
+    }
+    return -2;
+  };
+  int compared = 0, differ = 0;
+  for (int row = 0; row < 60; ++row) {
+    std::vector<double> logits(50 + 97 * row);
+    for (size_t v = 0; v < logits.size(); ++v) {
+      // Quantized to quarters over a small range: many exact ties.
+      logits[v] = std::floor(draw(1000 + row, v) * 24.0) / 4.0;
+    }
+    for (double tp : {1.0, 0.95, 0.7, 0.3, 0.01}) {
+      SamplingParams q;
+      q.temperature = row % 2 ? 0.7 : 1.3;
+      q.top_p = tp;
+      q.seed = static_cast<uint64_t>(row);
+      Sampler s(q);
+      for (uint64_t step = 0; step < 20; ++step) {
+        const int64_t got = s.pick(logits);
+        ++compared;
+        if (got != reference(logits, q.temperature, tp, draw(q.seed, step))) ++differ;
+      }
+    }
+  }
+  CHECK(compared == 6000);
+  CHECK(differ == 0);
 }
 
 int main(int argc, char** argv) {

@@ -40,12 +40,20 @@ class Sampler {
   int64_t pick(const std::vector<double>& logits);
 
  private:
+  // The top-p set: weights whose float bits are above `bits`, and the first `ties`
+  // (in id order) of those equal to it.
+  struct Threshold {
+    uint32_t bits = 0;
+    uint64_t ties = 0;
+  };
+  Threshold threshold(uint64_t target);
+
   SamplingParams params_;
   uint64_t step_ = 0;
   std::vector<float> p_;
   std::vector<uint64_t> w_;
-  std::vector<uint32_t> order_;
-  std::vector<bool> kept_;
+  std::vector<uint64_t> hist_;
+  std::vector<uint32_t> count_;
 };
 
 // The argmax as torch.argmax: the first maximum, NaN counting as the largest.
