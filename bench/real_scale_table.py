@@ -233,7 +233,7 @@ def parse_run(path):
         m = re.match(r"^generate(?: \(round (\d+) of (\d+)\))?: (.*)$", ln)
         if m:
             d = dict(KV.findall(m.group(3)))
-            d["verdict"] = m.group(3).split()[-1]
+            d["verdict"] = verdict(d, m.group(3).split()[-1])
             r["rounds"].append(d)
             continue
         m = re.match(r"^generate-lib(?: \(round (\d+) of (\d+)\))?: (.*)$", ln)
@@ -253,6 +253,19 @@ def parse_run(path):
         elif ln.startswith("et_cuda_run: ") and "error" not in r:
             r["error"] = ln[len("et_cuda_run: "):][:300]
     return r
+
+
+def verdict(d, word):
+    """The runner's MATCH/MISMATCH, with where a mismatch starts: "MISMATCH at 17"
+    means tokens 0-16 equal the expected ones (with near-tied logits one flip changes
+    everything after it, so the first difference is what can be compared)."""
+    if word != "MISMATCH":
+        return word
+    got, want = d.get("tokens", "").split(","), d.get("expected", "").split(",")
+    k = 0
+    while k < min(len(got), len(want)) and got[k] == want[k]:
+        k += 1
+    return f"MISMATCH at {k}"
 
 
 def f(v, fmt="{:.1f}"):

@@ -81,5 +81,8 @@ else
   has "$R2" "| ours, base + CUDA graphs | failed: " "failed run reported"
   if grep -q "qwen06b" "$R2"; then bad "--extra none still ran qwen06b"; else ok "REAL_EXTRA=none"; fi
 fi
+# where a token mismatch starts
+v=$(cd "$HERE/../.." && python3 -c "import real_scale_table as t; print(t.verdict({'tokens': '5,6,7,8', 'expected': '5,6,9,8'}, 'MISMATCH'), t.verdict({}, 'MATCH'))")
+[ "$v" = "MISMATCH at 2 MATCH" ] && ok "mismatch position" || bad "mismatch position: $v"
 echo "real_scale: $pass passed, $fail failed"
 [ "$fail" = 0 ]
