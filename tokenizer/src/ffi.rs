@@ -112,6 +112,22 @@ unsafe fn tokenizer<'a>(tok: *const EtcTokenizer) -> Result<&'a EtcTokenizer> {
     unsafe { tok.as_ref() }.ok_or_else(|| invalid("tok is null"))
 }
 
+/// The caller's `n` input values at `ptr`: empty when `n` is 0 (`ptr` may then be
+/// null), an error naming `what` when `ptr` is null otherwise.
+///
+/// # Safety
+/// `ptr` is null or points to `n` readable `T`s.
+unsafe fn input<'a, T>(ptr: *const T, n: usize, what: &str) -> Result<&'a [T]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if ptr.is_null() {
+        return Err(invalid(&format!("{what} is null")));
+    }
+    // SAFETY: not null, and `n` readable values (the contract).
+    Ok(unsafe { std::slice::from_raw_parts(ptr, n) })
+}
+
 /// Copies `src` into the caller's `dst[..cap]` and stores `src.len()` in
 /// `*out_len`; `ETC_TOK_BUFFER_TOO_SMALL` (nothing copied) when `cap` is less
 /// than `src.len() + extra` (`extra` = 1 for text: its NUL).
@@ -220,14 +236,8 @@ pub unsafe extern "C" fn etc_tok_encode(
     guard(err, err_len, || {
         // SAFETY: the contract: tok is from etc_tok_load.
         let t = unsafe { tokenizer(tok) }?;
-        let bytes: &[u8] = if text_len == 0 {
-            &[]
-        } else if text.is_null() {
-            return Err(invalid("text is null"));
-        } else {
-            // SAFETY: text points to text_len readable bytes (the contract).
-            unsafe { std::slice::from_raw_parts(text.cast::<u8>(), text_len) }
-        };
+        // SAFETY: text points to text_len readable bytes (the contract).
+        let bytes = unsafe { input(text.cast::<u8>(), text_len, "text") }?;
         let text = std::str::from_utf8(bytes)
             .map_err(|e| invalid(&format!("the text is not UTF-8: {e}")))?;
         let out = t.tok.encode(text, add_special)?;
@@ -261,14 +271,8 @@ pub unsafe extern "C" fn etc_tok_decode(
     guard(err, err_len, || {
         // SAFETY: the contract: tok is from etc_tok_load.
         let t = unsafe { tokenizer(tok) }?;
-        let ids: &[u32] = if n == 0 {
-            &[]
-        } else if ids.is_null() {
-            return Err(invalid("ids is null"));
-        } else {
-            // SAFETY: ids points to n readable ids (the contract).
-            unsafe { std::slice::from_raw_parts(ids, n) }
-        };
+        // SAFETY: ids points to n readable ids (the contract).
+        let ids = unsafe { input(ids, n, "ids") }?;
         let s = t.tok.decode(ids, skip_special)?;
         // SAFETY: text/cap and out_len as the contract says.
         unsafe { copy_out(s.as_bytes(), 1, text.cast::<u8>(), cap, out_len) }
