@@ -67,6 +67,11 @@ pub fn name(code: DType) -> Option<&'static str> {
     TABLE.iter().find(|e| e.0 == code).map(|e| e.2)
 }
 
+/// The dtype's name for a message: `"float32"`, or `"dtype code N"` for unknown codes.
+pub fn describe(code: DType) -> String {
+    name(code).map_or_else(|| format!("dtype code {code}"), str::to_string)
+}
+
 /// The code of a dtype name, `None` for unknown names.
 pub fn from_name(name: &str) -> Option<DType> {
     TABLE.iter().find(|e| e.2 == name).map(|e| e.0)

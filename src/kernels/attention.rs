@@ -27,6 +27,7 @@
 use super::{module, Module};
 use crate::cuda::{self, ContextGuard};
 use crate::dtype::codes as dtype;
+use crate::dtype::describe;
 use crate::error::{invalid, Result};
 use crate::tensor::{self, Device, Tensor};
 use cudarc::driver::sys;
@@ -104,17 +105,6 @@ pub struct Problem {
     pub device: i32,
 }
 
-fn dt_name(code: i32) -> String {
-    match code {
-        dtype::BFLOAT16 => "bfloat16".into(),
-        dtype::FLOAT16 => "float16".into(),
-        dtype::INT64 => "int64".into(),
-        dtype::INT32 => "int32".into(),
-        dtype::FLOAT32 => "float32".into(),
-        other => format!("dtype code {other}"),
-    }
-}
-
 /// Check every argument (see the module docs). Devices are checked last.
 pub fn check(q: &Tensor, k: &Tensor, v: &Tensor, pos: Positions, scale: f64) -> Result<Problem> {
     let dt = q.dtype;
@@ -144,15 +134,15 @@ fn check_dtypes_and_ranks(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<()> {
     if dt != dtype::BFLOAT16 && dt != dtype::FLOAT16 {
         return invalid(format!(
             "et_cuda decode_attention: q must be bfloat16 or float16, not {}",
-            dt_name(dt)
+            describe(dt)
         ));
     }
     if k.dtype != dt || v.dtype != dt {
         return invalid(format!(
             "et_cuda decode_attention: q ({}), k_cache ({}) and v_cache ({}) must have one dtype",
-            dt_name(dt),
-            dt_name(k.dtype),
-            dt_name(v.dtype)
+            describe(dt),
+            describe(k.dtype),
+            describe(v.dtype)
         ));
     }
     if q.sizes.len() != 4 || k.sizes.len() != 4 || v.sizes.len() != 4 {
@@ -255,7 +245,7 @@ fn check_positions(
             if p.dtype != dtype::INT64 {
                 return invalid(format!(
                     "et_cuda decode_attention: positions must be int64, not {}",
-                    dt_name(p.dtype)
+                    describe(p.dtype)
                 ));
             }
             let n = p.numel();

@@ -23,6 +23,7 @@
 use super::module;
 use crate::cuda::{self, ContextGuard};
 use crate::dtype::codes as dtype;
+use crate::dtype::describe;
 use crate::error::{invalid, Error, Result};
 use crate::tensor::{self, Device, Tensor};
 use std::ffi::c_void;
@@ -96,15 +97,6 @@ pub struct Problem {
     /// Sizes of the result: `x`'s leading sizes and `N`.
     pub out_sizes: Vec<i64>,
     pub device: i32,
-}
-
-fn dt_name(code: i32) -> String {
-    match code {
-        dtype::BFLOAT16 => "bfloat16".into(),
-        dtype::FLOAT16 => "float16".into(),
-        dtype::FLOAT32 => "float32".into(),
-        other => format!("dtype code {other}"),
-    }
 }
 
 /// The stride of the rows of `x` when its leading dimensions collapse into one
@@ -181,15 +173,15 @@ fn check_dtypes(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<()> {
     if dt != dtype::BFLOAT16 && dt != dtype::FLOAT16 {
         return invalid(format!(
             "et_cuda gemv: x must be bfloat16 or float16, not {}",
-            dt_name(dt)
+            describe(dt)
         ));
     }
     if w.dtype != dt || bias.is_some_and(|b| b.dtype != dt) {
         return invalid(format!(
             "et_cuda gemv: x ({}), weight ({}) and bias ({}) must have one dtype",
-            dt_name(dt),
-            dt_name(w.dtype),
-            bias.map_or("none".into(), |b| dt_name(b.dtype))
+            describe(dt),
+            describe(w.dtype),
+            bias.map_or("none".into(), |b| describe(b.dtype))
         ));
     }
     Ok(())

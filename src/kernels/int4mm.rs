@@ -4,6 +4,7 @@
 use super::module;
 use crate::cuda::{self, ContextGuard};
 use crate::dtype::codes as dtype;
+use crate::dtype::describe;
 use crate::error::{invalid, Error, Result};
 use crate::tensor::{self, Device, Tensor};
 use std::ffi::c_void;
@@ -34,25 +35,12 @@ pub struct Problem {
     pub device: i32,
 }
 
-fn dt_name(code: i32) -> String {
-    match code {
-        dtype::BFLOAT16 => "bfloat16".into(),
-        dtype::FLOAT16 => "float16".into(),
-        dtype::FLOAT32 => "float32".into(),
-        dtype::INT32 => "int32".into(),
-        dtype::UINT8 => "uint8".into(),
-        dtype::INT8 => "int8".into(),
-        dtype::INT64 => "int64".into(),
-        other => format!("dtype code {other}"),
-    }
-}
-
 fn want_dtype(t: &Tensor, code: i32, what: &str) -> Result<()> {
     if t.dtype != code {
         return invalid(format!(
             "{what} must be {} but is {}",
-            dt_name(code),
-            dt_name(t.dtype)
+            describe(code),
+            describe(t.dtype)
         ));
     }
     Ok(())

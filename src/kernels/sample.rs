@@ -80,9 +80,9 @@ pub fn uniform(seed: u64, step: u64) -> f64 {
 
 fn check_row(dtype: i32, vocab: i64) -> Result<()> {
     if ![codes::FLOAT32, codes::BFLOAT16, codes::FLOAT16].contains(&dtype) {
-        let name = dtype::name(dtype).map_or_else(|| format!("dtype code {dtype}"), str::to_string);
         return invalid(format!(
-            "sample: logits of {name}; float32, bfloat16 or float16 expected"
+            "sample: logits of {}; float32, bfloat16 or float16 expected",
+            dtype::describe(dtype)
         ));
     }
     if !(1..=MAX_VOCAB).contains(&vocab) {

@@ -14,7 +14,7 @@
 
 use super::{Module, Resident};
 use crate::cuda::{self, ContextGuard};
-use crate::dtype::{self, codes};
+use crate::dtype::codes;
 use crate::error::{invalid, Result};
 use crate::tensor::{Device, Tensor};
 use cudarc::driver::sys;
@@ -46,10 +46,6 @@ static MODULES: Resident = Resident::new(FATBIN, "sort/random");
 /// Loaded under the lock, so that a device never has two generator states.
 pub fn module(ordinal: i32) -> Result<Arc<Module>> {
     MODULES.get(ordinal)
-}
-
-fn dtype_name(code: i32) -> String {
-    dtype::name(code).map_or_else(|| format!("dtype code {code}"), str::to_string)
 }
 
 fn cuda_ordinal(t: &Tensor, what: &str) -> Result<i32> {

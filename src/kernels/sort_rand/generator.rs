@@ -1,7 +1,8 @@
 //! The per-device generator: `rand`, `randint`, the seed and the state (Philox offsets advanced on the device).
 
-use super::{cuda_ordinal, dtype_name, grid_for, module, param, Module};
+use super::{cuda_ordinal, grid_for, module, param, Module};
 use crate::cuda::{self, check, ContextGuard};
+use crate::dtype;
 use crate::dtype::codes;
 use crate::error::{invalid, Error, Result};
 use crate::tensor::{contiguous_strides, Device, Tensor};
@@ -31,7 +32,7 @@ pub fn check_rand_dtype(dtype: i32) -> Result<()> {
     } else {
         invalid(format!(
             "rand: dtype {} is not supported (float32, float64, float16, bfloat16)",
-            dtype_name(dtype)
+            dtype::describe(dtype)
         ))
     }
 }
@@ -49,7 +50,7 @@ pub fn check_randint(low: i64, high: i64, dtype: i32) -> Result<u64> {
         other => {
             return invalid(format!(
                 "randint: dtype {} is not supported (int64, int32, int16, int8, uint8)",
-                dtype_name(other)
+                dtype::describe(other)
             ))
         }
     };
@@ -62,7 +63,7 @@ pub fn check_randint(low: i64, high: i64, dtype: i32) -> Result<u64> {
     if low < lo || high - 1 > hi {
         return invalid(format!(
             "randint: [{low}, {high}) is out of bounds for {}",
-            dtype_name(dtype)
+            dtype::describe(dtype)
         ));
     }
     Ok((high as u64).wrapping_sub(low as u64))

@@ -1,6 +1,6 @@
 //! The sort's host-side plan: output strides, the kernels' geometry of a checked sort, launch shapes and merge widths.
 
-use super::{dtype_name, SortGeom, MAX_OTHER_DIMS, SMALL_MAX, SORT_DTYPES};
+use super::{SortGeom, MAX_OTHER_DIMS, SMALL_MAX, SORT_DTYPES};
 use crate::dtype;
 use crate::error::{invalid, Error, Result};
 
@@ -58,7 +58,7 @@ pub fn plan_sort(
     if !SORT_DTYPES.contains(&dtype) {
         return invalid(format!(
             "sort: dtype {} is not supported (uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, bool)",
-            dtype_name(dtype)
+            dtype::describe(dtype)
         ));
     }
     let esize = dtype::checked_element_size(dtype)? as i32;
