@@ -5,7 +5,7 @@
 use super::segments::Image;
 use super::table::{check_string, Dyn};
 use super::*;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The symbol table (`DT_SYMTAB`), after checking the hash and version tables and the symbols they cover.
 pub(super) fn symbol_table(
@@ -200,6 +200,16 @@ fn gnu_hash_symbols(img: &Image<'_>, g: u64) -> Result<u64> {
     }
 }
 
+/// One step of a walk over linked entries, `entries + 1` steps at most: a walk
+/// longer than the entries that fit in their segment follows links in a loop.
+fn step_budget(entries: u64, looped: &'static str) -> impl FnMut() -> Result<()> {
+    let mut budget = entries + 1;
+    move || {
+        budget = budget.checked_sub(1).ok_or_else(|| bad(looped))?;
+        Ok(())
+    }
+}
+
 /// Check the version-needed entries; returns the highest version index they declare.
 fn walk_verneed(
     img: &Image<'_>,
@@ -208,13 +218,7 @@ fn walk_verneed(
 ) -> Result<u64> {
     let l = img.need_mapped(start, 16, "DT_VERNEED")?;
     // Each entry is 16 distinct bytes of the segment: more steps than that is a loop.
-    let mut budget = l.filesz / 16 + 1;
-    let mut step = || {
-        budget = budget
-            .checked_sub(1)
-            .ok_or_else(|| bad("DT_VERNEED's entries loop"))?;
-        Ok::<(), Error>(())
-    };
+    let mut step = step_budget(l.filesz / 16, "DT_VERNEED's entries loop");
     let mut max = 0u64;
     let mut at = start;
     loop {
@@ -252,13 +256,7 @@ fn walk_verdef(
     string_at: &dyn Fn(u64, &str) -> Result<()>,
 ) -> Result<u64> {
     let l = img.need_mapped(start, 20, "DT_VERDEF")?;
-    let mut budget = l.filesz / 8 + 1;
-    let mut step = || {
-        budget = budget
-            .checked_sub(1)
-            .ok_or_else(|| bad("DT_VERDEF's entries loop"))?;
-        Ok::<(), Error>(())
-    };
+    let mut step = step_budget(l.filesz / 8, "DT_VERDEF's entries loop");
     let mut max = 0u64;
     let mut at = start;
     loop {
