@@ -350,15 +350,7 @@ pub fn gemv(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
 mod tests {
     use super::*;
 
-    fn t(dt: i32, sizes: &[i64]) -> Tensor {
-        crate::cuda::memory::empty_strided(
-            sizes.to_vec(),
-            tensor::contiguous_strides(sizes),
-            dt,
-            Device::Cpu,
-        )
-        .expect("cpu tensor")
-    }
+    use crate::kernels::cpu_tensor as t;
 
     fn msg(r: Result<Problem>) -> String {
         r.expect_err("should be refused").to_string()

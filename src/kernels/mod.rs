@@ -82,6 +82,18 @@ pub fn recorded_in(record: &'static str, what: &str) -> Option<&'static str> {
     })
 }
 
+/// A contiguous CPU tensor of `sizes` (the argument checks' tests).
+#[cfg(test)]
+pub fn cpu_tensor(dt: i32, sizes: &[i64]) -> crate::tensor::Tensor {
+    crate::cuda::memory::empty_strided(
+        sizes.to_vec(),
+        crate::tensor::contiguous_strides(sizes),
+        dt,
+        crate::tensor::Device::Cpu,
+    )
+    .expect("cpu tensor")
+}
+
 /// SHA-256 of `bytes`, lowercase hex (the tests' check of the committed device code).
 #[cfg(test)]
 pub fn sha256_hex(bytes: &[u8]) -> String {

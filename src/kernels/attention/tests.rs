@@ -2,15 +2,7 @@
 
 use super::*;
 
-fn t(dt: i32, sizes: &[i64]) -> Tensor {
-    crate::cuda::memory::empty_strided(
-        sizes.to_vec(),
-        tensor::contiguous_strides(sizes),
-        dt,
-        Device::Cpu,
-    )
-    .expect("cpu tensor")
-}
+use crate::kernels::cpu_tensor as t;
 
 fn err(r: Result<Problem>) -> String {
     r.expect_err("should be refused").to_string()
