@@ -40,6 +40,11 @@ use crate::error::Result;
 #[cfg(test)]
 use cumodule::aligned_copy;
 pub use cumodule::{Module, Resident};
+
+/// A parameter slot for `cuLaunchKernel`: the address of one argument value.
+pub(crate) fn param<T>(v: &mut T) -> *mut std::ffi::c_void {
+    (v as *mut T).cast()
+}
 use std::sync::{Arc, Mutex};
 
 /// sm_90 SASS + compute_80 PTX, from `kernels/build.sh`.

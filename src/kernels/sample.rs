@@ -4,7 +4,7 @@
 //! host memory, so the caller waits once and reads back 8 bytes instead of the row.
 //! The C entry point is `et_cuda_sample` (`src/ffi/memory.rs` through `api::memory`).
 
-use super::{Module, Resident};
+use super::{param, Module, Resident};
 use crate::cuda::{self, memory::PinnedBuffer, ContextGuard};
 use crate::dtype::{self, codes};
 use crate::error::{invalid, Error, Result};
@@ -178,11 +178,6 @@ pub unsafe fn sample(
             "sample: the kernel returned token {t} for a row of {vocab}"
         ))),
     }
-}
-
-/// A parameter slot for `cuLaunchKernel`.
-fn param<T>(v: &mut T) -> *mut c_void {
-    (v as *mut T).cast()
 }
 
 #[cfg(test)]

@@ -12,13 +12,12 @@
 //! Here: the module, `SortGeom` and the sort's launches; the sort's plan is in
 //! `plan`, the generator's checks and launches in `generator`.
 
-use super::{Module, Resident};
+use super::{param, Module, Resident};
 use crate::cuda::{self, ContextGuard};
 use crate::dtype::codes;
 use crate::error::{invalid, Result};
 use crate::tensor::{Device, Tensor};
 use cudarc::driver::sys;
-use std::ffi::c_void;
 use std::sync::Arc;
 
 /// sm_90 SASS + compute_80 PTX of `kernels/sort_rand.cu`, from `kernels/build.sh`.
@@ -60,11 +59,6 @@ fn cuda_ordinal(t: &Tensor, what: &str) -> Result<i32> {
 /// Grid for a grid-stride kernel over `items` with 256 threads per block.
 fn grid_for(items: i64) -> u32 {
     ((items + 255) / 256).clamp(1, 4 * 65535) as u32
-}
-
-/// A parameter slot for `cuLaunchKernel`.
-fn param<T>(v: &mut T) -> *mut c_void {
-    (v as *mut T).cast()
 }
 
 // ---------------------------------------------------------------- sort
