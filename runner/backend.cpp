@@ -289,11 +289,10 @@ bool can_sample_on_device() {
   return g_extras.sample != nullptr && g_extras.last_error != nullptr;
 }
 
-int64_t sample_on_device(const void* logits, int32_t dtype, int64_t vocab, double temperature, double top_p,
-                         uint64_t seed, uint64_t step) {
+int64_t sample_on_device(const void* logits, int32_t dtype, int64_t vocab, int32_t device, double temperature,
+                         double top_p, uint64_t seed, uint64_t step) {
   int64_t token = -1;
-  // The logits are an output of the backend, on its device (cuda:0: the runner loads methods there).
-  if (g_extras.sample(logits, dtype, vocab, 0, temperature, top_p, seed, step, &token) != ET_CUDA_STATUS_OK) {
+  if (g_extras.sample(logits, dtype, vocab, device, temperature, top_p, seed, step, &token) != ET_CUDA_STATUS_OK) {
     fail("--generate", "sampling on the device failed: " + last_error());
   }
   return token;

@@ -60,9 +60,10 @@ bool is_device_pointer(const void* p);
 // Whether the backend library has et_cuda_sample (this project's library does).
 bool can_sample_on_device();
 // The next token chosen on the device from `vocab` logits of `dtype` (c10::ScalarType code) at
-// `logits` (device memory): et_cuda_sample; one host wait, 8 bytes read back. -1: nothing to sample.
-int64_t sample_on_device(const void* logits, int32_t dtype, int64_t vocab, double temperature, double top_p,
-                         uint64_t seed, uint64_t step);
+// `logits` (device memory of cuda:`device`): et_cuda_sample; one host wait, 8 bytes read back.
+// -1: nothing to sample.
+int64_t sample_on_device(const void* logits, int32_t dtype, int64_t vocab, int32_t device, double temperature,
+                         double top_p, uint64_t seed, uint64_t step);
 
 // ---------------------------------------------------------------- options
 

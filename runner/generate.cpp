@@ -71,7 +71,7 @@ DecoderSignature check_decoder(const MethodMeta& meta, const std::string& model,
 // device and only its id comes back; otherwise only that row is read (copied from the device
 // when needed) and handed to the host sampler. Both draw the same numbers (see sampling.h).
 int64_t next_token(const std::vector<EValue>& outputs, const std::string& model, const std::string& method,
-                   Sampler& sampler, double& sampling_ms, bool& on_device) {
+                   int32_t device_index, Sampler& sampler, double& sampling_ms, bool& on_device) {
   if (outputs.empty() || !outputs[0].isTensor()) fail(model, "--generate: '" + method + "' returned no logits tensor");
   const auto& t = outputs[0].toTensor();
   const DType* dtype = dtype_by_type(t.scalar_type());
@@ -92,8 +92,8 @@ int64_t next_token(const std::vector<EValue>& outputs, const std::string& model,
   if (on_device) {
     const SamplingParams& p = sampler.params();
     const uint64_t step = sampler.greedy() ? 0 : sampler.take_step();
-    token = sample_on_device(src, static_cast<int32_t>(type), static_cast<int64_t>(vocab), p.temperature, p.top_p,
-                             p.seed, step);
+    token = sample_on_device(src, static_cast<int32_t>(type), static_cast<int64_t>(vocab), device_index,
+                             p.temperature, p.top_p, p.seed, step);
   } else {
     std::vector<uint8_t> row(vocab * dtype->size);
     if (device) {
@@ -262,7 +262,7 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
     std::vector<int64_t> ids = p.prompt, positions(p.prompt.size());
     for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
     tokens.push_back(next_token(step(module, model, p.prefill_method, prefill_pos, ids, positions), model,
-                                p.prefill_method, sampler, sampling_ms, on_device));
+                                p.prefill_method, p.device, sampler, sampling_ms, on_device));
     const double first_token_ms = steady_ms();
     bool done = finished(tokens.back());
 
@@ -272,7 +272,7 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
     for (long i = 1; i < p.steps && !done; ++i) {
       std::vector<int64_t> id{tokens.back()}, pos{position++};
       tokens.push_back(next_token(step(module, model, p.decode_method, decode_pos, id, pos), model, p.decode_method,
-                                  sampler, sampling_ms, on_device));
+                                  p.device, sampler, sampling_ms, on_device));
       done = finished(tokens.back());
     }
     const double end_ms = steady_ms();

@@ -27,6 +27,7 @@ struct GeneratePlan {
   std::vector<int64_t> expected;
   int64_t max_seq_len = 0;
   SamplingParams sampling;  // greedy unless --temperature > 0
+  int32_t device = 0;       // the methods' CUDA device (--option device_index), where the logits are
   // Text mode (--tokenizer): the new tokens are printed as text on stdout,
   // the figures go to stderr, and the loop stops at an end-of-sequence id or
   // a stop string.

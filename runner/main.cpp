@@ -210,7 +210,8 @@ int run(int argc, char** argv) {
     Args g = a;
     if (g.prefill_method.empty()) g.prefill_method = a.method;
     if (g.decode_method.empty()) g.decode_method = a.method;
-    const GeneratePlan plan = plan_generate(module, g, have_manifest ? &manifest : nullptr, tokenizer.get());
+    GeneratePlan plan = plan_generate(module, g, have_manifest ? &manifest : nullptr, tokenizer.get());
+    plan.device = device_index;
     // The logits stay on the device and the token is chosen there, unless asked otherwise.
     const bool device_sampling = !a.sample_on_host && can_sample_on_device();
     if (device_sampling) set_skip_copy(user_skip, {plan.prefill_method, plan.decode_method});
