@@ -5,14 +5,16 @@
 //! into an allocation node (and every free into a free node) of the graph,
 //! which the driver then services at each launch. Instead, the delegate
 //! captures twice: the first capture only *traces* the sequence of
-//! allocations and frees ([`Trace`]); [`Arena::plan`] replays that sequence
+//! allocations and frees ([`Trace`]); [`Arena::plan_with`] replays that sequence
 //! against a best-fit free list to find the blocks it needs (a block freed
 //! earlier in the run is reused by a later allocation, as a caching
 //! allocator on one stream would); the blocks are allocated from the pool
 //! before the second capture, which takes every allocation from them in the
 //! same order ([`Arena::take`]) — the graph then contains kernels and copies
 //! only. An allocation the plan did not foresee is a *miss*: it falls back to
-//! an allocation node, and the delegate keeps the first capture instead.
+//! an allocation node, and the delegate plans again (from a steady-state
+//! trace, then with a block for each miss besides) or, when that misses too,
+//! keeps the first capture.
 //!
 //! The blocks belong to the graph (its entry holds the arena, and every
 //! allocation made from it holds it too): intermediate blocks are rewritten
@@ -80,6 +82,8 @@ struct ArenaState {
     /// Allocations asked for so far, and the size of the first miss.
     taken: usize,
     first_miss: Option<(usize, usize)>,
+    /// The sizes of every miss, for a plan with blocks for them.
+    missed: Vec<usize>,
 }
 
 /// One block: its device address, and what keeps its memory alive (the allocation,
@@ -107,7 +111,21 @@ impl std::fmt::Debug for Arena {
 
 impl Arena {
     /// The block sizes a capture with this trace needs.
-    pub(crate) fn plan(trace: &Trace) -> Vec<usize> {
+    #[cfg(test)]
+    fn plan(trace: &Trace) -> Vec<usize> {
+        Arena::plan_trace(trace)
+    }
+
+    /// The blocks a capture with this trace needs, followed by `extra` ones (an earlier
+    /// capture's misses, which its trace did not show; the traced allocations do not use
+    /// them in the plan).
+    pub(crate) fn plan_with(trace: &Trace, extra: &[usize]) -> Vec<usize> {
+        let mut sizes = Arena::plan_trace(trace);
+        sizes.extend(extra.iter().map(|&n| round_up(n)));
+        sizes
+    }
+
+    fn plan_trace(trace: &Trace) -> Vec<usize> {
         let mut sizes = Vec::new();
         let mut free = Vec::new();
         let mut live: Vec<(u64, usize)> = Vec::new();
@@ -150,6 +168,7 @@ impl Arena {
                 misses: 0,
                 taken: 0,
                 first_miss: None,
+                missed: Vec::new(),
             }),
             blocks,
             sizes,
@@ -160,7 +179,7 @@ impl Arena {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A free block for `bytes` (same choice as [`Arena::plan`]): its index and address;
+    /// A free block for `bytes` (same choice as [`Arena::plan_with`]): its index and address;
     /// `None` is a miss (counted).
     pub(crate) fn take(&self, bytes: usize) -> Option<(usize, u64)> {
         let mut st = self.state();
@@ -171,6 +190,7 @@ impl Arena {
             None => {
                 st.misses += 1;
                 st.first_miss.get_or_insert((st.taken, bytes));
+                st.missed.push(round_up(bytes));
                 None
             }
         }
@@ -186,6 +206,11 @@ impl Arena {
     /// Allocations the plan did not foresee.
     pub(crate) fn misses(&self) -> usize {
         self.state().misses
+    }
+
+    /// The block sizes the missed allocations would have needed (rounded as planned blocks).
+    pub(crate) fn missed_sizes(&self) -> Vec<usize> {
+        self.state().missed.clone()
     }
 
     /// For the log: allocations asked for, blocks planned, and the first miss (its
@@ -262,5 +287,40 @@ mod tests {
         assert_eq!(pick(&[2048, 512], &mut free, 300), Some(1));
         assert_eq!(pick(&[2048, 512], &mut free, 300), Some(0));
         assert_eq!(pick(&[2048, 512], &mut free, 1), None);
+    }
+
+    #[test]
+    fn misses_are_recorded_and_extra_blocks_cover_them() {
+        // The trace saw one 1000-byte allocation; the capture then asks for 1000 and 3000.
+        let t = trace(&[('a', 1, 1000), ('f', 1, 0)]);
+        let arena = |sizes: Vec<usize>| {
+            let blocks = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, _)| Block {
+                    ptr: 0x1000 * (i as u64 + 1),
+                    _keep: Box::new(()),
+                })
+                .collect();
+            Arena::new(blocks, sizes).unwrap()
+        };
+        let a = arena(Arena::plan(&t));
+        assert!(a.take(1000).is_some());
+        assert!(a.take(3000).is_none());
+        assert_eq!(a.misses(), 1);
+        assert_eq!(a.missed_sizes(), vec![3072]);
+        assert!(
+            a.describe()
+                .contains("first miss: allocation 2, 3000 bytes"),
+            "{}",
+            a.describe()
+        );
+        // Planned again with the missed sizes as extra blocks: both fit, nothing missed.
+        let sizes = Arena::plan_with(&t, &a.missed_sizes());
+        assert_eq!(sizes, vec![1024, 3072]);
+        let b = arena(sizes);
+        assert!(b.take(1000).is_some());
+        assert!(b.take(3000).is_some());
+        assert_eq!(b.misses(), 0);
     }
 }

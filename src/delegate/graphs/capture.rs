@@ -58,20 +58,23 @@ pub(super) unsafe fn capture(
         if !t.events.is_empty() {
             // SAFETY: forwarded contract.
             let private = unsafe { private_graph(r, &statics, ctx.stream, t) };
-            if let Some((outs2, exec2, arena)) = private {
-                // The first graph was never launched: its allocations never existed.
-                drop((outs, exec));
-                stats::record(Event::GraphCapture);
-                return Ok(Some(GraphEntry {
-                    outputs: outs2,
-                    inputs: statics,
-                    in_place: addrs,
-                    _arena: Some(arena),
-                    exec: exec2,
-                }));
-            }
+            let why = match private {
+                Ok((outs2, exec2, arena)) => {
+                    // The first graph was never launched: its allocations never existed.
+                    drop((outs, exec));
+                    stats::record(Event::GraphCapture);
+                    return Ok(Some(GraphEntry {
+                        outputs: outs2,
+                        inputs: statics,
+                        in_place: addrs,
+                        _arena: Some(arena),
+                        exec: exec2,
+                    }));
+                }
+                Err(why) => why,
+            };
             log::warn!(
-                "method {:?}: graph-private memory not used for input shapes {:?}; the graph keeps allocation nodes",
+                "method {:?}: graph-private memory not used for input shapes {:?}; the graph keeps allocation nodes ({why})",
                 r.method,
                 shape_key(inputs)
             );
@@ -186,7 +189,8 @@ unsafe fn capture_once(
 /// allocations and frees). When the second capture asks for what the plan did not foresee
 /// (the first run of a method can allocate what later runs do not, e.g. constants folded
 /// once), the sequence is traced once more from a capture in the steady state and planned
-/// again. `None`: allocation nodes it is.
+/// again; when that capture misses too, the plan gets a block for each missed allocation
+/// besides. `Err`: why allocation nodes it is (for the log).
 ///
 /// # Safety
 /// As for [`capture`].
@@ -196,35 +200,45 @@ unsafe fn private_graph(
     statics: &[Tensor],
     stream: CUstream,
     mut trace: Trace,
-) -> Option<(Vec<Tensor>, GraphExec, Arc<Arena>)> {
-    for attempt in 0..2 {
+) -> std::result::Result<(Vec<Tensor>, GraphExec, Arc<Arena>), String> {
+    let mut extra: Vec<usize> = Vec::new();
+    let mut last = String::new();
+    for attempt in 0..PRIVATE_ATTEMPTS {
         // SAFETY: forwarded contract.
-        match unsafe { capture_private(r, statics, stream, &trace) } {
-            Ok(Some(v)) => return Some(v),
-            Ok(None) if attempt == 0 => {
-                // SAFETY: forwarded contract.
-                let (again, t) = unsafe {
-                    capture_once(r, statics, stream, CaptureMemory::Trace(Trace::default()))
-                };
-                // Never launched: its allocations never existed.
-                drop(again.ok()?);
-                match t {
-                    CaptureMemory::Trace(t) if !t.events.is_empty() => trace = t,
-                    _ => return None,
+        match unsafe { capture_private(r, statics, stream, &trace, &extra) } {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(missed)) => {
+                last = missed.describe();
+                if attempt == 0 {
+                    // SAFETY: forwarded contract.
+                    let (again, t) = unsafe {
+                        capture_once(r, statics, stream, CaptureMemory::Trace(Trace::default()))
+                    };
+                    // Never launched: its allocations never existed.
+                    drop(again.map_err(|e| format!("steady-state trace: {e}"))?);
+                    match t {
+                        CaptureMemory::Trace(t) if !t.events.is_empty() => trace = t,
+                        _ => return Err("the steady-state trace has no allocations".into()),
+                    }
+                } else {
+                    extra.extend(missed.missed_sizes());
                 }
             }
-            Ok(None) => return None,
-            Err(e) => {
-                log::warn!("method {:?}: graph-private memory: {e}", r.method);
-                return None;
-            }
+            Err(e) => return Err(e.to_string()),
         }
     }
-    None
+    Err(format!(
+        "{PRIVATE_ATTEMPTS} planned captures missed; the last: {last}"
+    ))
 }
 
-/// The second capture: every allocation from an arena planned from `trace`.
-/// `Ok(None)` when an allocation was not foreseen (the first graph is kept).
+/// Captures [`private_graph`] tries: the plan from the first trace, from a steady-state
+/// trace, and that plan with blocks for the misses besides.
+const PRIVATE_ATTEMPTS: usize = 3;
+
+/// The second capture: every allocation from an arena planned from `trace` (plus blocks of
+/// the `extra` sizes). `Ok(Err(arena))` when an allocation was not foreseen: the arena
+/// tells which.
 ///
 /// # Safety
 /// As for [`capture`].
@@ -234,8 +248,9 @@ unsafe fn capture_private(
     statics: &[Tensor],
     stream: CUstream,
     trace: &Trace,
-) -> Result<Option<(Vec<Tensor>, GraphExec, Arc<Arena>)>> {
-    let sizes = Arena::plan(trace);
+    extra: &[usize],
+) -> Result<std::result::Result<(Vec<Tensor>, GraphExec, Arc<Arena>), Arc<Arena>>> {
+    let sizes = Arena::plan_with(trace, extra);
     let blocks = sizes
         .iter()
         .map(|&n| {
@@ -251,19 +266,22 @@ unsafe fn capture_private(
     let (res, _) = unsafe { capture_once(r, statics, stream, CaptureMemory::Arena(arena.clone())) };
     let (outs, exec) = res?;
     if arena.misses() > 0 {
-        log::warn!(
-            "method {:?}: {} allocation(s) of the capture were not in its plan of {} traced events ({})",
+        log::debug!(
+            "method {:?}: {} allocation(s) of the capture were not in its plan of {} traced events and {} extra blocks ({})",
             r.method,
             arena.misses(),
             trace.events.len(),
+            extra.len(),
             arena.describe()
         );
-        return Ok(None);
+        // The graph was never launched: its allocation nodes never existed.
+        drop((outs, exec));
+        return Ok(Err(arena));
     }
     log::debug!(
         "method {:?}: graph memory {} bytes in its own blocks",
         r.method,
         arena.bytes()
     );
-    Ok(Some((outs, exec, arena)))
+    Ok(Ok((outs, exec, arena)))
 }
