@@ -115,11 +115,18 @@ std::string method_name(const BackendInitContext& context, ArrayRef<CompileSpec>
 }
 
 // The library asks for the program's named data by key (the .so, the weights
-// blob, or one storage per constant for ExecuTorch 1.5 programs): the buffers
-// stay alive until init returns.
+// blob, or one storage per constant for ExecuTorch 1.5 programs): a buffer
+// stays alive until the library releases it (per-constant storages, right
+// after their upload, so a program's weights are never all in host memory at
+// once) or init returns.
 struct NamedDataFetch {
   const executorch::runtime::NamedDataMap* map = nullptr;
-  std::vector<FreeableBuffer> held;
+  struct Held {
+    std::string key;
+    FreeableBuffer buffer;
+    bool released;
+  };
+  std::vector<Held> held;
   Error failure = Error::Ok;  // why the first lookup failed, returned if init fails
 };
 
@@ -143,8 +150,19 @@ int32_t fetch_named_data(void* user, const char* key, const uint8_t** out_data, 
   }
   *out_data = static_cast<const uint8_t*>(b->data());
   *out_len = b->size();
-  f->held.push_back(std::move(*b));
+  f->held.push_back(NamedDataFetch::Held{key, std::move(*b), false});
   return 0;
+}
+
+void release_named_data(void* user, const char* key) {
+  auto* f = static_cast<NamedDataFetch*>(user);
+  for (auto& h : f->held) {
+    if (!h.released && h.key == key) {
+      h.buffer.Free();
+      h.released = true;
+      return;
+    }
+  }
 }
 
 // Which loaded program a method belongs to, for sharing mutable buffers
@@ -182,6 +200,7 @@ class CudaBackend final : public BackendInterface {
     args.payload_data = processed != nullptr ? static_cast<const uint8_t*>(processed->data()) : nullptr;
     args.payload_len = processed != nullptr ? processed->size() : 0;
     args.named_data = &fetch_named_data;
+    args.named_data_release = &release_named_data;
     args.named_data_user = &fetch;
     args.method_name = method.empty() ? nullptr : method.c_str();
     args.share_group = share_group_of(named_data);
@@ -189,8 +208,8 @@ class CudaBackend final : public BackendInterface {
     EtCudaHandle* handle = nullptr;
     const EtCudaStatus status = et_cuda_init(&args, &handle);
     // The library copied what it needs.
-    for (FreeableBuffer& b : fetch.held) {
-      b.Free();
+    for (auto& held : fetch.held) {
+      held.buffer.Free();
     }
     if (processed != nullptr) {
       processed->Free();

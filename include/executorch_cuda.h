@@ -49,12 +49,17 @@ typedef struct EtCudaMethodConfig {
 } EtCudaMethodConfig;
 
 // Looks up named data of the program for `et_cuda_init`: on success returns 0 and sets
-// `*out_data`/`*out_len` to bytes that stay valid until `et_cuda_init` returns; any other
-// return value means the key is missing.
+// `*out_data`/`*out_len` to bytes that stay valid until `et_cuda_init` returns or, when
+// `named_data_release` is set, until that is called for this lookup; any other return value
+// means the key is missing.
 typedef int32_t (*EtCudaNamedDataFn)(void *user,
                                      const char *key,
                                      const uint8_t **out_data,
                                      size_t *out_len);
+
+// Tells the caller that the library is done with the bytes of one `named_data` lookup
+// (see `EtCudaInitArgs::named_data_release`).
+typedef void (*EtCudaNamedDataReleaseFn)(void *user, const char *key);
 
 // Arguments of `et_cuda_init`.
 typedef struct EtCudaInitArgs {
@@ -87,6 +92,12 @@ typedef struct EtCudaInitArgs {
   size_t payload_len;
   EtCudaNamedDataFn named_data;
   void *named_data_user;
+  // Optional: called once for each successful `named_data` lookup of a per-constant weight
+  // storage (ExecuTorch 1.5 programs), with the same key, as soon as the library no longer
+  // reads those bytes (before `et_cuda_init` returns); the caller may free them then. The
+  // weights are read one storage at a time, so with this set they need not all be in host
+  // memory at once. Lookups it is not called for stay valid until `et_cuda_init` returns.
+  EtCudaNamedDataReleaseFn named_data_release;
 } EtCudaInitArgs;
 
 // A tensor passed to or returned from `et_cuda_execute`.
@@ -149,6 +160,20 @@ typedef struct EtCudaStats {
   // CUDA modules the generated code of live handles loaded (process-wide only; each is
   // unloaded when its handle is destroyed).
   uint64_t generated_modules;
+  // Loading, summed over loads (nanoseconds): time in the `named_data` lookups (the
+  // program's file reads, with ExecuTorch's file data loader).
+  uint64_t load_fetch_ns;
+  // Opening `.so` files (validation, hash, `dlopen`).
+  uint64_t load_so_open_ns;
+  // Creating containers.
+  uint64_t load_container_ns;
+  // Uploading weights (per-constant weights: copies into pinned staging, the transfers and
+  // the final wait; a packed blob: the generated code's own load).
+  uint64_t load_upload_ns;
+  // Weight bytes uploaded in `load_upload_ns`.
+  uint64_t load_upload_bytes;
+  // Pinned staging used by weight uploads (the largest; 0: pageable copies only).
+  uint64_t load_staging_bytes;
 } EtCudaStats;
 
 // Log levels for `et_cuda_set_log_callback` (an `int32_t`).

@@ -230,6 +230,21 @@ void print_stats() {
       (unsigned long long)s.graph_fallbacks, (unsigned long long)s.shared_constant_bytes);
 }
 
+void print_load_phases() {
+  EtCudaStats s{};
+  if (!stats_snapshot(s)) return;
+  if (s.load_fetch_ns + s.load_so_open_ns + s.load_container_ns + s.load_upload_ns == 0) return;
+  const double upload_s = static_cast<double>(s.load_upload_ns) / 1e9;
+  std::printf(
+      "load_phases: fetch_ms=%.1f so_open_ms=%.1f container_ms=%.1f upload_ms=%.1f upload_bytes=%llu "
+      "upload_gbps=%.2f staging=%s peak_host_staging_bytes=%llu\n",
+      static_cast<double>(s.load_fetch_ns) / 1e6, static_cast<double>(s.load_so_open_ns) / 1e6,
+      static_cast<double>(s.load_container_ns) / 1e6, static_cast<double>(s.load_upload_ns) / 1e6,
+      (unsigned long long)s.load_upload_bytes,
+      upload_s > 0 ? static_cast<double>(s.load_upload_bytes) / upload_s / 1e9 : 0.0,
+      s.load_staging_bytes > 0 ? "pinned" : "pageable", (unsigned long long)s.load_staging_bytes);
+}
+
 // ---------------------------------------------------------------- device memory
 
 void* device_alloc(int32_t device, size_t nbytes) {

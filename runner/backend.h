@@ -44,6 +44,8 @@ bool backend_has_stats();
 bool stats_snapshot(EtCudaStats& s);
 // The counters, for --stats (fails when the backend has them but the call fails).
 void print_stats();
+// One line with the library's load phases (named-data reads, .so open, containers, weight upload).
+void print_load_phases();
 
 // ---------------------------------------------------------------- device memory
 

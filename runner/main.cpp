@@ -225,6 +225,7 @@ int run(int argc, char** argv) {
     run_zero_inputs(module, a, user_skip, device_index);
   }
   mem_report();
+  print_load_phases();
   if (a.stats) print_stats();
   return all_pass ? kExitOk : kExitFailure;
 }

@@ -5,6 +5,7 @@
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// A snapshot of the counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -45,6 +46,20 @@ pub struct Stats {
     /// CUDA modules the generated code of live containers loaded (process-wide counters
     /// only; unloaded with their container).
     pub generated_modules: u64,
+    /// Loading, summed over loads (nanoseconds): in the caller's named-data lookups (the
+    /// file read, for ExecuTorch's file data loader)...
+    pub load_fetch_ns: u64,
+    /// ... opening the `.so` (validation, hash, `dlopen`)...
+    pub load_so_open_ns: u64,
+    /// ... creating containers...
+    pub load_container_ns: u64,
+    /// ... and uploading weights (copies into staging, transfers, the final wait; for a
+    /// packed blob: the generated code's own load).
+    pub load_upload_ns: u64,
+    /// Weight bytes uploaded (those in `load_upload_ns`).
+    pub load_upload_bytes: u64,
+    /// Pinned staging the weight uploads used (the largest; 0: none, pageable copies).
+    pub load_staging_bytes: u64,
 }
 
 #[derive(Debug, Default)]
@@ -65,6 +80,12 @@ pub(crate) struct Counters {
     graph_replays: AtomicU64,
     graph_fallbacks: AtomicU64,
     shared_constant_bytes: AtomicU64,
+    load_fetch_ns: AtomicU64,
+    load_so_open_ns: AtomicU64,
+    load_container_ns: AtomicU64,
+    load_upload_ns: AtomicU64,
+    load_upload_bytes: AtomicU64,
+    load_staging_bytes: AtomicU64,
 }
 
 /// What happened, for [`record`].
@@ -91,6 +112,16 @@ pub(crate) enum Event {
     GraphFallback,
     /// Bytes of constants shared with another method.
     SharedConstants(u64),
+    /// Nanoseconds in a named-data lookup, opening a `.so`, creating a container.
+    LoadFetch(u64),
+    LoadSoOpen(u64),
+    LoadContainer(u64),
+    /// A weight upload: its nanoseconds, bytes and pinned staging bytes.
+    LoadUpload {
+        ns: u64,
+        bytes: u64,
+        staging: u64,
+    },
 }
 
 impl Counters {
@@ -154,6 +185,20 @@ impl Counters {
             Event::SharedConstants(n) => {
                 self.shared_constant_bytes.fetch_add(n, Relaxed);
             }
+            Event::LoadFetch(ns) => {
+                self.load_fetch_ns.fetch_add(ns, Relaxed);
+            }
+            Event::LoadSoOpen(ns) => {
+                self.load_so_open_ns.fetch_add(ns, Relaxed);
+            }
+            Event::LoadContainer(ns) => {
+                self.load_container_ns.fetch_add(ns, Relaxed);
+            }
+            Event::LoadUpload { ns, bytes, staging } => {
+                self.load_upload_ns.fetch_add(ns, Relaxed);
+                self.load_upload_bytes.fetch_add(bytes, Relaxed);
+                self.load_staging_bytes.fetch_max(staging, Relaxed);
+            }
         }
     }
 
@@ -176,6 +221,12 @@ impl Counters {
             graph_fallbacks: self.graph_fallbacks.load(Relaxed),
             shared_constant_bytes: self.shared_constant_bytes.load(Relaxed),
             generated_modules: 0,
+            load_fetch_ns: self.load_fetch_ns.load(Relaxed),
+            load_so_open_ns: self.load_so_open_ns.load(Relaxed),
+            load_container_ns: self.load_container_ns.load(Relaxed),
+            load_upload_ns: self.load_upload_ns.load(Relaxed),
+            load_upload_bytes: self.load_upload_bytes.load(Relaxed),
+            load_staging_bytes: self.load_staging_bytes.load(Relaxed),
         }
     }
 }
@@ -197,6 +248,12 @@ static GLOBAL: Counters = Counters {
     graph_replays: AtomicU64::new(0),
     graph_fallbacks: AtomicU64::new(0),
     shared_constant_bytes: AtomicU64::new(0),
+    load_fetch_ns: AtomicU64::new(0),
+    load_so_open_ns: AtomicU64::new(0),
+    load_container_ns: AtomicU64::new(0),
+    load_upload_ns: AtomicU64::new(0),
+    load_upload_bytes: AtomicU64::new(0),
+    load_staging_bytes: AtomicU64::new(0),
 };
 
 pub(crate) fn global() -> &'static Counters {
@@ -224,6 +281,14 @@ pub(crate) fn record_for(owner: Option<&Arc<Counters>>, e: Event) {
     if let Some(h) = owner {
         h.apply(e)
     }
+}
+
+/// Run `f`, counting its host time with `event` (e.g. [`Event::LoadSoOpen`]).
+pub(crate) fn timed<T>(event: fn(u64) -> Event, f: impl FnOnce() -> T) -> T {
+    let t = Instant::now();
+    let r = f();
+    record(event(t.elapsed().as_nanos().min(u64::MAX as u128) as u64));
+    r
 }
 
 /// The handle counters active on this thread, if any.

@@ -18,6 +18,23 @@ use std::ffi::{c_char, c_void, CStr};
 struct Blobs<'a> {
     so: Option<&'a [u8]>,
     blobs: Vec<&'a [u8]>,
+    /// Keys served and not released yet (a release must match one).
+    out: std::cell::RefCell<Vec<Vec<u8>>>,
+}
+
+/// The release callback: the key must be one served and not released yet.
+///
+/// # Safety
+/// `user` points at a live `Blobs`, `key` is NUL-terminated.
+unsafe extern "C" fn release(user: *mut c_void, key: *const c_char) {
+    // SAFETY: the contract above; `run` passes a `Blobs` that outlives the init call.
+    let (b, k) = unsafe { (&*(user as *const Blobs<'_>), CStr::from_ptr(key).to_bytes()) };
+    let mut out = b.out.borrow_mut();
+    let i = out
+        .iter()
+        .position(|o| o.as_slice() == k)
+        .unwrap_or_else(|| panic!("released {k:?}, which is not served"));
+    out.swap_remove(i);
 }
 
 /// The named-data callback: a blob chosen by the key's hash, or "missing" without blobs.
@@ -44,6 +61,7 @@ unsafe extern "C" fn lookup(
     };
     match blob {
         Some(x) => {
+            b.out.borrow_mut().push(k.to_vec());
             // SAFETY: writable out-pointers (the contract).
             unsafe {
                 *out_data = x.as_ptr();
@@ -72,6 +90,7 @@ pub fn run(data: &[u8], real_so: Option<&[u8]>) -> EtCudaStatus {
     let named = Blobs {
         so: real_so.filter(|_| flags & 1 == 1),
         blobs,
+        out: Default::default(),
     };
     let method = c"forward";
     let args = EtCudaInitArgs {
@@ -89,6 +108,11 @@ pub fn run(data: &[u8], real_so: Option<&[u8]>) -> EtCudaStatus {
         payload_len: rest.len(),
         named_data: Some(lookup),
         named_data_user: &named as *const Blobs<'_> as *mut c_void,
+        named_data_release: if flags & 0x10 != 0 {
+            Some(release)
+        } else {
+            None
+        },
     };
     let mut h = std::ptr::null_mut();
     // SAFETY: every pointer in `args` is live for the call; `lookup` follows its contract

@@ -4,12 +4,11 @@
 //! 1.3/1.4; binary `ETCUDAFQN3`, ExecuTorch 1.5: one storage per constant).
 
 use crate::aoti::payload::{self, Payload};
-use crate::delegate::{InitParams, Weights};
+use crate::delegate::{InitParams, Source, Weights};
 use crate::error::{Error, Result};
 use crate::MethodConfig;
 
-/// Looks up the program's named data by key: the bytes, valid while the load runs.
-pub type NamedDataLookup<'a> = dyn Fn(&str) -> Option<&'a [u8]> + 'a;
+pub use crate::delegate::NamedDataLookup;
 
 /// The blobs of one method.
 pub enum Blobs<'a> {
@@ -22,14 +21,19 @@ pub enum Blobs<'a> {
         weights_key: Option<&'a str>,
     },
     /// The delegate's processed payload, and the program's named data it refers to.
+    /// With `release`, the load calls it with a key once it no longer reads that key's
+    /// bytes (per-constant weights are read one storage at a time and released after
+    /// their upload, so they need not all be in host memory at once); without it, every
+    /// key's bytes must stay valid until the load returns.
     NamedData {
         payload: &'a [u8],
         lookup: &'a NamedDataLookup<'a>,
+        release: Option<&'a dyn Fn(&str)>,
     },
 }
 
 fn fetch<'a>(lookup: &NamedDataLookup<'a>, key: &str, what: &str) -> Result<&'a [u8]> {
-    lookup(key).ok_or_else(|| {
+    crate::stats::timed(crate::stats::Event::LoadFetch, || lookup(key)).ok_or_else(|| {
         Error::invalid_program(format!(
             "the program has no named data {key:?} ({what}); was the .ptd file passed?"
         ))
@@ -54,7 +58,11 @@ pub(crate) fn init_params<'a>(
             so_key.map(str::to_string),
             weights_key.map(str::to_string),
         ),
-        Blobs::NamedData { payload, lookup } => match payload::parse(payload, method)? {
+        Blobs::NamedData {
+            payload,
+            lookup,
+            release,
+        } => match payload::parse(payload, method)? {
             Payload::Keys {
                 so_key,
                 weights_key,
@@ -66,18 +74,28 @@ pub(crate) fn init_params<'a>(
             ),
             Payload::PerFqn { so_key, entries } => {
                 let so = fetch(lookup, &so_key, "the .so")?;
-                let mut storages = Vec::with_capacity(entries.len());
-                for e in entries {
-                    let what = format!("the weights of {}", e.fqn);
-                    let bytes = fetch(lookup, &e.storage_key, &what)?;
-                    // Checked here, before any device work (the matcher checks it too).
-                    e.check_storage(
-                        bytes.len(),
-                        &format!("{what} (named data {:?})", e.storage_key),
-                    )?;
-                    storages.push((e, bytes));
+                let mut read = Vec::new();
+                if release.is_none() {
+                    // Held until the load ends anyway: read and checked before any device work.
+                    for e in &entries {
+                        if read.iter().any(|(k, _)| k == &e.storage_key) {
+                            continue;
+                        }
+                        let what = format!("the weights of {}", e.fqn);
+                        let bytes = fetch(lookup, &e.storage_key, &what)?;
+                        e.check_storage(
+                            bytes.len(),
+                            &format!("{what} (named data {:?})", e.storage_key),
+                        )?;
+                        read.push((e.storage_key.clone(), bytes));
+                    }
                 }
-                (so, Weights::PerFqn(storages), Some(so_key), None)
+                let source = Source {
+                    lookup,
+                    release,
+                    read,
+                };
+                (so, Weights::PerFqn { entries, source }, Some(so_key), None)
             }
         },
     };

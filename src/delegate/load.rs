@@ -13,7 +13,7 @@ use crate::config::MethodConfig;
 use crate::cuda::stream::{self, CudaStream};
 use crate::cuda::{self, DeviceState};
 use crate::error::{Error, Result};
-use crate::stats::Counters;
+use crate::stats::{self, Counters, Event};
 use std::sync::{Arc, Mutex};
 
 /// A method's weights as the program stores them.
@@ -21,8 +21,12 @@ use std::sync::{Arc, Mutex};
 pub(crate) enum Weights<'a> {
     /// One blob in the container's packed layout (ExecuTorch ≤ 1.4).
     Blob(&'a [u8]),
-    /// One storage per constant, named by original FQN (ExecuTorch 1.5's `ETCUDAFQN3`).
-    PerFqn(Vec<(FqnEntry, &'a [u8])>),
+    /// One storage per constant, named by original FQN (ExecuTorch 1.5's `ETCUDAFQN3`):
+    /// the payload's entries, each storage read from `source` when it is loaded.
+    PerFqn {
+        entries: Vec<FqnEntry>,
+        source: per_fqn::Source<'a>,
+    },
 }
 
 /// What `init` needs.
@@ -82,7 +86,7 @@ impl CudaHandle {
         } else {
             CudaStream::new(device.clone())?
         };
-        let lib = aoti::loader::open(p.so, digest, &elf)?;
+        let lib = stats::timed(Event::LoadSoOpen, || aoti::loader::open(p.so, digest, &elf))?;
         let _run = RunScope::enter(&device, &counters, &stream)?;
         let share = cfg.weight_sharing.then_some(SharePolicy {
             mutable_buffers: cfg.share_mutable_buffers,
@@ -125,9 +129,13 @@ fn load_weights(
     weights: &Weights<'_>,
     share: Option<SharePolicy>,
 ) -> Result<(Arc<Container>, SharedConstants)> {
-    let probe = Container::create(lib.clone(), device.ordinal)?;
+    let probe = stats::timed(Event::LoadContainer, || {
+        Container::create(lib.clone(), device.ordinal)
+    })?;
     let weights = match weights {
-        Weights::PerFqn(storages) => return per_fqn::load(probe, device, stream, storages, share),
+        Weights::PerFqn { entries, source } => {
+            return per_fqn::load(probe, device, stream, entries, source, share)
+        }
         Weights::Blob(w) => *w,
     };
     match probe.constants_blob_size()? {
@@ -149,7 +157,14 @@ fn load_weights(
             sharing::load(lib, device, stream, weights, policy)
         }
         None => {
+            // The generated code copies each constant from the blob (pageable memory).
+            let t = std::time::Instant::now();
             probe.load_weights(weights)?;
+            stats::record(Event::LoadUpload {
+                ns: t.elapsed().as_nanos().min(u64::MAX as u128) as u64,
+                bytes: weights.len() as u64,
+                staging: 0,
+            });
             Ok((Arc::new(probe), SharedConstants::default()))
         }
     }

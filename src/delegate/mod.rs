@@ -32,6 +32,8 @@ pub(crate) mod sharing;
 pub(crate) mod staging;
 
 pub(crate) use load::{InitParams, Weights};
+pub use per_fqn::NamedDataLookup;
+pub(crate) use per_fqn::Source;
 
 use crate::aoti::Container;
 use crate::config::MethodConfig;

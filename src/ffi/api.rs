@@ -168,11 +168,14 @@ pub unsafe extern "C" fn et_cuda_init(
                 let payload = unsafe { slice_from(a.payload_data, a.payload_len, "payload_data")? };
                 let fetch = NamedData {
                     f,
+                    release: a.named_data_release,
                     user: a.named_data_user,
                 };
+                let release = |k: &str| fetch.release(k);
                 let blobs = Blobs::NamedData {
                     payload,
                     lookup: &|k| fetch.get(k),
+                    release: fetch.release.is_some().then_some(&release as &dyn Fn(&str)),
                 };
                 let h = register(Method::load_from(method, blobs, &config)?);
                 // SAFETY: out_handle was written above (non-null and valid per the contract).
@@ -193,9 +196,10 @@ fn register(method: Method) -> *mut EtCudaHandle {
     key as *mut EtCudaHandle
 }
 
-/// The caller's named-data lookup.
+/// The caller's named-data lookup (and release).
 struct NamedData {
     f: unsafe extern "C" fn(*mut c_void, *const c_char, *mut *const u8, *mut usize) -> i32,
+    release: crate::ffi::types::EtCudaNamedDataReleaseFn,
     user: *mut c_void,
 }
 
@@ -211,8 +215,19 @@ impl NamedData {
         if rc != 0 {
             return None;
         }
-        // SAFETY: the callback promises n readable bytes that outlive the init call.
+        // SAFETY: the callback promises n readable bytes that stay valid until the init call
+        // returns or their release (which the library calls only once it no longer reads them).
         unsafe { slice_from(p, n, key) }.ok()
+    }
+
+    /// The library no longer reads the bytes of one lookup of `key`.
+    fn release(&self, key: &str) {
+        let (Some(r), Ok(k)) = (self.release, CString::new(key)) else {
+            return;
+        };
+        // SAFETY: the callback and its user pointer come from the caller (et_cuda_init's
+        // contract); the key is NUL-terminated and lives across the call.
+        unsafe { r(self.user, k.as_ptr()) };
     }
 }
 

@@ -114,8 +114,9 @@ pub struct EtCudaTensor {
 }
 
 /// Looks up named data of the program for `et_cuda_init`: on success returns 0 and sets
-/// `*out_data`/`*out_len` to bytes that stay valid until `et_cuda_init` returns; any other
-/// return value means the key is missing.
+/// `*out_data`/`*out_len` to bytes that stay valid until `et_cuda_init` returns or, when
+/// `named_data_release` is set, until that is called for this lookup; any other return value
+/// means the key is missing.
 pub type EtCudaNamedDataFn = Option<
     unsafe extern "C" fn(
         user: *mut c_void,
@@ -206,6 +207,11 @@ impl EtCudaMethodConfig {
     }
 }
 
+/// Tells the caller that the library is done with the bytes of one `named_data` lookup
+/// (see `EtCudaInitArgs::named_data_release`).
+pub type EtCudaNamedDataReleaseFn =
+    Option<unsafe extern "C" fn(user: *mut c_void, key: *const c_char)>;
+
 /// Arguments of `et_cuda_init`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -239,6 +245,12 @@ pub struct EtCudaInitArgs {
     pub payload_len: usize,
     pub named_data: EtCudaNamedDataFn,
     pub named_data_user: *mut c_void,
+    /// Optional: called once for each successful `named_data` lookup of a per-constant weight
+    /// storage (ExecuTorch 1.5 programs), with the same key, as soon as the library no longer
+    /// reads those bytes (before `et_cuda_init` returns); the caller may free them then. The
+    /// weights are read one storage at a time, so with this set they need not all be in host
+    /// memory at once. Lookups it is not called for stay valid until `et_cuda_init` returns.
+    pub named_data_release: EtCudaNamedDataReleaseFn,
 }
 
 /// A snapshot of the counters (returned by `et_cuda_stats`).
@@ -282,6 +294,20 @@ pub struct EtCudaStats {
     /// CUDA modules the generated code of live handles loaded (process-wide only; each is
     /// unloaded when its handle is destroyed).
     pub generated_modules: u64,
+    /// Loading, summed over loads (nanoseconds): time in the `named_data` lookups (the
+    /// program's file reads, with ExecuTorch's file data loader).
+    pub load_fetch_ns: u64,
+    /// Opening `.so` files (validation, hash, `dlopen`).
+    pub load_so_open_ns: u64,
+    /// Creating containers.
+    pub load_container_ns: u64,
+    /// Uploading weights (per-constant weights: copies into pinned staging, the transfers and
+    /// the final wait; a packed blob: the generated code's own load).
+    pub load_upload_ns: u64,
+    /// Weight bytes uploaded in `load_upload_ns`.
+    pub load_upload_bytes: u64,
+    /// Pinned staging used by weight uploads (the largest; 0: pageable copies only).
+    pub load_staging_bytes: u64,
 }
 
 impl From<Stats> for EtCudaStats {
@@ -304,6 +330,12 @@ impl From<Stats> for EtCudaStats {
             graph_fallbacks: s.graph_fallbacks,
             shared_constant_bytes: s.shared_constant_bytes,
             generated_modules: s.generated_modules,
+            load_fetch_ns: s.load_fetch_ns,
+            load_so_open_ns: s.load_so_open_ns,
+            load_container_ns: s.load_container_ns,
+            load_upload_ns: s.load_upload_ns,
+            load_upload_bytes: s.load_upload_bytes,
+            load_staging_bytes: s.load_staging_bytes,
         }
     }
 }

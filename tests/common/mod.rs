@@ -318,6 +318,7 @@ pub fn init_args(so: &[u8], w: &[u8], name: &CStr) -> EtCudaInitArgs {
         payload_len: 0,
         named_data: None,
         named_data_user: std::ptr::null_mut(),
+        named_data_release: None,
     }
 }
 

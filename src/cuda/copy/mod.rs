@@ -11,6 +11,7 @@
 //! this file the tensor-level copies built on them.
 
 mod raw;
+mod staged;
 mod strided;
 #[cfg(test)]
 mod tests;
@@ -19,6 +20,7 @@ pub(crate) use raw::{
     copy_bytes, copy_bytes_blocking, copy_dtod_2d_async, copy_dtod_async, copy_dtoh_async,
     copy_dtoh_drained, copy_dtoh_ordered, copy_htod_async, copy_htod_ordered,
 };
+pub(crate) use staged::StagedUpload;
 use strided::{for_each_offset, pitched, read_span, scatter_from_host, write_span};
 pub(crate) use strided::{gather_to_host, host_buffer};
 

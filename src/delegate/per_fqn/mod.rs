@@ -17,46 +17,114 @@ use super::sharing::{self, SharePolicy, SharedConstants, View};
 use crate::aoti::container::ConstantInfo;
 use crate::aoti::payload::FqnEntry;
 use crate::aoti::{self, Container};
-use crate::cuda::{copy, memory, stream::CudaStream, DeviceState};
+use crate::cuda::copy::StagedUpload;
+use crate::cuda::{memory, stream::CudaStream, DeviceState};
 use crate::error::{Error, Result};
 use crate::tensor::{device_type, Device, HostAlloc, Memory, Storage, Tensor};
 use std::sync::Arc;
 
-/// One constant of the container and the storage that backs it.
+/// Looks up named data by key: the bytes, valid until the load releases the key (or ends).
+pub type NamedDataLookup<'a> = dyn Fn(&str) -> Option<&'a [u8]> + 'a;
+
+/// Where per-FQN storages come from: the program's named data, read one storage at a
+/// time and released (`release`, when the caller gives one) as soon as it is uploaded, so
+/// the weights never need to be in host memory all at once. Without `release` the bytes
+/// stay valid for the whole load anyway: they are then read (and checked) before any
+/// device work, into `read`.
+#[derive(Clone)]
+pub(crate) struct Source<'a> {
+    pub(crate) lookup: &'a NamedDataLookup<'a>,
+    pub(crate) release: Option<&'a dyn Fn(&str)>,
+    pub(crate) read: Vec<(String, &'a [u8])>,
+}
+
+impl std::fmt::Debug for Source<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Source")
+            .field("release", &self.release.is_some())
+            .field("read", &self.read.len())
+            .finish()
+    }
+}
+
+impl Source<'_> {
+    /// `f` over the bytes of storage `key`; the key is released when `f` returns (the
+    /// bytes are not reachable after that).
+    pub(crate) fn with<R>(
+        &self,
+        key: &str,
+        what: &str,
+        f: impl FnOnce(&[u8]) -> Result<R>,
+    ) -> Result<R> {
+        if let Some((_, bytes)) = self.read.iter().find(|(k, _)| k == key) {
+            return f(bytes);
+        }
+        let bytes = crate::stats::timed(crate::stats::Event::LoadFetch, || (self.lookup)(key))
+            .ok_or_else(|| {
+                Error::invalid_program(format!(
+                    "the program has no named data {key:?} ({what}); was the .ptd file passed?"
+                ))
+            })?;
+        let r = f(bytes);
+        if let Some(release) = self.release {
+            release(key);
+        }
+        r
+    }
+}
+
+/// One constant of the container and the payload entry that describes its storage.
 #[derive(Debug)]
 pub(crate) struct Matched<'a> {
     pub(crate) info: &'a ConstantInfo,
     pub(crate) entry: &'a FqnEntry,
-    pub(crate) bytes: &'a [u8],
 }
 
-/// Pair every constant the container expects (folded ones excluded) with its
-/// storage, checking what the payload says against the bytes and the model.
-/// A match's view is one the upload's [`Tensor::view`] accepts (both use
-/// [`FqnEntry::check_view`]'s check on the storage's byte count).
-pub(crate) fn match_storages<'a>(
+/// Pair every constant the container expects (folded ones excluded) with its payload
+/// entry, checking what the payload says against the model; the bytes are checked when
+/// they are read ([`check_bytes`]). A match's view is one the upload's [`Tensor::view`]
+/// accepts on a storage of the declared size (both use [`FqnEntry::check_view`]).
+pub(crate) fn match_entries<'a>(
     infos: &'a [ConstantInfo],
-    storages: &'a [(FqnEntry, &'a [u8])],
+    entries: &'a [FqnEntry],
 ) -> Result<Vec<Matched<'a>>> {
+    Ok(match_items(infos, entries, |e| e)?
+        .into_iter()
+        .map(|(info, entry)| Matched { info, entry })
+        .collect())
+}
+
+/// [`match_entries`] over any items that carry an entry: each constant and its item.
+fn match_items<'a, T>(
+    infos: &'a [ConstantInfo],
+    items: &'a [T],
+    entry_of: fn(&T) -> &FqnEntry,
+) -> Result<Vec<(&'a ConstantInfo, &'a T)>> {
     let mut out = Vec::with_capacity(infos.len());
     for info in infos.iter().filter(|c| !c.from_folded) {
-        let found = storages
+        let found = items
             .iter()
-            .find(|(e, _)| !info.original_fqn.is_empty() && e.fqn == info.original_fqn)
-            .or_else(|| storages.iter().find(|(e, _)| e.fqn == info.name));
-        let Some((entry, bytes)) = found else {
+            .find(|e| !info.original_fqn.is_empty() && entry_of(e).fqn == info.original_fqn)
+            .or_else(|| items.iter().find(|e| entry_of(e).fqn == info.name));
+        let Some(item) = found else {
             return Err(Error::invalid_program(format!(
                 "the program has no weights for constant {} (FQN {:?})",
                 info.name, info.original_fqn
             )));
         };
+        let entry = entry_of(item);
         let what = || format!("constant {} (storage {})", info.name, entry.storage_key);
-        entry.check_storage(bytes.len(), &what())?;
-        if info.data_size > bytes.len() {
-            return Err(Error::invalid_program(format!(
-                "{} has {} bytes but the model expects {}",
+        let declared = usize::try_from(entry.storage_nbytes).map_err(|_| {
+            Error::invalid_program(format!(
+                "{} declares {} bytes, more than this machine can address",
                 what(),
-                bytes.len(),
+                entry.storage_nbytes
+            ))
+        })?;
+        if info.data_size > declared {
+            return Err(Error::invalid_program(format!(
+                "{} has {declared} bytes but the model expects {}",
+                what(),
                 info.data_size
             )));
         }
@@ -76,8 +144,32 @@ pub(crate) fn match_storages<'a>(
             )));
         }
         // The upload views the storage with exactly this check.
-        entry.check_view(bytes.len())?;
-        out.push(Matched { info, entry, bytes });
+        entry.check_view(declared)?;
+        out.push((info, item));
+    }
+    Ok(out)
+}
+
+/// The bytes read for a matched constant's storage agree with what its entry declares
+/// (the size [`match_entries`] checked the view and the model against).
+pub(crate) fn check_bytes(m: &Matched<'_>, bytes: &[u8]) -> Result<()> {
+    m.entry.check_storage(
+        bytes.len(),
+        &format!("constant {} (storage {})", m.info.name, m.entry.storage_key),
+    )
+}
+
+/// [`match_entries`] and [`check_bytes`] over storages given as bytes (tests, fuzzing).
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn match_storages<'a>(
+    infos: &'a [ConstantInfo],
+    storages: &'a [(FqnEntry, &'a [u8])],
+) -> Result<Vec<(Matched<'a>, &'a [u8])>> {
+    let mut out = Vec::new();
+    for (info, (entry, bytes)) in match_items(infos, storages, |(e, _)| e)? {
+        let m = Matched { info, entry };
+        check_bytes(&m, bytes)?;
+        out.push((m, *bytes));
     }
     Ok(out)
 }
@@ -91,49 +183,152 @@ fn place(m: &Matched<'_>, device: &DeviceState) -> Device {
     }
 }
 
-/// The constant's tensor in memory the method owns (queued on `stream` for the device).
-fn upload(m: &Matched<'_>, device: &Arc<DeviceState>, stream: &Arc<CudaStream>) -> Result<Tensor> {
-    let n = m.bytes.len();
-    let at = place(m, device);
+/// A storage holding `bytes` where `at` says: device memory the method owns (the upload
+/// queued on `up`'s stream; `bytes` have been read when this returns), or host memory.
+fn store(
+    bytes: &[u8],
+    at: Device,
+    device: &Arc<DeviceState>,
+    stream: &Arc<CudaStream>,
+    up: &mut StagedUpload,
+) -> Result<Arc<Storage>> {
+    let n = bytes.len();
     let memory = if n == 0 {
         Memory::Empty
     } else if at == Device::Cpu {
         let h = HostAlloc::new(n)?;
+        // SAFETY: the host allocation has n bytes and does not overlap the source.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), h.ptr().cast::<u8>(), n) };
         Memory::Host(h)
     } else {
         let d = memory::alloc_on_stream(device.clone(), n, stream.raw(), Some(stream.clone()))?;
-        // SAFETY: `d` is a fresh device allocation of n bytes and the source slice has n bytes;
-        // the caller waits for the stream before the slice may go away.
-        unsafe { copy::copy_htod_async(d.ptr(), m.bytes.as_ptr().cast(), n, stream.raw())? };
+        // SAFETY: `d` is a fresh device allocation of n bytes, kept by the storage (and the
+        // load waits for the stream before returning).
+        unsafe { up.upload(d.ptr(), bytes)? };
         Memory::Device(Box::new(d))
     };
-    let storage = Storage {
+    Ok(Arc::new(Storage {
         memory,
         nbytes: n,
         device: at,
-    };
-    if let Memory::Host(_) = storage.memory {
-        // SAFETY: the storage's host allocation has n bytes and does not overlap the slice.
-        unsafe {
-            std::ptr::copy_nonoverlapping(m.bytes.as_ptr(), storage.base_ptr().cast::<u8>(), n)
-        };
-    }
-    Tensor::view(
-        Arc::new(storage),
-        m.entry.dtype,
-        m.entry.sizes.clone(),
-        m.entry.strides.clone(),
-        m.entry.storage_offset,
-    )
+    }))
 }
 
-/// Give `container` its constants from per-FQN `storages`, sharing with other
-/// methods under `share`. Returns the container and what keeps its constants alive.
+/// One storage to read: its key, where it goes, and the matched constants that view it.
+struct Group<'m> {
+    key: &'m str,
+    at: Device,
+    members: Vec<usize>,
+}
+
+/// The storages of `matched` in first-use order (one per key and placement).
+fn storage_groups<'m>(matched: &'m [Matched<'m>], device: &DeviceState) -> Vec<Group<'m>> {
+    let mut groups: Vec<Group<'m>> = Vec::new();
+    for (i, m) in matched.iter().enumerate() {
+        let at = place(m, device);
+        match groups
+            .iter_mut()
+            .find(|g| g.key == m.entry.storage_key && g.at == at)
+        {
+            Some(g) => g.members.push(i),
+            None => groups.push(Group {
+                key: &m.entry.storage_key,
+                at,
+                members: vec![i],
+            }),
+        }
+    }
+    groups
+}
+
+/// What reading the storages gave, per matched constant.
+struct Loaded {
+    tensors: Vec<Option<Tensor>>,
+    digests: Vec<[u8; 32]>,
+    shared: Vec<bool>,
+    shared_bytes: u64,
+    loaded: u64,
+}
+
+/// Read each storage of `groups` from `source` (released once read), serve its constants
+/// from other methods where `share` allows (keeping their owners in `held`), else upload it
+/// once through `up` and view it for each of its constants.
+#[allow(clippy::too_many_arguments)]
+fn read_storages(
+    matched: &[Matched<'_>],
+    groups: &[Group<'_>],
+    source: &Source<'_>,
+    share: Option<SharePolicy>,
+    device: &Arc<DeviceState>,
+    stream: &Arc<CudaStream>,
+    up: &mut StagedUpload,
+    held: &mut SharedConstants,
+) -> Result<Loaded> {
+    let n = matched.len();
+    let mut l = Loaded {
+        tensors: vec![None; n],
+        digests: vec![[0u8; 32]; n],
+        shared: vec![false; n],
+        shared_bytes: 0,
+        loaded: 0,
+    };
+    for g in groups {
+        let what = format!("the weights of {}", matched[g.members[0]].entry.fqn);
+        source.with(g.key, &what, |bytes| {
+            let mut storage: Option<Arc<Storage>> = None;
+            let digest = share.map(|_| aoti::loader::sha256(bytes));
+            for &i in &g.members {
+                let m = &matched[i];
+                check_bytes(m, bytes)?;
+                if let (Some(policy), Some(d)) = (share, digest) {
+                    l.digests[i] = d;
+                    let view = View {
+                        sizes: &m.entry.sizes,
+                        strides: &m.entry.strides,
+                        offset: m.entry.storage_offset,
+                        digest: d,
+                    };
+                    let found = sharing::find(&sharing::registry(), m.info, &view, g.at, policy);
+                    if let Some((t, owner)) = found {
+                        l.shared_bytes += bytes.len() as u64;
+                        held.keep_owner(&owner);
+                        l.shared[i] = true;
+                        l.tensors[i] = Some(t);
+                        continue;
+                    }
+                }
+                let st = match &storage {
+                    Some(st) => st.clone(),
+                    None => {
+                        l.loaded += bytes.len() as u64;
+                        let st = store(bytes, g.at, device, stream, up)?;
+                        storage = Some(st.clone());
+                        st
+                    }
+                };
+                l.tensors[i] = Some(Tensor::view(
+                    st,
+                    m.entry.dtype,
+                    m.entry.sizes.clone(),
+                    m.entry.strides.clone(),
+                    m.entry.storage_offset,
+                )?);
+            }
+            Ok(())
+        })?;
+    }
+    Ok(l)
+}
+
+/// Give `container` its constants from the per-FQN `entries`, reading each storage from
+/// `source` once (constants that view one storage share its upload), and sharing with
+/// other methods under `share`. Returns the container and what keeps its constants alive.
 pub(super) fn load(
     container: Container,
     device: &Arc<DeviceState>,
     stream: &Arc<CudaStream>,
-    storages: &[(FqnEntry, &[u8])],
+    entries: &[FqnEntry],
+    source: &Source<'_>,
     share: Option<SharePolicy>,
 ) -> Result<(Arc<Container>, SharedConstants)> {
     if !container.has_constants_api() {
@@ -142,213 +337,68 @@ pub(super) fn load(
         ));
     }
     let infos = container.constants()?;
-    let matched = match_storages(&infos, storages)?;
-    let digests = digests(&matched, share);
-    let found = find_shared(&matched, &digests, share, device);
+    let matched = match_entries(&infos, entries)?;
+    let groups = storage_groups(&matched, device);
+    let total: usize = groups
+        .iter()
+        .map(|g| matched[g.members[0]].entry.storage_nbytes as usize)
+        .sum();
     // Declared first, dropped last: on an error path the container goes before the
     // tensors it may have been given.
     let mut held = SharedConstants::default();
     let container = Arc::new(container);
-    let mut tensors = Vec::with_capacity(matched.len());
-    let mut shared_bytes = 0u64;
-    let mut loaded = 0u64;
-    for (m, f) in matched.iter().zip(found.iter()) {
-        let t = match f {
-            Some((t, owner)) => {
-                shared_bytes += m.bytes.len() as u64;
-                held.keep_owner(owner);
-                t.clone()
-            }
-            None => {
-                loaded += m.bytes.len() as u64;
-                upload(m, device, stream)?
-            }
-        };
-        tensors.push(t.clone());
-        held.add(&m.info.name, t)?;
+    let mut up = StagedUpload::new(device.clone(), stream.raw(), total)?;
+    let l = read_storages(
+        &matched, &groups, source, share, device, stream, &mut up, &mut held,
+    )?;
+    let report = up.finish()?;
+    crate::stats::record(crate::stats::Event::LoadUpload {
+        ns: report.elapsed.as_nanos().min(u64::MAX as u128) as u64,
+        bytes: report.bytes,
+        staging: report.staging_bytes,
+    });
+    let tensors: Vec<Tensor> = l
+        .tensors
+        .into_iter()
+        .map(|t| t.ok_or_else(|| Error::internal("a matched constant got no tensor")))
+        .collect::<Result<_>>()?;
+    for (m, t) in matched.iter().zip(&tensors) {
+        held.add(&m.info.name, t.clone())?;
     }
-    // The uploads read the caller's bytes, which may go away after init.
-    stream.synchronize()?;
     // SAFETY: `held` goes to the caller, which keeps it until after the container is deleted.
     unsafe { held.install(&container)? };
     if let Some(policy) = share {
-        let shared: Vec<bool> = found.iter().map(Option::is_some).collect();
         let entries: Vec<_> = matched
             .iter()
             .zip(tensors)
-            .zip(digests)
+            .zip(l.digests)
             .map(|((m, t), d)| (m.info, t, d))
             .collect();
-        sharing::register(&entries, policy, &container, &shared);
-        crate::stats::record(crate::stats::Event::SharedConstants(shared_bytes));
+        sharing::register(&entries, policy, &container, &l.shared);
+        crate::stats::record(crate::stats::Event::SharedConstants(l.shared_bytes));
         log::info!(
-            "weight sharing: {} of {} constants ({shared_bytes} bytes) served from other methods",
-            shared.iter().filter(|&&s| s).count(),
-            matched.len()
+            "weight sharing: {} of {} constants ({} bytes) served from other methods",
+            l.shared.iter().filter(|&&s| s).count(),
+            matched.len(),
+            l.shared_bytes
         );
     }
     log::debug!(
-        "per-FQN weights: {} constants, {loaded} bytes loaded, {shared_bytes} shared",
-        matched.len()
+        "per-FQN weights: {} constants in {} storages, {} bytes loaded ({:.2} GB/s through {} bytes of pinned staging), {} shared",
+        matched.len(),
+        groups.len(),
+        l.loaded,
+        report.bytes as f64 / report.elapsed.as_secs_f64().max(1e-9) / 1e9,
+        report.staging_bytes,
+        l.shared_bytes
     );
     Ok((container, held))
 }
 
-/// Each matched constant's SHA-256 when weights are shared (zeros otherwise).
-fn digests(matched: &[Matched<'_>], share: Option<SharePolicy>) -> Vec<[u8; 32]> {
-    match share {
-        Some(_) => matched
-            .iter()
-            .map(|m| aoti::loader::sha256(m.bytes))
-            .collect(),
-        None => vec![[0u8; 32]; matched.len()],
-    }
-}
-
-/// For each matched constant, the equal tensor another method already holds (and its container), under `share`.
-fn find_shared(
-    matched: &[Matched<'_>],
-    digests: &[[u8; 32]],
-    share: Option<SharePolicy>,
-    device: &DeviceState,
-) -> Vec<Option<(Tensor, Arc<Container>)>> {
-    match share {
-        Some(policy) => {
-            let reg = sharing::registry();
-            matched
-                .iter()
-                .zip(digests)
-                .map(|(m, d)| {
-                    let view = View {
-                        sizes: &m.entry.sizes,
-                        strides: &m.entry.strides,
-                        offset: m.entry.storage_offset,
-                        digest: *d,
-                    };
-                    sharing::find(&reg, m.info, &view, place(m, device), policy)
-                })
-                .collect()
-        }
-        None => matched.iter().map(|_| None).collect(),
-    }
-}
-
-/// Fuzz body (`fuzz/fuzz_targets/per_fqn_match.rs`, and a test over
-/// `fuzz/seeds/per_fqn_match`): constants and storages described by `data`
-/// through the matcher; every match must be a view the upload's
-/// [`Tensor::view`] accepts on a storage of the matched bytes. Returns the
-/// number of matches.
 #[cfg(any(test, feature = "fuzzing"))]
-pub(crate) fn fuzz_match(data: &[u8]) -> usize {
-    use crate::tensor::{HostAlloc, Memory, Storage};
-    let mut it = data.iter().copied();
-    let mut next = move || it.next().unwrap_or(0);
-    let blob = [0u8; 256];
-    let storages = fuzz_storages(&mut next, &blob);
-    let infos = fuzz_infos(&mut next, &storages);
-    let Ok(matched) = match_storages(&infos, &storages) else {
-        return 0;
-    };
-    for m in &matched {
-        let n = m.bytes.len();
-        let memory = if n == 0 {
-            Memory::Empty
-        } else {
-            match HostAlloc::new(n) {
-                Ok(h) => Memory::Host(h),
-                Err(_) => return 0,
-            }
-        };
-        let storage = Storage {
-            memory,
-            nbytes: n,
-            device: crate::tensor::Device::Cpu,
-        };
-        if let Err(e) = Tensor::view(
-            Arc::new(storage),
-            m.entry.dtype,
-            m.entry.sizes.clone(),
-            m.entry.strides.clone(),
-            m.entry.storage_offset,
-        ) {
-            panic!(
-                "the matcher accepted {:?} but the upload's view refuses it: {e}",
-                m.entry
-            );
-        }
-    }
-    matched.len()
-}
-
-/// The fuzz body's storages: up to 4 entries drawn from `next`, each on a slice of `blob`.
+mod fuzz;
 #[cfg(any(test, feature = "fuzzing"))]
-fn fuzz_storages<'b>(next: &mut impl FnMut() -> u8, blob: &'b [u8]) -> Vec<(FqnEntry, &'b [u8])> {
-    // Mostly small values, sometimes the extremes.
-    let val = |b: u8| -> i64 {
-        match b {
-            255 => i64::MAX,
-            254 => i64::MAX / 3,
-            253 => 1 << 40,
-            252 => 1 << 61,
-            251 => -1,
-            x => (x % 8) as i64,
-        }
-    };
-    let n = (next() % 5) as usize;
-    let mut storages = Vec::with_capacity(n);
-    for _ in 0..n {
-        let rank = (next() % 18) as usize;
-        let sizes: Vec<i64> = (0..rank).map(|_| val(next())).collect();
-        let strides: Vec<i64> = (0..rank).map(|_| val(next())).collect();
-        let e = FqnEntry {
-            fqn: format!("c{}", next() % 4),
-            storage_key: format!("s{}", next() % 4),
-            storage_nbytes: match next() {
-                255 => u64::MAX,
-                254 => 1 << 62,
-                b => b as u64,
-            },
-            dtype: [6, 15, 4, 11, 99, 12][(next() % 6) as usize],
-            device_type: [1, 0, 13][(next() % 3) as usize],
-            storage_offset: val(next()),
-            sizes,
-            strides,
-        };
-        let len = if next() & 1 == 0 {
-            (e.storage_nbytes.min(255)) as usize
-        } else {
-            next() as usize
-        };
-        storages.push((e, &blob[..len]));
-    }
-    storages
-}
-
-/// The fuzz body's constants: up to 4 drawn from `next`, some named like `storages`.
-#[cfg(any(test, feature = "fuzzing"))]
-fn fuzz_infos(next: &mut impl FnMut() -> u8, storages: &[(FqnEntry, &[u8])]) -> Vec<ConstantInfo> {
-    (0..(next() % 5) as usize)
-        .map(|i| {
-            let like = storages.get(i).map(|(e, _)| e);
-            ConstantInfo {
-                name: format!("c{}", next() % 5),
-                original_fqn: match (next() % 3, like) {
-                    (0, Some(e)) => e.fqn.clone(),
-                    (1, _) => String::new(),
-                    _ => format!("c{}", next() % 5),
-                },
-                from_folded: next() % 8 == 0,
-                kind: 1,
-                dtype: match (next() % 4, like) {
-                    (0, _) => 15,
-                    (_, Some(e)) => e.dtype,
-                    _ => 6,
-                },
-                data_size: (next() % 8) as usize,
-            }
-        })
-        .collect()
-}
+pub(crate) use fuzz::fuzz_match;
 
 #[cfg(test)]
 mod tests;

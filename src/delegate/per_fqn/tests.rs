@@ -31,7 +31,7 @@ fn constants_match_by_fqn_then_name_and_skip_folded() {
     let m = match_storages(&infos, &storages).unwrap();
     let got: Vec<(&str, &str, u8)> = m
         .iter()
-        .map(|m| (m.info.name.as_str(), m.entry.fqn.as_str(), m.bytes[0]))
+        .map(|(m, bytes)| (m.info.name.as_str(), m.entry.fqn.as_str(), bytes[0]))
         .collect();
     assert_eq!(
         got,
@@ -132,4 +132,64 @@ fn the_matcher_uses_the_uploads_view_check() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("isize::MAX"), "{e}");
+}
+
+#[test]
+fn source_releases_each_lookup_after_use_and_never_read_bytes() {
+    use std::cell::RefCell;
+    let (a, b) = ([1u8; 4], [2u8; 8]);
+    let lookups = RefCell::new(Vec::new());
+    let released = RefCell::new(Vec::new());
+    let lookup = |k: &str| -> Option<&[u8]> {
+        lookups.borrow_mut().push(k.to_string());
+        match k {
+            "a" => Some(&a[..]),
+            "b" => Some(&b[..]),
+            _ => None,
+        }
+    };
+    let release = |k: &str| released.borrow_mut().push(k.to_string());
+    let streamed = Source {
+        lookup: &lookup,
+        release: Some(&release),
+        read: Vec::new(),
+    };
+    // The key is released after `f`, whatever `f` returns.
+    let n = streamed
+        .with("a", "the weights of x", |bytes| {
+            assert!(released.borrow().is_empty(), "released before use");
+            Ok(bytes.len())
+        })
+        .unwrap();
+    assert_eq!(n, 4);
+    let e = streamed
+        .with("b", "the weights of y", |_| -> Result<()> {
+            Err(Error::invalid_program("bad"))
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("bad"), "{e}");
+    assert_eq!(*released.borrow(), ["a", "b"]);
+    // A missing key: a clear error, nothing to release.
+    let e = streamed
+        .with("c", "the weights of z", |_| Ok(()))
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("no named data \"c\" (the weights of z)"),
+        "{e}"
+    );
+    assert_eq!(released.borrow().len(), 2);
+    // Bytes read before the load (no release given) are used without another lookup.
+    let held = Source {
+        lookup: &lookup,
+        release: None,
+        read: vec![("b".to_string(), &b[..])],
+    };
+    let before = lookups.borrow().len();
+    held.with("b", "w", |bytes| {
+        assert_eq!(bytes, &b[..]);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(lookups.borrow().len(), before);
 }
