@@ -10,6 +10,7 @@ use super::{per_fqn, CudaHandle, State};
 use crate::aoti::payload::FqnEntry;
 use crate::aoti::{self, Container, Library};
 use crate::config::MethodConfig;
+use crate::cuda::memory::HostRegistration;
 use crate::cuda::stream::{self, CudaStream};
 use crate::cuda::{self, DeviceState};
 use crate::error::{Error, Result};
@@ -151,23 +152,38 @@ fn load_weights(
         ),
         _ => {}
     }
-    match share {
+    // The generated code copies each constant from the blob: from pageable memory unless
+    // the blob is page-locked first (ET_CUDA_PIN_WEIGHTS_BLOB=1; measured in bench/).
+    let t = std::time::Instant::now();
+    let pinned = pin_blob_requested()
+        .then(|| HostRegistration::new(device, weights))
+        .flatten();
+    let staging = if pinned.is_some() {
+        weights.len() as u64
+    } else {
+        0
+    };
+    let loaded = match share {
         Some(policy) => {
             drop(probe);
             sharing::load(lib, device, stream, weights, policy)
         }
-        None => {
-            // The generated code copies each constant from the blob (pageable memory).
-            let t = std::time::Instant::now();
-            probe.load_weights(weights)?;
-            stats::record(Event::LoadUpload {
-                ns: t.elapsed().as_nanos().min(u64::MAX as u128) as u64,
-                bytes: weights.len() as u64,
-                staging: 0,
-            });
-            Ok((Arc::new(probe), SharedConstants::default()))
-        }
-    }
+        None => probe
+            .load_weights(weights)
+            .map(|_| (Arc::new(probe), SharedConstants::default())),
+    };
+    drop(pinned);
+    stats::record(Event::LoadUpload {
+        ns: t.elapsed().as_nanos().min(u64::MAX as u128) as u64,
+        bytes: weights.len() as u64,
+        staging,
+    });
+    loaded
+}
+
+/// Whether packed weights blobs are page-locked while the generated code loads them.
+fn pin_blob_requested() -> bool {
+    std::env::var_os("ET_CUDA_PIN_WEIGHTS_BLOB").is_some_and(|v| v == "1")
 }
 
 #[cfg(test)]
