@@ -20,6 +20,7 @@ TB=$ROOT/bench/real_scale_table.py
 # flags
 bash "$S" --dry-run --extra int4 --budget 500 >"$T/plan" 2>&1 && ok "--dry-run exits 0" || bad "--dry-run: $(cat "$T/plan")"
 has "$T/plan" "plan: extras (niced, stopped while timing): int4" "--extra int4 in the plan"
+has "$T/plan" ", site et15, " "ExecuTorch 1.5.1 site by default"
 has "$T/plan" "plan: timing slot: torch, then ours: base/graphs companion/graphs base/eager companion/eager" "run order"
 for args in "--extra foo" "--budget x" "--site et99" "--export-deadline 600" "--bogus"; do
   # shellcheck disable=SC2086
