@@ -145,9 +145,32 @@ spawn() { # name nice threads args...: one process group per job (stop/continue/
   shift 3
   local pre=()
   [ "$HAVE_SETSID" = 1 ] && pre=(setsid)
-  PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} TORCHINDUCTOR_COMPILE_THREADS=$threads \
-    "${pre[@]}" nice -n "$nice" "$PY" "$DECODE" "$@" >"$W/logs/$name.log" 2>&1 &
+  ARGS[$name]="$nice $threads $*"
+  PYTHONPATH=${SPAWN_SITE:-$SITE}${PYTHONPATH:+:$PYTHONPATH} TORCHINDUCTOR_COMPILE_THREADS=$threads \
+    "${pre[@]}" nice -n "$nice" "$PY" "$DECODE" "$@" >>"$W/logs/$name.log" 2>&1 &
   PID[$name]=$!
+}
+# An ExecuTorch 1.5.1 export that fails before REAL_FALLBACK_BY seconds (default 200) is
+# exported again, once, with ExecuTorch 1.2 (packed blob), so that a 1.5.1-specific failure
+# costs its row's load figures, not the row.
+declare -A ARGS RETRIED
+FALLBACK_BY=${REAL_FALLBACK_BY:-200}
+retry_et12() { # name: 0 when respawned
+  local n=$1
+  [ "$SITE_NAME" = et15 ] && [[ $n == export_* ]] && [ -z "${RETRIED[$n]:-}" ] || return 1
+  [ "$(now)" -lt "$FALLBACK_BY" ] || return 1
+  RETRIED[$n]=1
+  if [ -z "${SITE12:-}" ]; then
+    SITE12=${REAL_SITE12_DIR:-$W/site12}
+    [ -n "${REAL_SITE12_DIR:-}" ] || { mkdir -p "$SITE12" && tar -xJf .whl/models/sites/et12.tar.xz -C "$SITE12"; } ||
+      { say "fallback: cannot unpack .whl/models/sites/et12.tar.xz"; return 1; }
+  fi
+  local a
+  read -r -a a <<<"${ARGS[$n]}"
+  echo "== retried with ExecuTorch 1.2 (site et12) after the 1.5.1 export failed" >>"$W/logs/$n.log"
+  SPAWN_SITE=$SITE12 spawn "$n" "${a[@]}"
+  echo et12 >"$W/site_$n"
+  say "fallback: $n exported again with ExecuTorch 1.2 (the 1.5.1 export failed)"
 }
 alive() { [ -n "${PID[$1]:-}" ] && kill -0 "${PID[$1]}" 2>/dev/null; }
 signal_group() { # SIG name...
@@ -196,7 +219,9 @@ watch_jobs() {
     if [ -z "${SAID[$n]:-}" ] && ! alive "$n"; then
       SAID[$n]=1
       wait "${PID[$n]}" 2>/dev/null
-      say "ended ($?): $(done_msg "$n")"
+      local rc=$?
+      say "ended ($rc): $(done_msg "$n")"
+      if [[ "$(done_msg "$n")" != *": exported" ]] && retry_et12 "$n"; then unset "SAID[$n]"; fi
     fi
   done
 }

@@ -47,7 +47,7 @@ run() { # out work extra-env...
   shift 2
   mkdir -p "$T/bundle" "$T/site"
   echo abc1234 >"$T/bundle/COMMIT"
-  env OUT="$out" REAL_WORK="$work" REAL_BUNDLE_DIR="$T/bundle" REAL_SITE_DIR="$T/site" REAL_DECODE="$HERE/fake_decode.py" \
+  env OUT="$out" REAL_WORK="$work" REAL_BUNDLE_DIR="$T/bundle" REAL_SITE_DIR="$T/site" REAL_SITE12_DIR="$T/site12" REAL_DECODE="$HERE/fake_decode.py" \
     REAL_RUNNER="$HERE/fake_runner.py" REAL_NCU="$HERE/fake_ncu.py" REAL_BUDGET=150 REAL_EXPORT_DEADLINE=60 "$@" \
     bash "$S" >"$work.log" 2>&1
 }
@@ -90,6 +90,18 @@ else
   has "$R2" "| ours, base + CUDA graphs | failed: " "failed run reported"
   if grep -q "qwen06b" "$R2"; then bad "--extra none still ran qwen06b"; else ok "REAL_EXTRA=none"; fi
 fi
+# an ExecuTorch 1.5.1 export that fails early is exported again with 1.2, and its row is there
+mkdir -p "$T/site12"
+run "$T/out3" "$T/w3" FAKE_EXPORT_FAIL=companion FAKE_EXPORT_FAIL_ONLY_WITH="$T/site" REAL_EXTRA=none ||
+  bad "third run: exit status $?"
+if grep -q "fallback: export_companion exported again with ExecuTorch 1.2" "$T/w3/timeline.txt" 2>/dev/null; then
+  ok "et15 export failure: retried with et12"
+else
+  bad "et15 export failure: no retry ($(grep -i 'companion' "$T/w3/timeline.txt" 2>/dev/null | tr '\n' ' '))"
+fi
+R3=$(ls "$T"/out3/*-real-scale.md 2>/dev/null | head -1)
+[ -n "$R3" ] && grep -q "| ours, companion + CUDA graphs | " "$R3" && ok "retried export has its rows" ||
+  bad "retried export: no companion rows in ${R3:-no results file}"
 # where a token mismatch starts
 v=$(cd "$HERE/../.." && python3 -c "import real_scale_table as t; print(t.verdict({'tokens': '5,6,7,8', 'expected': '5,6,9,8'}, 'MISMATCH'), t.verdict({}, 'MATCH'))")
 [ "$v" = "MISMATCH at 2 MATCH" ] && ok "mismatch position" || bad "mismatch position: $v"
