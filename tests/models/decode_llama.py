@@ -3,6 +3,9 @@
            SwiGLU 8192, vocab 128256, untied head, static KV cache 1024), bf16;
   qwen06b  Qwen3-0.6B-shaped (28 layers, hidden 1024, 16/8 heads x 128, q/k norm, SwiGLU 3072,
            vocab 151936, tied embeddings, static KV cache 1024), bf16.
+The weights come from real_init.py's recipe (random, with a planted next-token permutation so
+that every greedy step has a wide top-1/top-2 margin; tests/models/margin_check.py checks the
+margins with numpy, no torch).
 Variants: base (ExecuTorch's CudaPartitioner as it is), companion (python/executorch_cuda
 rewrites small-M linears and decode attention first), int4 (torchao's tile-packed int4 weights,
 ExecuTorch's int4 path; its expected tokens are the quantized model's own eager greedy ones).
@@ -36,22 +39,51 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 import torch  # noqa: E402
 
 import models as M  # noqa: E402
+import real_init  # noqa: E402
 import suite_lib  # noqa: E402
 
-QWEN06B_CFG = dict(vocab=151936, hidden=1024, layers=28, heads=16, kv_heads=8, head_dim=128, ffn=3072,
-                   max_seq=1024, qk_norm=True, rope_theta=1000000.0)
-# name: (config, std of the random linear weights, tied embeddings)
-MODELS = {"llama1b": (M.LLAMA1B_CFG, 0.02, False), "qwen06b": (QWEN06B_CFG, 0.05, True)}
+QWEN06B_CFG = real_init.QWEN06B
+assert real_init.LLAMA1B == M.LLAMA1B_CFG, "real_init.LLAMA1B and models.LLAMA1B_CFG differ"
+# name: (config, tied embeddings, recipe knobs) (real_init.py)
+MODELS = real_init.MODELS
 MAX_T = 64  # the dynamic T bound (prefill length) of the exported forward
+
+
+class TorchBackend:
+    """real_init.weights' array library: torch on the CPU, one seeded generator."""
+
+    def __init__(self, g):
+        self.g = g
+
+    def randn(self, shape):
+        return torch.randn(shape, generator=self.g)
+
+    def randperm(self, n):
+        return torch.randperm(n, generator=self.g)
+
+    def zeros(self, shape):
+        return torch.zeros(shape)
+
+    def arange(self, n):
+        return torch.arange(n)
 
 
 def make(model, seed):
     """float32 CPU module, the same weights in every process (CPU generator)."""
-    cfg, std, tied = MODELS[model]
+    cfg, tied, _ = MODELS[model]
     g = M.seeded(seed)
     m = M.Qwen3Decoder(cfg).eval()
-    M.init_decoder_weights(m, g, std=std)
-    if tied:  # the head is the embedding (init_decoder_weights made them differ; keep the embedding)
+    params = dict(m.named_parameters())
+    shapes = [(n, tuple(p.shape)) for n, p in params.items()]
+    if shapes != real_init.param_shapes(cfg, tied):  # the recipe names every parameter by its FQN
+        raise RuntimeError(f"{model}: Qwen3Decoder's parameters are not real_init.param_shapes'")
+    with torch.no_grad():
+        for name, w in real_init.weights(model, shapes, TorchBackend(g)):
+            if tied and name == "lm_head.weight":
+                continue
+            params[name].copy_(w)
+            del w
+    if tied:  # the head is the embedding
         m.lm_head.weight = m.embed_tokens.weight
     return m
 
@@ -91,13 +123,15 @@ def read_bytes(m):
 def describe(model, m):
     cfg = MODELS[model][0]
     params = sum(p.numel() for p in m.parameters())
-    return {"model": model, "config": cfg, "tied_embeddings": MODELS[model][2], "parameters": params,
+    return {"model": model, "config": cfg, "tied_embeddings": MODELS[model][1],
+            "weights_recipe": dict(MODELS[model][2], version=real_init.RECIPE_VERSION), "parameters": params,
             "read_bytes_per_token_weights": read_bytes(m)}
 
 
 def cache_key(model):
+    """Covers the weights (real_init.py, models.py), this script and the companion package."""
     h = hashlib.sha256(model.encode())
-    files = [os.path.abspath(__file__)]
+    files = [os.path.abspath(__file__), os.path.join(HERE, "real_init.py"), os.path.join(HERE, "models.py")]
     pkg = os.path.join(ROOT, "python", "executorch_cuda")
     files += sorted(os.path.join(pkg, f) for f in os.listdir(pkg) if f.endswith(".py"))
     for f in files:

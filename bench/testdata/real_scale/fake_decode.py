@@ -1,6 +1,7 @@
 """Stands in for tests/models/decode_llama.py in bench/real_scale.sh's CPU test (REAL_DECODE):
 same flags; writes what the real one writes, with made-up numbers. FAKE_EXPORT_FAIL=<variant>
-makes that export fail; FAKE_EXPORT_S its time (default 0.3 s)."""
+makes that export fail (with FAKE_EXPORT_FAIL_ONLY_WITH=<dir>: only when <dir> is on PYTHONPATH);
+FAKE_EXPORT_S its time (default 0.3 s)."""
 import argparse
 import json
 import os
@@ -57,7 +58,8 @@ if a.mode == "ref":
     sys.exit(0)
 for v in a.variants.split(","):
     time.sleep(float(os.environ.get("FAKE_EXPORT_S", "0.3")))
-    if v == os.environ.get("FAKE_EXPORT_FAIL"):
+    only = os.environ.get("FAKE_EXPORT_FAIL_ONLY_WITH")  # fail only under this PYTHONPATH entry
+    if v == os.environ.get("FAKE_EXPORT_FAIL") and (not only or only in os.environ.get("PYTHONPATH", "").split(":")):
         print(f"{v}: RuntimeError: planted export failure", flush=True)
         sys.exit(1)
     d = os.path.join(a.out, tag(a.model, v))

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Stands in for et_cuda_run --generate in bench/real_scale.sh's CPU test (REAL_RUNNER): prints the
 lines the real runner prints, with figures that depend on the program and on CUDA graphs.
-FAKE_RUNNER_FAIL=<tag> makes that program's run fail like a failed load."""
+FAKE_RUNNER_FAIL=<tag> makes that program's run fail like a failed load. The library's load_phases line
+(on stderr, as a library's log line may be) is left out for the tags in FAKE_NO_LOAD_PHASES (default int4:
+an older library)."""
 import os
 import sys
 import time
@@ -15,6 +17,10 @@ graphs = any(a.startswith("enable_cuda_graph_for_method") for a in args)
 if tag == os.environ.get("FAKE_RUNNER_FAIL"):
     print(f"et_cuda_run: {man}: loading method 'forward' failed: planted", file=sys.stderr)
     sys.exit(1)
+if tag not in os.environ.get("FAKE_NO_LOAD_PHASES", "int4").split(","):
+    print(f"load_phases: fetch_ms=612.3 so_open_ms=45.1 container_ms=3.2 upload_ms={100.0 if graphs else 125.0:.1f} "
+          f"upload_bytes=3000000000 upload_gbps={30.0 if graphs else 24.0:.2f} staging={'pinned' if graphs else 'pageable'} "
+          "peak_host_staging_bytes=134217728", file=sys.stderr, flush=True)
 exp = args[args.index("--expect-tokens") + 1].split(",") if "--expect-tokens" in args else None
 toks = (exp or [str(7 * i % 1000) for i in range(n)])[:n]
 rate = {"base": 430.0, "companion": 1100.0, "int4": 2000.0}.get(tag, 900.0) * (1.1 if graphs else 1.0)

@@ -3,7 +3,8 @@
 # bench/test_table.sh: the flags, the ncu census on a canned CSV (ncu_sample.csv, made by
 # make_ncu_sample.py), and the whole driver with fakes of decode_llama.py, et_cuda_run and ncu
 # (fake_*.py): the results file's rows and targets, the census file, a second run's fresh name,
-# a failed export and a failed run reported as such. Ends with "real_scale: N passed, N failed".
+# a failed export and a failed run reported as such, the library's load_phases line (present, and
+# absent as from an older library). Ends with "real_scale: N passed, N failed".
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
@@ -19,6 +20,7 @@ TB=$ROOT/bench/real_scale_table.py
 # flags
 bash "$S" --dry-run --extra int4 --budget 500 >"$T/plan" 2>&1 && ok "--dry-run exits 0" || bad "--dry-run: $(cat "$T/plan")"
 has "$T/plan" "plan: extras (niced, stopped while timing): int4" "--extra int4 in the plan"
+has "$T/plan" ", site et15, " "ExecuTorch 1.5.1 site by default"
 has "$T/plan" "plan: timing slot: torch, then ours: base/graphs companion/graphs base/eager companion/eager" "run order"
 for args in "--extra foo" "--budget x" "--site et99" "--export-deadline 600" "--bogus"; do
   # shellcheck disable=SC2086
@@ -45,7 +47,7 @@ run() { # out work extra-env...
   shift 2
   mkdir -p "$T/bundle" "$T/site"
   echo abc1234 >"$T/bundle/COMMIT"
-  env OUT="$out" REAL_WORK="$work" REAL_BUNDLE_DIR="$T/bundle" REAL_SITE_DIR="$T/site" REAL_DECODE="$HERE/fake_decode.py" \
+  env OUT="$out" REAL_WORK="$work" REAL_BUNDLE_DIR="$T/bundle" REAL_SITE_DIR="$T/site" REAL_SITE12_DIR="$T/site12" REAL_DECODE="$HERE/fake_decode.py" \
     REAL_RUNNER="$HERE/fake_runner.py" REAL_NCU="$HERE/fake_ncu.py" REAL_BUDGET=150 REAL_EXPORT_DEADLINE=60 "$@" \
     bash "$S" >"$work.log" 2>&1
 }
@@ -63,6 +65,13 @@ else
   has "$R" "| ours, int4 + CUDA graphs | 2200.0 |" "int4 row"
   has "$R" "| qwen06b_base | 27 | 387 | 1155 | 2984 | 17 | 80 % | 3698 (77 %) | 2584 |" "census summary row"
   has "$R" "| base | graphs | 3.000 |" "load row"
+  has "$R" "| 612.3 | 45.1 | 3.2 | 100.0 | 1.4 | 30.0 | 60.0 % | pinned (128) |" "load row: the library's load_phases (fetch, .so open, container, upload, GB/s, % of pinned, staging)"
+  has "$R" "| 612.3 | 45.1 | 3.2 | 125.0 | 1.4 | 24.0 | 48.0 % | pageable (128) |" "load row: pageable staging"
+  if grep -E '^\| int4 \| graphs \| 3\.000 \| [^|]* \| [^|]* \| n/a \| n/a \| n/a \| n/a \|' "$R" >/dev/null; then
+    ok "load row without a load_phases line (older library): phases n/a"
+  else bad "int4 load row: $(grep -E '^\| int4 \| graphs' "$R")"; fi
+  has "$R" "| Load: upload >= 80 % of pinned H2D (base, graphs; measured) | 30.0 vs 50.0 GB/s | **MISS** |" "upload target from the measured rate"
+  has "$R" "<!-- figure: real.llama1b.base.upload_gb_s | 30 | GB/s | higher |" "upload figure line"
   has "$R" "<!-- figure: real.llama1b.companion.graphs.decode_tok_s | 1210 | tok/s | higher |" "figure line"
   has "$R" "pinned host-to-device 50.0 GB/s" "pinned H2D"
   [ -f "${R%.md}-census.md" ] && ok "census file" || bad "no census file"
@@ -81,8 +90,30 @@ else
   has "$R2" "| ours, base + CUDA graphs | failed: " "failed run reported"
   if grep -q "qwen06b" "$R2"; then bad "--extra none still ran qwen06b"; else ok "REAL_EXTRA=none"; fi
 fi
+# an ExecuTorch 1.5.1 export that fails early is exported again with 1.2, and its row is there
+mkdir -p "$T/site12"
+run "$T/out3" "$T/w3" FAKE_EXPORT_FAIL=companion FAKE_EXPORT_FAIL_ONLY_WITH="$T/site" REAL_EXTRA=none ||
+  bad "third run: exit status $?"
+if grep -q "fallback: export_companion exported again with ExecuTorch 1.2" "$T/w3/timeline.txt" 2>/dev/null; then
+  ok "et15 export failure: retried with et12"
+else
+  bad "et15 export failure: no retry ($(grep -i 'companion' "$T/w3/timeline.txt" 2>/dev/null | tr '\n' ' '))"
+fi
+R3=$(ls "$T"/out3/*-real-scale.md 2>/dev/null | head -1)
+[ -n "$R3" ] && grep -q "| ours, companion + CUDA graphs | " "$R3" && ok "retried export has its rows" ||
+  bad "retried export: no companion rows in ${R3:-no results file}"
 # where a token mismatch starts
 v=$(cd "$HERE/../.." && python3 -c "import real_scale_table as t; print(t.verdict({'tokens': '5,6,7,8', 'expected': '5,6,9,8'}, 'MISMATCH'), t.verdict({}, 'MATCH'))")
 [ "$v" = "MISMATCH at 2 MATCH" ] && ok "mismatch position" || bad "mismatch position: $v"
+# the load_phases line: parsed from a log among other lines; the upload rate from it
+printf '%s\n' "et_cuda_run: loading" "load_phases: fetch_ms=612.3 so_open_ms=45.1 container_ms=3.2 upload_ms=410.2 upload_bytes=2472000000 upload_gbps=6.03 staging=pinned peak_host_staging_bytes=134217728" \
+  "generate: decode_tok_s=1.0 tokens=1 expected=none UNCHECKED" >"$T/lp.log"
+v=$(cd "$HERE/../.." && python3 -c "
+import sys, real_scale_table as t
+r = t.parse_run(sys.argv[1])['load_phases']
+print(r['fetch_ms'], r['staging'], r['peak_host_staging_bytes'], t.load_phases_upload(r),
+      t.load_phases_upload({'upload_ms': '500', 'upload_bytes': '2000000000'}), t.load_phases_upload(None),
+      t.load_phases_upload({'upload_ms': '0', 'upload_bytes': '5'}))" "$T/lp.log")
+[ "$v" = "612.3 pinned 134217728 (6.03, True) (4.0, True) (None, False) (None, False)" ] && ok "load_phases parsing" || bad "load_phases parsing: $v"
 echo "real_scale: $pass passed, $fail failed"
 [ "$fail" = 0 ]
