@@ -1,9 +1,12 @@
-// Next-token choice on the device: one block reads one row of logits and
-// writes one token id, so a generation loop reads back 8 bytes per token
-// instead of the row. Launched by src/kernels/sample.rs; the design is in
-// kernels/README.md ("sample.cu").
+// Next-token choice on the device: one row of logits in, one token id out
+// (written to page-locked host memory), so a generation loop reads back 8
+// bytes per token instead of the row. Launched by src/kernels/sample.rs; the
+// design is in kernels/README.md ("sample.cu").
 //
 // Greedy: the first maximum, NaN counting as the largest (torch.argmax).
+// et_argmax spreads the row over many blocks (one launch: each block writes
+// its slice's best to a scratch, the last block to finish merges them);
+// et_sample does it in one block (pass A below) and also samples.
 // Sampled: weights p = exp((x - max) / T) (+inf logits share all the mass;
 // NaN and -inf weigh 0), kept = the smallest set of most likely tokens whose
 // mass reaches top_p of the total (ties at the threshold taken by lower id),
@@ -309,4 +312,111 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   }
   // Rounding cannot leave the target past the warp's kept mass, but stay in range.
   if (lane == 0) *out = last_kept >= 0 ? last_kept : s.warp * span;
+}
+
+// ---- Greedy over many blocks: et_argmax ----
+
+#define ARGMAX_THREADS 256
+#define ARGMAX_WARPS (ARGMAX_THREADS / 32)
+#define ARGMAX_LOADS 4  // loads in flight per thread
+
+// A best entry so far. (-INFINITY, INT32_MAX) is below every real entry of the
+// greedy order (ids are < 2^22), so it starts every reduction.
+struct __align__(8) Best {
+  float value;
+  int id;
+};
+
+__device__ __forceinline__ void keep_better(float& b, int& bi, float c, int ci) {
+  if (better(c, ci, b, bi)) {
+    b = c;
+    bi = ci;
+  }
+}
+
+template <int DT>
+__device__ __forceinline__ float load_as(const void* row, int v) {
+  if (DT == DT_F32) return ((const float*)row)[v];
+  if (DT == DT_BF16) return __uint_as_float((u32)((const uint16_t*)row)[v] << 16);
+  return __half2float(((const __half*)row)[v]);
+}
+
+// This thread's best of ids lo + threadIdx.x + k * ARGMAX_THREADS below hi.
+// `better` is a strict total order, so the order of the comparisons is free.
+template <int DT>
+__device__ __forceinline__ void thread_best(const void* row, int lo, int hi, float& b, int& bi) {
+  for (int base = lo + (int)threadIdx.x; base < hi; base += ARGMAX_LOADS * ARGMAX_THREADS) {
+    float x[ARGMAX_LOADS];
+#pragma unroll
+    for (int k = 0; k < ARGMAX_LOADS; ++k) {
+      const int v = base + k * ARGMAX_THREADS;
+      x[k] = v < hi ? load_as<DT>(row, v) : -INFINITY;
+    }
+#pragma unroll
+    for (int k = 0; k < ARGMAX_LOADS; ++k) {
+      const int v = base + k * ARGMAX_THREADS;
+      keep_better(b, bi, x[k], v < hi ? v : INT32_MAX);
+    }
+  }
+}
+
+// Every thread's (b, bi) -> the block's best, in thread 0's (b, bi).
+__device__ __forceinline__ void block_best(float& b, int& bi, Best* warp_best) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) {
+    const float c = __shfl_xor_sync(0xffffffffu, b, o);
+    const int ci = __shfl_xor_sync(0xffffffffu, bi, o);
+    keep_better(b, bi, c, ci);
+  }
+  if (lane == 0) warp_best[warp] = Best{b, bi};
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < ARGMAX_WARPS; ++w) keep_better(b, bi, warp_best[w].value, warp_best[w].id);
+  }
+}
+
+// Greedy over one row: block k owns ids [k * chunk, min((k + 1) * chunk, vocab))
+// (no block is empty) and writes its best to partials[k]; the last block to
+// count itself in `done` merges the gridDim.x partials and writes the id to
+// *out. `done` is 0 before the launch and wraps back to 0 with the last
+// block's increment, so the next launch (stream-ordered after this one) finds
+// it at 0 again. gridDim.x <= the partials' capacity (src/kernels/sample.rs).
+extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
+    et_argmax(const void* __restrict__ row, int dtype, int vocab, int chunk, Best* partials,
+              u32* done, i64* __restrict__ out) {
+  __shared__ Best warp_best[ARGMAX_WARPS];
+  __shared__ bool last;
+  const int lo = blockIdx.x * chunk, hi = min(lo + chunk, vocab);
+  float b = -INFINITY;
+  int bi = INT32_MAX;
+  switch (dtype) {
+    case DT_F32:
+      thread_best<DT_F32>(row, lo, hi, b, bi);
+      break;
+    case DT_BF16:
+      thread_best<DT_BF16>(row, lo, hi, b, bi);
+      break;
+    default:
+      thread_best<DT_F16>(row, lo, hi, b, bi);
+  }
+  block_best(b, bi, warp_best);
+  if (threadIdx.x == 0) {
+    partials[blockIdx.x] = Best{b, bi};
+    // The partial is visible device-wide before the count says it is there.
+    __threadfence();
+    last = atomicInc(done, gridDim.x - 1) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  b = -INFINITY;
+  bi = INT32_MAX;
+  for (int k = threadIdx.x; k < (int)gridDim.x; k += ARGMAX_THREADS) {
+    // From L2: the other blocks wrote them.
+    const uint2 p = __ldcg(reinterpret_cast<const uint2*>(partials) + k);
+    keep_better(b, bi, __uint_as_float(p.x), (int)p.y);
+  }
+  // warp_best is free again: thread 0 read it before the barrier above.
+  block_best(b, bi, warp_best);
+  if (threadIdx.x == 0) *out = bi;
 }

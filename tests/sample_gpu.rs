@@ -230,6 +230,63 @@ fn logits(n: usize, seed: u64, scale: f32) -> Vec<f32> {
         .collect()
 }
 
+/// Deterministic values in [-8, 8) in steps of 1/64 (exact in bf16 and f16, many ties), cheap
+/// enough for rows of 2^22.
+fn noise(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) % 1024) as f32 / 64.0 - 8.0
+        })
+        .collect()
+}
+
+/// Greedy rows of `n` logits: random, equal, -inf, and edits of the random row.
+fn greedy_rows(n: usize) -> Vec<(&'static str, Vec<f32>)> {
+    let base = noise(n, n as u64);
+    let mut rows = vec![
+        ("random", base.clone()),
+        ("all equal", vec![1.5; n]),
+        ("all -inf", vec![f32::NEG_INFINITY; n]),
+    ];
+    let mut edit = |name, f: &dyn Fn(&mut Vec<f32>)| {
+        let mut r = base.clone();
+        f(&mut r);
+        rows.push((name, r));
+    };
+    edit("max last", &|r| r[n - 1] = 100.0);
+    edit("max first and last", &|r| [r[0], r[n - 1]] = [100.0; 2]);
+    // Every block boundary of et_argmax is a multiple of 256: equal maxima on both sides
+    // of each one in the second half of the row (the earliest wins).
+    edit("ties at block boundaries", &|r| {
+        for i in (n / 2..n).filter(|&i| i > 0 && i % 256 == 0) {
+            [r[i - 1], r[i]] = [50.0; 2];
+        }
+    });
+    edit("NaN last", &|r| r[n - 1] = f32::NAN);
+    edit("NaN first", &|r| r[0] = f32::NAN);
+    edit("NaNs late, +inf earlier", &|r| {
+        (n / 2..n).step_by(1001).for_each(|i| r[i] = f32::NAN);
+        r[n / 4] = f32::INFINITY;
+    });
+    edit("+inf ties", &|r| {
+        (n / 3..n).step_by(777).for_each(|i| r[i] = f32::INFINITY)
+    });
+    edit("-inf but one", &|r| {
+        r.iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+        r[n * 2 / 3] = -3.0;
+    });
+    edit("-0 before +0", &|r| {
+        r.iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+        r[n / 2..].iter_mut().step_by(2).for_each(|x| *x = -0.0);
+        r[n - 1] = 0.0;
+    });
+    rows
+}
+
 #[test]
 #[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
 fn greedy_is_torch_argmax() {
@@ -256,6 +313,43 @@ fn greedy_is_torch_argmax() {
     let buf = DevBuf::from_host(&bytes);
     assert_eq!(device_sample(&buf, F32, 4, 0.0, 1.0, 0, 0), argmax(&seen));
     assert_eq!(argmax(&seen), 1);
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
+fn greedy_over_many_blocks_is_torch_argmax() {
+    require_gpu("greedy_over_many_blocks_is_torch_argmax");
+    let sizes = [
+        1usize,
+        2,
+        1023,
+        1024,
+        4097,
+        32_000,
+        128_256,
+        151_936,
+        1 << 22,
+    ];
+    let mut checked = 0;
+    for vocab in sizes {
+        for (name, v) in greedy_rows(vocab) {
+            for dtype in [F32, BF16, F16] {
+                let (bytes, seen) = encode(&v, dtype);
+                let buf = DevBuf::from_host(&bytes);
+                let want = argmax(&seen);
+                // Twice: the blocks-done counter must be back at 0 after each launch.
+                for _ in 0..2 {
+                    assert_eq!(
+                        device_sample(&buf, dtype, vocab, 0.0, 1.0, 0, 0),
+                        want,
+                        "{name}, dtype {dtype}, vocab {vocab}"
+                    );
+                }
+                checked += 1;
+            }
+        }
+    }
+    println!("greedy over many blocks: {checked} rows equal to torch.argmax's rule");
 }
 
 #[test]
@@ -407,5 +501,42 @@ fn time_per_call() {
         }
         let us = t0.elapsed().as_secs_f64() * 1e6 / n as f64;
         println!("sample {what}, bf16 vocab {vocab}: {us:.1} us per call (launch + kernel + one host wait)");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
+fn greedy_time_many_blocks_vs_one_block() {
+    require_gpu("greedy_time_many_blocks_vs_one_block");
+    let vocab = 128_256;
+    let (bytes, seen) = encode(&noise(vocab, 3), BF16);
+    let buf = DevBuf::from_host(&bytes);
+    let want = argmax(&seen);
+    let many = || device_sample(&buf, BF16, vocab, 0.0, 1.0, 0, 0);
+    // The sampler's one-block kernel through the rlib (its own copy of the library state).
+    let one = || {
+        // SAFETY: the buffer holds `vocab` bf16 values on device 0.
+        unsafe {
+            executorch_cuda::api::memory::sample_greedy_one_block(buf.ptr(), BF16, vocab as i64, 0)
+        }
+        .unwrap_or_else(|e| panic!("one-block greedy: {e}"))
+    };
+    let paths: [(&str, &dyn Fn() -> i64); 2] = [
+        ("many blocks (et_argmax)", &many),
+        ("one block (et_sample)", &one),
+    ];
+    for (what, f) in paths {
+        for _ in 0..20 {
+            assert_eq!(f(), want, "{what}");
+        }
+        let n = 200;
+        let t0 = std::time::Instant::now();
+        for _ in 0..n {
+            assert_eq!(f(), want, "{what}");
+        }
+        let us = t0.elapsed().as_secs_f64() * 1e6 / n as f64;
+        println!(
+            "greedy bf16 vocab {vocab}, {what}: {us:.1} us per call (launch + kernel + one host wait)"
+        );
     }
 }

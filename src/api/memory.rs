@@ -178,6 +178,31 @@ pub unsafe fn sample(
     unsafe { sample::sample(logits, dtype, vocab, device, &how) }
 }
 
+/// The greedy token of [`sample`] (temperature 0) chosen by the sampler's one-block kernel
+/// instead of the many-block one [`sample`] uses: for tests that compare the two (results
+/// and time). Not part of the supported API.
+///
+/// # Safety
+/// As [`sample`].
+#[doc(hidden)]
+pub unsafe fn sample_greedy_one_block(
+    logits: *const c_void,
+    dtype: i32,
+    vocab: i64,
+    device: i32,
+) -> Result<i64> {
+    let how = sample::Sampling {
+        temperature: 0.0,
+        top_p: 1.0,
+        uniform: 0.0,
+    };
+    // SAFETY: forwarded contract.
+    let token = unsafe {
+        sample::sample_with(logits, dtype, vocab, device, &how, sample::Greedy::OneBlock)
+    }?;
+    token.ok_or_else(|| crate::Error::internal("sample: greedy found no token".to_string()))
+}
+
 /// The uniform number in [0, 1) that [`sample`] draws with at `step` of a run seeded with
 /// `seed` (counter-based: splitmix64 of the pair).
 pub fn sample_uniform(seed: u64, step: u64) -> f64 {

@@ -1,13 +1,15 @@
 //! The next token of a generation loop chosen on the device (`kernels/sample.cu`):
-//! greedy, or temperature / top-p sampling with the caller's uniform number. One
-//! block reads one row of logits and writes the token id straight into page-locked
-//! host memory, so the caller waits once and reads back 8 bytes instead of the row.
+//! greedy, or temperature / top-p sampling with the caller's uniform number. The
+//! kernel writes the token id straight into page-locked host memory, so the caller
+//! waits once and reads back 8 bytes instead of the row. Greedy spreads the row over
+//! many blocks (`et_argmax`, one launch); sampling is one block (`et_sample`).
 //! The C entry point is `et_cuda_sample` (`src/ffi/memory.rs` through `api::memory`).
 
 use super::{param, Module, Resident};
 use crate::cuda::{self, memory::PinnedBuffer, ContextGuard};
 use crate::dtype::{self, codes};
 use crate::error::{invalid, Error, Result};
+use cudarc::driver::sys;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
@@ -19,14 +21,55 @@ static RECORD: &str = include_str!("../../kernels/sample.sha256");
 
 static MODULES: Resident = Resident::new(FATBIN, "sampling");
 
-/// One page-locked slot per device for the token; the lock also serialises the
-/// device's samplers, which share it.
-static SLOTS: Mutex<Vec<Option<PinnedBuffer>>> = Mutex::new(Vec::new());
+/// Per device: a page-locked slot for the token and the greedy kernel's device
+/// scratch. The lock also serialises the device's samplers, which share them: a
+/// call holds it from the launch until the kernel has finished.
+static SLOTS: Mutex<Vec<Option<Slot>>> = Mutex::new(Vec::new());
+
+struct Slot {
+    token: PinnedBuffer,
+    /// `SCRATCH_BYTES` of device memory, kept until the process exits (like the
+    /// module): `et_argmax`'s blocks-done counter (a u32 at offset 0, zeroed when
+    /// allocated; each launch leaves it at 0) and its per-block partials (8 bytes
+    /// each, from `PARTIALS_AT`).
+    scratch: sys::CUdeviceptr,
+}
 
 /// Largest row: the kernel's masses are sums of weights below 2^40 in 64 bits.
 pub const MAX_VOCAB: i64 = 1 << 22;
-/// Threads of the kernel's one block (`THREADS` in `kernels/sample.cu`).
+/// Threads of `et_sample`'s one block (`THREADS` in `kernels/sample.cu`).
 const THREADS: u32 = 1024;
+/// Threads per block of `et_argmax` (`ARGMAX_THREADS`).
+const ARGMAX_THREADS: i64 = 256;
+/// Fewest ids per `et_argmax` block before the grid stops growing (4 loads a thread).
+const MIN_CHUNK: i64 = 4 * ARGMAX_THREADS;
+/// Most `et_argmax` blocks: the partials the scratch holds.
+const MAX_BLOCKS: i64 = 1024;
+const PARTIALS_AT: usize = 256;
+const SCRATCH_BYTES: usize = PARTIALS_AT + 8 * MAX_BLOCKS as usize;
+
+/// Which kernel makes a greedy choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Greedy {
+    /// `et_argmax` over many blocks (what [`sample`] uses).
+    Blocks,
+    /// `et_sample`'s one block, as before `et_argmax` (kept for comparison by tests).
+    OneBlock,
+}
+
+/// The grid of `et_argmax` for a row of `vocab` ids on a device of `sm_count` SMs:
+/// `(blocks, chunk)`, block k owning ids [k * chunk, min((k + 1) * chunk, vocab)).
+/// About two blocks per SM, fewer when the row has under `MIN_CHUNK` ids a block;
+/// `chunk` is a multiple of `ARGMAX_THREADS` and no block is empty.
+fn argmax_grid(vocab: i64, sm_count: i32) -> (u32, i32) {
+    let vocab = vocab.clamp(1, MAX_VOCAB) as u64;
+    let threads = ARGMAX_THREADS as u64;
+    let want = (2 * sm_count.max(1) as u64).min(MAX_BLOCKS as u64);
+    let blocks = want.min(vocab.div_ceil(MIN_CHUNK as u64));
+    let chunk = vocab.div_ceil(blocks).div_ceil(threads) * threads;
+    // Both fit: blocks <= MAX_BLOCKS, chunk < vocab + ARGMAX_THREADS.
+    (vocab.div_ceil(chunk) as u32, chunk as i32)
+}
 
 /// How to choose: `temperature == 0` is greedy (the first maximum, NaN counting as
 /// the largest); otherwise softmax(logits / temperature) restricted to top-p, one
@@ -111,6 +154,22 @@ pub unsafe fn sample(
     ordinal: i32,
     how: &Sampling,
 ) -> Result<Option<i64>> {
+    // SAFETY: forwarded contract.
+    unsafe { sample_with(logits, dtype, vocab, ordinal, how, Greedy::Blocks) }
+}
+
+/// [`sample`] with the choice of kernel for greedy rows (sampling is always `et_sample`).
+///
+/// # Safety
+/// As [`sample`].
+pub unsafe fn sample_with(
+    logits: *const c_void,
+    dtype: i32,
+    vocab: i64,
+    ordinal: i32,
+    how: &Sampling,
+    greedy: Greedy,
+) -> Result<Option<i64>> {
     check_row(dtype, vocab)?;
     how.check()?;
     match cuda::pointer_kind(logits)? {
@@ -127,27 +186,131 @@ pub unsafe fn sample(
     let _legacy = device.legacy_use();
     let _g = ContextGuard::device(&device)?;
     let mut slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
-    let i = ordinal as usize; // checked by pointer_kind's match above
+    // ordinal >= 0: checked by pointer_kind's match above.
+    let slot = slot_of(&mut slots, ordinal as usize, &device)?;
+    let out = slot.token.ptr();
+    // SAFETY: the slot holds at least 8 bytes (PinnedBuffer's minimum is 256).
+    unsafe { out.cast::<i64>().write(i64::MIN) };
+    let row = Row {
+        logits,
+        dtype,
+        vocab,
+        out,
+    };
+    if how.temperature == 0.0 && greedy == Greedy::Blocks {
+        // SAFETY: the row is readable (caller's contract); the scratch is this device's,
+        // ours while the lock is held.
+        unsafe { launch_argmax(&m, &row, slot.scratch)? };
+    } else {
+        // SAFETY: as above.
+        unsafe { launch_sample(&m, &row, how)? };
+    }
+    cuda::stream::synchronize(std::ptr::null_mut())?;
+    // SAFETY: the kernel finished (the legacy stream is synchronised); the slot is ours
+    // while the lock is held.
+    let token = unsafe { out.cast::<i64>().read() };
+    match token {
+        -1 if how.temperature > 0.0 => Ok(None),
+        t if (0..vocab).contains(&t) => Ok(Some(t)),
+        t => Err(Error::cuda(format!(
+            "sample: the kernel returned token {t} for a row of {vocab}"
+        ))),
+    }
+}
+
+/// One launch's row: `vocab` logits of `dtype` on the device, the token to `out`
+/// (page-locked: device-addressable under unified addressing).
+struct Row {
+    logits: *const c_void,
+    dtype: i32,
+    vocab: i64,
+    out: *mut u8,
+}
+
+/// The device's slot, made on first use (the device's context current).
+fn slot_of<'a>(
+    slots: &'a mut Vec<Option<Slot>>,
+    i: usize,
+    device: &Arc<cuda::DeviceState>,
+) -> Result<&'a Slot> {
     if slots.len() <= i {
         slots.resize_with(i + 1, || None);
     }
     if slots[i].is_none() {
-        slots[i] = Some(PinnedBuffer::new(device.clone(), 8)?);
+        let token = PinnedBuffer::new(device.clone(), 8)?;
+        // SAFETY: plain allocation in the current context (the device's primary one).
+        let scratch = unsafe { cudarc::driver::result::malloc_sync(SCRATCH_BYTES) }
+            .map_err(|e| cuda::driver_error(e, "cuMemAlloc(sampler scratch)"))?;
+        // SAFETY: `scratch` holds SCRATCH_BYTES bytes; nothing uses it yet.
+        if let Err(e) = unsafe { cudarc::driver::result::memset_d8_sync(scratch, 0, SCRATCH_BYTES) }
+        {
+            // SAFETY: allocated above, unused, freed once.
+            let _ = unsafe { cudarc::driver::result::free_sync(scratch) };
+            return Err(cuda::driver_error(e, "cuMemsetD8(sampler scratch)"));
+        }
+        crate::stats::record_for(
+            crate::stats::current().as_ref(),
+            crate::stats::Event::DriverAlloc(SCRATCH_BYTES as u64),
+        );
+        slots[i] = Some(Slot { token, scratch });
     }
-    let Some(slot) = slots[i].as_ref().map(|b| b.ptr()) else {
-        return Err(Error::internal("sample: no result slot".to_string()));
-    };
-    // SAFETY: the slot holds at least 8 bytes (PinnedBuffer's minimum is 256).
-    unsafe { slot.cast::<i64>().write(i64::MIN) };
-    let mut row = logits as u64;
-    let mut dt = dtype;
-    let mut n = vocab as i32; // <= MAX_VOCAB
+    slots[i]
+        .as_ref()
+        .ok_or_else(|| Error::internal("sample: no result slot".to_string()))
+}
+
+/// Queue `et_argmax` on the legacy default stream.
+///
+/// # Safety
+/// `row` as [`sample`]'s contract; `scratch` is `SCRATCH_BYTES` of this device with the
+/// counter at 0, used by no other launch until this one finishes.
+unsafe fn launch_argmax(m: &Module, row: &Row, scratch: sys::CUdeviceptr) -> Result<()> {
+    let (blocks, chunk) = argmax_grid(row.vocab, m.sm_count);
+    let mut logits = row.logits as u64;
+    let mut dt = row.dtype;
+    let mut n = row.vocab as i32; // <= MAX_VOCAB
+    let mut chunk = chunk;
+    let mut partials = scratch + PARTIALS_AT as u64;
+    let mut done = scratch;
+    let mut out = row.out as u64;
+    let mut params = [
+        param(&mut logits),
+        param(&mut dt),
+        param(&mut n),
+        param(&mut chunk),
+        param(&mut partials),
+        param(&mut done),
+        param(&mut out),
+    ];
+    // SAFETY: et_argmax(const void*, int, int, int, Best*, u32*, i64*); block k reads ids
+    // [k * chunk, min((k + 1) * chunk, vocab)) of the row, writes partials[k] (blocks <=
+    // MAX_BLOCKS, the scratch's capacity), counts itself in `done`; one i64 goes to `out`.
+    unsafe {
+        m.launch(
+            "et_argmax",
+            (blocks, 1, 1),
+            ARGMAX_THREADS as u32,
+            0,
+            std::ptr::null_mut(),
+            &mut params,
+        )
+    }
+}
+
+/// Queue `et_sample` (one block) on the legacy default stream.
+///
+/// # Safety
+/// `row` as [`sample`]'s contract.
+unsafe fn launch_sample(m: &Module, row: &Row, how: &Sampling) -> Result<()> {
+    let mut logits = row.logits as u64;
+    let mut dt = row.dtype;
+    let mut n = row.vocab as i32; // <= MAX_VOCAB
     let mut inv = how.inv_temp();
     let mut top_p = how.top_p as f32;
     let mut u = how.uniform;
-    let mut out = slot as u64; // page-locked memory is device-addressable (unified addressing)
+    let mut out = row.out as u64;
     let mut params = [
-        param(&mut row),
+        param(&mut logits),
         param(&mut dt),
         param(&mut n),
         param(&mut inv),
@@ -165,100 +328,9 @@ pub unsafe fn sample(
             0,
             std::ptr::null_mut(),
             &mut params,
-        )?
-    };
-    cuda::stream::synchronize(std::ptr::null_mut())?;
-    // SAFETY: the kernel finished (the legacy stream is synchronised); the slot is ours
-    // while the lock is held.
-    let token = unsafe { slot.cast::<i64>().read() };
-    match token {
-        -1 if how.temperature > 0.0 => Ok(None),
-        t if (0..vocab).contains(&t) => Ok(Some(t)),
-        t => Err(Error::cuda(format!(
-            "sample: the kernel returned token {t} for a row of {vocab}"
-        ))),
+        )
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    use crate::kernels::{recorded_in, sha256_hex};
-
-    fn recorded(what: &str) -> &'static str {
-        recorded_in(RECORD, what).unwrap_or("")
-    }
-
-    #[test]
-    fn committed_device_code_matches_its_source() {
-        let src = include_bytes!("../../kernels/sample.cu");
-        assert_eq!(
-            sha256_hex(src),
-            recorded("source"),
-            "kernels/sample.cu changed since kernels/build.sh last ran: rebuild (kernels/build.sh sample) and commit"
-        );
-        assert_eq!(sha256_hex(FATBIN), recorded("fatbin"));
-        let ptx = include_bytes!("../../kernels/sample.ptx");
-        assert_eq!(sha256_hex(ptx), recorded("ptx"));
-        assert!(RECORD.contains("nvcc 13.0 "), "{RECORD}");
-        let text = std::str::from_utf8(ptx).expect("PTX is text");
-        assert!(
-            text.contains(".entry et_sample("),
-            "the launch names et_sample"
-        );
-    }
-
-    #[test]
-    fn checks_name_what_is_wrong() {
-        let ok = Sampling {
-            temperature: 0.7,
-            top_p: 0.9,
-            uniform: 0.5,
-        };
-        assert!(ok.check().is_ok());
-        for (bad, word) in [
-            (
-                Sampling {
-                    temperature: -1.0,
-                    ..ok
-                },
-                "temperature",
-            ),
-            (
-                Sampling {
-                    temperature: f64::NAN,
-                    ..ok
-                },
-                "temperature",
-            ),
-            (Sampling { top_p: 0.0, ..ok }, "top_p"),
-            (Sampling { top_p: 1.5, ..ok }, "top_p"),
-            (Sampling { uniform: 1.0, ..ok }, "uniform"),
-        ] {
-            let e = bad.check().unwrap_err();
-            assert!(e.to_string().contains(word), "{e}");
-        }
-        assert!(check_row(codes::INT64, 10)
-            .unwrap_err()
-            .to_string()
-            .contains("int64"));
-        assert!(check_row(codes::FLOAT32, 0).is_err());
-        assert!(check_row(codes::FLOAT32, MAX_VOCAB + 1).is_err());
-        assert!(check_row(codes::BFLOAT16, MAX_VOCAB).is_ok());
-    }
-
-    #[test]
-    fn uniform_is_counter_based_and_in_range() {
-        let a: Vec<f64> = (0..1000).map(|i| uniform(42, i)).collect();
-        assert!(a.iter().all(|u| (0.0..1.0).contains(u)));
-        assert_eq!(uniform(42, 7), a[7]);
-        // Known answers, also checked against the runner's host sampler (c_tests/runner_text_test.cpp).
-        assert_eq!(uniform(42, 7), 0.9396161429871874);
-        assert_eq!(uniform(0, 0), 0.8833108082136426);
-        assert_eq!(uniform(7, 3), 0.8631908983827007);
-        assert_ne!(uniform(43, 7), a[7]);
-        let mean = a.iter().sum::<f64>() / a.len() as f64;
-        assert!((mean - 0.5).abs() < 0.05, "{mean}");
-    }
-}
+mod tests;

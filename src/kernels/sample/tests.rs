@@ -1,0 +1,231 @@
+//! CPU tests of the sampler: the committed device code, argument checks, the draws, and
+//! et_argmax's grid and merge rule modelled on the host.
+
+use super::*;
+
+use crate::kernels::{recorded_in, sha256_hex};
+
+fn recorded(what: &str) -> &'static str {
+    recorded_in(RECORD, what).unwrap_or("")
+}
+
+#[test]
+fn committed_device_code_matches_its_source() {
+    let src = include_bytes!("../../../kernels/sample.cu");
+    assert_eq!(
+        sha256_hex(src),
+        recorded("source"),
+        "kernels/sample.cu changed since kernels/build.sh last ran: rebuild (kernels/build.sh sample) and commit"
+    );
+    assert_eq!(sha256_hex(FATBIN), recorded("fatbin"));
+    let ptx = include_bytes!("../../../kernels/sample.ptx");
+    assert_eq!(sha256_hex(ptx), recorded("ptx"));
+    assert!(RECORD.contains("nvcc 13.0 "), "{RECORD}");
+    let text = std::str::from_utf8(ptx).expect("PTX is text");
+    for name in ["et_sample", "et_argmax"] {
+        assert!(
+            text.contains(&format!(".entry {name}(")),
+            "the launches name {name}"
+        );
+    }
+}
+
+#[test]
+fn argmax_grid_covers_the_row_without_empty_blocks() {
+    let mut vocabs = vec![1, 2, 255, 256, 257, 1023, 1024, 1025, 4097, 32_000];
+    vocabs.extend([128_256, 151_936, 262_144, MAX_VOCAB - 1, MAX_VOCAB]);
+    vocabs.extend((0..200).map(|i| 1 + (i * 2_654_435_761i64) % MAX_VOCAB));
+    for sm in [1, 46, 108, 132, 148, 700] {
+        for &v in &vocabs {
+            let (blocks, chunk) = argmax_grid(v, sm);
+            let (b, c) = (i64::from(blocks), i64::from(chunk));
+            assert!(
+                (1..=MAX_BLOCKS).contains(&b),
+                "vocab {v} sm {sm}: {b} blocks"
+            );
+            assert!(
+                b <= (2 * i64::from(sm)).max(1),
+                "vocab {v} sm {sm}: {b} blocks"
+            );
+            assert_eq!(c % ARGMAX_THREADS, 0, "vocab {v} sm {sm}: chunk {c}");
+            assert!(
+                (b - 1) * c < v && v <= b * c,
+                "vocab {v} sm {sm}: {b} x {c}"
+            );
+            // No more blocks than rows of MIN_CHUNK ids.
+            assert!(
+                b <= (v + MIN_CHUNK - 1) / MIN_CHUNK,
+                "vocab {v} sm {sm}: {b} blocks"
+            );
+        }
+    }
+    assert_eq!(argmax_grid(128_256, 132), (126, 1024));
+    assert_eq!(argmax_grid(MAX_VOCAB, 132), (261, 16_128));
+    assert_eq!(argmax_grid(1, 132), (1, 256));
+}
+
+/// `better` of kernels/sample.cu: NaN first, then larger values, then lower ids.
+fn better(a: f32, ia: i32, b: f32, ib: i32) -> bool {
+    if a.is_nan() != b.is_nan() {
+        return a.is_nan();
+    }
+    if !a.is_nan() && a != b {
+        return a > b;
+    }
+    ia < ib
+}
+
+fn keep_better(best: &mut (f32, i32), c: (f32, i32)) {
+    if better(c.0, c.1, best.0, best.1) {
+        *best = c;
+    }
+}
+
+/// et_argmax on the host: each block's threads (strided, ARGMAX_LOADS at a time as
+/// the kernel reads), the block's best to its partial, then the merge of the
+/// partials in `order`.
+fn argmax_blocks(row: &[f32], blocks: u32, chunk: i32, order: &[usize]) -> i32 {
+    const NONE: (f32, i32) = (f32::NEG_INFINITY, i32::MAX);
+    let (t, chunk) = (ARGMAX_THREADS as usize, chunk as usize);
+    let partials: Vec<(f32, i32)> = (0..blocks as usize)
+        .map(|k| {
+            let (lo, hi) = (k * chunk, ((k + 1) * chunk).min(row.len()));
+            let mut block = NONE;
+            for tid in 0..t {
+                let mut mine = NONE;
+                for v in (lo + tid..hi).step_by(t) {
+                    keep_better(&mut mine, (row[v], v as i32));
+                }
+                keep_better(&mut block, mine);
+            }
+            block
+        })
+        .collect();
+    let mut best = NONE;
+    for &k in order {
+        keep_better(&mut best, partials[k]);
+    }
+    best.1
+}
+
+/// torch.argmax: the first maximum, NaN the largest.
+fn first_max(v: &[f32]) -> i32 {
+    let mut best = 0;
+    for i in 1..v.len() {
+        if v[best].is_nan() {
+            break;
+        }
+        if v[i].is_nan() || v[i] > v[best] {
+            best = i;
+        }
+    }
+    best as i32
+}
+
+#[test]
+fn slices_and_merge_give_torch_argmax() {
+    let mut state = 7u64;
+    let mut noise = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1);
+        ((state >> 40) % 64) as f32 * 0.25 - 8.0 // many ties
+    };
+    for &(vocab, sm) in &[(1usize, 132), (2, 132), (1023, 4), (4097, 2), (40_000, 8)] {
+        let (blocks, chunk) = argmax_grid(vocab as i64, sm);
+        let c = chunk as usize;
+        let base: Vec<f32> = (0..vocab).map(|_| noise()).collect();
+        let mut rows = vec![
+            base.clone(),
+            vec![1.5; vocab],
+            vec![f32::NEG_INFINITY; vocab],
+        ];
+        let mut edit = |f: &dyn Fn(&mut Vec<f32>)| {
+            let mut r = base.clone();
+            f(&mut r);
+            rows.push(r);
+        };
+        edit(&|r| r[vocab - 1] = 100.0);
+        edit(&|r| r[vocab - 1] = f32::NAN);
+        edit(&|r| r[0] = f32::NAN);
+        // Equal maxima on both sides of every block boundary: the earlier wins.
+        edit(&|r| (c - 1..vocab).step_by(c).for_each(|i| r[i] = 50.0));
+        edit(&|r| {
+            (c..vocab)
+                .step_by(c)
+                .for_each(|i| [r[i - 1], r[i]] = [50.0; 2])
+        });
+        edit(&|r| (vocab / 2..vocab).step_by(3).for_each(|i| r[i] = f32::NAN));
+        edit(&|r| r.iter_mut().for_each(|x| *x = -x.abs() * 0.0)); // +0 and -0
+        edit(&|r| {
+            (vocab / 3..vocab)
+                .step_by(5)
+                .for_each(|i| r[i] = f32::INFINITY)
+        });
+        let forward: Vec<usize> = (0..blocks as usize).collect();
+        let backward: Vec<usize> = forward.iter().rev().copied().collect();
+        for (n, row) in rows.iter().enumerate() {
+            let want = first_max(row);
+            for order in [&forward, &backward] {
+                assert_eq!(
+                    argmax_blocks(row, blocks, chunk, order),
+                    want,
+                    "vocab {vocab} row {n}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn checks_name_what_is_wrong() {
+    let ok = Sampling {
+        temperature: 0.7,
+        top_p: 0.9,
+        uniform: 0.5,
+    };
+    assert!(ok.check().is_ok());
+    for (bad, word) in [
+        (
+            Sampling {
+                temperature: -1.0,
+                ..ok
+            },
+            "temperature",
+        ),
+        (
+            Sampling {
+                temperature: f64::NAN,
+                ..ok
+            },
+            "temperature",
+        ),
+        (Sampling { top_p: 0.0, ..ok }, "top_p"),
+        (Sampling { top_p: 1.5, ..ok }, "top_p"),
+        (Sampling { uniform: 1.0, ..ok }, "uniform"),
+    ] {
+        let e = bad.check().unwrap_err();
+        assert!(e.to_string().contains(word), "{e}");
+    }
+    assert!(check_row(codes::INT64, 10)
+        .unwrap_err()
+        .to_string()
+        .contains("int64"));
+    assert!(check_row(codes::FLOAT32, 0).is_err());
+    assert!(check_row(codes::FLOAT32, MAX_VOCAB + 1).is_err());
+    assert!(check_row(codes::BFLOAT16, MAX_VOCAB).is_ok());
+}
+
+#[test]
+fn uniform_is_counter_based_and_in_range() {
+    let a: Vec<f64> = (0..1000).map(|i| uniform(42, i)).collect();
+    assert!(a.iter().all(|u| (0.0..1.0).contains(u)));
+    assert_eq!(uniform(42, 7), a[7]);
+    // Known answers, also checked against the runner's host sampler (c_tests/runner_text_test.cpp).
+    assert_eq!(uniform(42, 7), 0.9396161429871874);
+    assert_eq!(uniform(0, 0), 0.8833108082136426);
+    assert_eq!(uniform(7, 3), 0.8631908983827007);
+    assert_ne!(uniform(43, 7), a[7]);
+    let mean = a.iter().sum::<f64>() / a.len() as f64;
+    assert!((mean - 0.5).abs() < 0.05, "{mean}");
+}
