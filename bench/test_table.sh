@@ -324,7 +324,8 @@ else
   bad "sbs real scale deadline: no results file ($(tail -3 "$T/sbsR2.log"))"
 fi
 [ "$dt" -le 40 ] && ok "sbs real scale deadline: ended in ${dt}s (budget 30 s)" || bad "sbs real scale deadline: took ${dt}s"
-if bash "$HERE/side_by_side.sh" --real-scale llama1b --dry-run | grep -q "plan: best: et14_llama1b_base through ours v1.4.1 main; et14_llama1b_companion through ours"; then
+bash "$HERE/side_by_side.sh" --real-scale llama1b --dry-run >"$T/sbs_plan.txt" 2>&1
+if grep -q "plan: best: et14_llama1b_base through ours v1.4.1 main; et14_llama1b_companion through ours" "$T/sbs_plan.txt"; then
   ok "side_by_side.sh --real-scale --dry-run: the plan"
 else
   bad "side_by_side.sh --real-scale --dry-run"
