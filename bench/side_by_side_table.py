@@ -2,11 +2,13 @@
 """The results file of bench/side_by_side.sh: ExecuTorch 1.4.1 programs through this backend and
 through upstream's C++ backend (v1.4.1 and a main commit), plain and in the best configuration.
 
-  side_by_side_table.py --index runs.tsv [--notes notes.txt] [--title T] --out FILE
+  side_by_side_table.py --index runs.tsv [--notes notes.txt] [--title T] [--real-scale MODEL --ref REF.json]
+                        --out FILE
 
 runs.tsv, tab-separated, one runner call per line:
   program, backend ("ours" or the upstream build's label), config ("plain" | "best"),
-  kind ("cases" | "cold" | "steady"), rc (or "skipped" / "not run"), log, tokens N, rounds R
+  kind ("cases" | "cold" | "steady"), rc (or "skipped" / "not run" / "not exported"), log, tokens N,
+  rounds R
 A relative log path is relative to the index's folder. Each log is bench/sbs_exec.py's: the
 runner's output lines (runner/README.md) and the closing "sbs:" line (launch time, wall, CPU).
 
@@ -22,6 +24,15 @@ What each column is:
                   PyTorchObserver line - the launch time on the same clock
   load            model_load_end_ms - model_load_start_ms (program and methods loaded)
   device MiB      `--mem`: loaded / peak beyond the CUDA context
+  host µs per decode execute   ours only (`--stats`): the runner's generate-lib line (library time inside
+                  et_cuda_execute, of that the run call or graph launch) of the steady run's last round
+  load phases     ours only: the runner's load_phases line of the 1-round run (fetch, .so open, container,
+                  weight upload and its rate, against the reference's pinned host-to-device rate)
+--real-scale MODEL (bench/side_by_side.sh --real-scale): programs et14_MODEL_base and et14_MODEL_companion;
+  the targets of issue 22 first: ours / upstream, best configuration, on the base export (>= 1.0x), and ours
+  on the companion export (best) / upstream (best) on the base export, upstream's own export (>= 1.5x).
+  --ref: decode_llama.py --mode ref's JSON (eager greedy tokens of the same prompt, the pinned
+  host-to-device rate): runs the runner could not check (UNCHECKED) are compared with its tokens.
 --out must not exist (results are never replaced; bench/results.py names the file).
 """
 import argparse
@@ -31,6 +42,7 @@ import re
 import sys
 
 KV = re.compile(r"(\w+)=(\S+)")
+NOT_RUN = ("skipped", "not run", "not exported")  # rc values of rows without a runner call
 
 
 def num(v):
@@ -41,7 +53,8 @@ def num(v):
 
 
 def parse_log(path):
-    r = {"cases": [], "gen": None, "obs": None, "mem": None, "stats": None, "sbs": None, "error": None}
+    r = {"cases": [], "gen": None, "obs": None, "mem": None, "stats": None, "sbs": None, "error": None,
+         "genlib": None, "load": None}
     try:
         lines = open(path, errors="replace").read().splitlines()
     except OSError:
@@ -63,6 +76,10 @@ def parse_log(path):
                 pass
         elif ln.startswith("mem: ") and "n/a" not in ln:
             r["mem"] = dict(KV.findall(ln))
+        elif ln.startswith("generate-lib: "):  # the last round's (earlier rounds: "generate-lib (round k of R)")
+            r["genlib"] = dict(KV.findall(ln))
+        elif ln.startswith("load_phases: "):
+            r["load"] = dict(KV.findall(ln))
         elif ln.startswith("stats: ") and "n/a" not in ln:
             r["stats"] = dict(KV.findall(ln))
         elif ln.startswith("sbs: rc="):
@@ -95,10 +112,17 @@ class Report:
             rounds = int(f[7]) if len(f) > 7 and f[7].isdigit() else 1
             if log and not os.path.isabs(log):
                 log = os.path.join(base, log)
-            p = parse_log(log) if log and rc not in ("skipped", "not run") else None
+            p = parse_log(log) if log and rc not in NOT_RUN else None
             self.runs.append(dict(program=prog, backend=backend, config=config, kind=kind, rc=rc, log=log, n=n,
                                   rounds=rounds, p=p))
         self.figs = []
+        self.ref = None
+        if getattr(a, "ref", "") and os.path.exists(a.ref):
+            try:
+                with open(a.ref) as f:
+                    self.ref = json.load(f)
+            except ValueError:
+                self.ref = None
 
     def get(self, prog, backend, config, kind):
         for r in self.runs:
@@ -124,7 +148,7 @@ class Report:
     def status(r):
         if r is None:
             return "not run"
-        if r["rc"] in ("skipped", "not run"):
+        if r["rc"] in NOT_RUN:
             return r["rc"]
         p = r["p"]
         if r["rc"] == "124":
@@ -176,13 +200,154 @@ class Report:
         ttft = num((r["p"]["gen"] or {}).get("ttft_ms"))
         return r, cold, load, ttft
 
+    def peak(self, prog, b, c):
+        r = self.get(prog, b, c, "cold")
+        return num(r["p"]["mem"].get("peak_mib")) if r and r["p"] and r["p"]["mem"] else None
+
+    def compare(self, pa, ba, pb, bb, c):
+        """(pa, ba) against (pb, bb) in configuration c: decode tok/s of both, their ratio, cold start and
+        peak memory ratios. Steady runs, or, when either steady run failed and fell back to its 1-round
+        run, both 1-round runs (never one run's steady figure against the other's 1-round figure)."""
+        osr, og = self.steady(pa, ba, c)
+        usr, ug = self.steady(pb, bb, c)
+        if usr is None and osr is None:
+            return None
+        fb = bool((usr or {}).get("fallback") or (osr or {}).get("fallback"))
+        if fb:
+            osr, usr = self.get(pa, ba, c, "cold"), self.get(pb, bb, c, "cold")
+            og = osr["p"]["gen"] if osr and osr["p"] else None
+            ug = usr["p"]["gen"] if usr and usr["p"] else None
+        od = num((og or {}).get("decode_tok_s")) if osr and self.status(osr) == "ok" else None
+        ud = num((ug or {}).get("decode_tok_s")) if usr and self.status(usr) == "ok" else None
+        oc, uc = self.cold(pa, ba, c)[1], self.cold(pb, bb, c)[1]
+        opk, upk = self.peak(pa, ba, c), self.peak(pb, bb, c)
+        ot, ut = num((og or {}).get("ttft_ms")), num((ug or {}).get("ttft_ms"))
+        return dict(od=od, ud=ud, dr=od / ud if od and ud else None, cr=oc / uc if oc and uc else None,
+                    pr=opk / upk if opk and upk else None, tr=ot / ut if od and ud and ot and ut else None,
+                    ot=ot if od else None, ut=ut if ud else None, fb=fb,
+                    ostat=self.status(osr), ustat=self.status(usr),
+                    rounds="1-round runs" if fb else f"{(usr or osr)['rounds']}-round runs")
+
+    def vs_ref(self, g):
+        """The generate line's verdict; an UNCHECKED run's tokens against the --ref tokens."""
+        res = g.get("result", "?")
+        ref = (self.ref or {}).get("tokens")
+        if res != "UNCHECKED" or not ref or not g.get("tokens"):
+            return res
+        t = [int(x) for x in g["tokens"].split(",") if x.strip().lstrip("-").isdigit()]
+        k = min(len(t), len(ref))
+        same = next((i for i in range(k) if t[i] != ref[i]), k)
+        return "MATCH (eager reference)" if same == k else f"MISMATCH (first {same} of {k} equal)"
+
+    @staticmethod
+    def x(v):
+        return "–" if v is None else f"{v:.2f}x"
+
+    def targets(self, model):
+        """bench/side_by_side.sh --real-scale: issue 22's two real-scale targets, one row per upstream build."""
+        base, comp = f"et14_{model}_base", f"et14_{model}_companion"
+        ups = [b for b in self.backends() if b != "ours"]
+        rows, detail = [], []
+        for key, what, pa, goal in (("best", "ours / upstream, best vs best, on the base export", base, 1.0),
+                                    ("companion", "ours on the companion export (best) / upstream (best) on "
+                                                  "upstream's own export", comp, 1.5)):
+            for b in ups:
+                r = self.compare(pa, "ours", base, b, "best")
+                label = f"{what}, upstream {b}: >= {goal:.1f}x"
+                if r is None or r["dr"] is None:
+                    why = "not run" if r is None else "; ".join(
+                        f"{n} on {q}: {st}" for n, q, st, v in (("ours", pa, r["ostat"], r["od"]),
+                                                                 (b, base, r["ustat"], r["ud"])) if v is None)
+                    rows.append(f"| {label} | – ({why}) | n/a |")
+                    continue
+                rows.append(f"| {label} | {r['od']:.1f} vs {r['ud']:.1f} tok/s = {r['dr']:.2f}x ({r['rounds']}) | "
+                            f"**{'PASS' if r['dr'] >= goal else 'MISS'}** |")
+                detail.append(f"| {pa} (ours) vs {base} ({b}) | best | {r['rounds']} | {r['od']:.1f} | {r['ud']:.1f} | "
+                              f"{r['dr']:.2f}x | {fmt(r['ot'], 3)} / {fmt(r['ut'], 3)} | {self.x(r['cr'])} | "
+                              f"{self.x(r['pr'])} |")
+                self.fig(f"sbs_rs.{model}.{key}_over_upstream.{b.replace(' ', '_')}", r["dr"], "x", "higher",
+                         f"{what} ({b}), decode tok/s, {r['rounds']}")
+        return rows, detail
+
+    def host_section(self, progs, backs):
+        """Host time per token: the process's CPU (every backend) and ours' library counters."""
+        rows = []
+        for prog in progs:
+            for b in backs:
+                for c in ("plain", "best"):
+                    sr = self.get(prog, b, c, "steady")
+                    if sr is None or not sr["p"]:
+                        continue
+                    gl = sr["p"]["genlib"] or {}
+                    cpu = self.cpu_per_token(prog, b, c)
+                    if not gl and cpu is None:
+                        continue
+                    rep = f"{gl.get('graph_replays', '–')} / {gl.get('decode_executes', '–')}" if gl else "–"
+                    rows.append(f"| {prog} | {b} | {c} | {fmt(cpu, 3)} | {fmt(num(gl.get('lib_execute_us')), 2)} | "
+                                f"{fmt(num(gl.get('run_us')), 2)} | {rep} | {self.status(sr)} |")
+        if not rows:
+            return []
+        return ["", "## Host time per token (the steady run)", "",
+                "host CPU: the process's CPU time per generated token once loaded (every backend); lib / run: "
+                "host µs per decode execute inside the library's et_cuda_execute / of that in the run call or "
+                "graph launch (the runner's generate-lib line, ours only).", "",
+                "| program | backend | config | host CPU ms/token | lib µs/execute | run µs/execute | "
+                "graph replays / decode executes | status |",
+                "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"] + rows
+
+    def load_section(self, progs):
+        """Ours' load_phases line of each 1-round run, against the reference's pinned H2D rate."""
+        h2d = num((((self.ref or {}).get("slot") or {}).get("h2d") or {}).get("pinned", {}).get("best_gb_s"))
+        rows = []
+        for prog in progs:
+            for c in ("plain", "best"):
+                r, _, load, _ = self.cold(prog, "ours", c)
+                lp = (r or {}).get("p") and r["p"]["load"]
+                if not lp:
+                    continue
+                gbs = num(lp.get("upload_gbps"))
+                ub, st = num(lp.get("upload_bytes")), num(lp.get("peak_host_staging_bytes"))
+                share = f"{100 * gbs / h2d:.0f} %" if gbs and h2d else "–"
+                rows.append(f"| {prog} | {c} | {fmt(load)} | {fmt(num(lp.get('fetch_ms')))} | "
+                            f"{fmt(num(lp.get('so_open_ms')))} | {fmt(num(lp.get('container_ms')))} | "
+                            f"{fmt(num(lp.get('upload_ms')))} | {fmt(ub / 1e9 if ub else None, 3)} | {fmt(gbs, 2)} | "
+                            f"{share} | {lp.get('staging', '–')} | {fmt(st / 2**20 if st else None)} |")
+                if gbs:
+                    self.fig(f"sbs.load_upload_gbps.{c}.{prog}", gbs, "GB/s", "higher",
+                             f"weight upload rate at load, ours {c}")
+        if not rows:
+            return []
+        return ["", "## Load phases (ours, the 1-round run)", "",
+                "The runner's load_phases line (this library only): fetch (reading the named data), .so open, "
+                "container creation, weight upload; % of pinned H2D: the upload rate against "
+                + (f"the reference's pinned host-to-device copy in the same call ({h2d:.1f} GB/s)." if h2d else
+                   "the pinned host-to-device copy rate (not measured in this call)."), "",
+                "| program | config | load ms | fetch ms | .so open ms | container ms | upload ms | upload GB | "
+                "upload GB/s | % of pinned H2D | staging | peak host staging MiB |",
+                "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"] + rows
+
     # ------------------------------------------------------------------ output
     def render(self):
         a = self.a
-        out = [f"# {a.title}", ""]
+        rs = getattr(a, "real_scale", "")
+        title = a.title or (f"executorch-cuda side by side at real scale: {RS_TITLES.get(rs, rs)} decoder, "
+                            "ExecuTorch 1.4.1 exports, ours and upstream's C++ backend" if rs else DEFAULT_TITLE)
+        out = [f"# {title}", ""]
         notes = [ln.rstrip("\n") for ln in open(a.notes)] if a.notes and os.path.exists(a.notes) else []
-        out += [f"- {short(n, 300)}" for n in notes if n.startswith(("gpu:", "python:", "upstream ", "exporter:",
-                                                                     "runner:", "commit:"))]
+        out += [f"- {short(n, 300)}" for n in notes if n.startswith(HEAD)]
+        if rs:
+            rows, detail = self.targets(rs)
+            out += ["", "## Targets (issue 22, real scale)", "",
+                    f"Programs: `et14_{rs}_base` (tests/models/decode_llama.py, ExecuTorch 1.4.1's CudaPartitioner as "
+                    f"it is: upstream's own export) and `et14_{rs}_companion` (the same model and weights with this "
+                    "repository's export companion, python/executorch_cuda, before the lowering; only ours can load "
+                    "it). 32-token prompt, greedy tokens as in the runs below. Decode tok/s from the steady runs, or "
+                    "from both 1-round runs when a steady run failed (upstream replays one captured input size).", "",
+                    "| target | figure | verdict |", "| --- | --- | --- |"] + rows
+            if detail:
+                out += ["", "| compared | config | runs | decode tok/s ours | upstream | decode ours / upstream | "
+                            "TTFT ms ours / upstream | cold start ours / upstream | peak MiB ours / upstream |",
+                        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"] + detail
         out += ["", "Configurations: *plain* = no option; *best* = `enable_cuda_graph_for_method=<decode method>`, "
                 "`use_shared_cuda_stream=true`, `weight_sharing_across_methods=true` (ours: also "
                 "`share_mutable_buffers_across_methods=true` on the prefill+decode program, which keeps its KV cache "
@@ -215,7 +380,7 @@ class Report:
                     toks = "–"
                     same = "–"
                     if g:
-                        toks = g.get("result", "?")
+                        toks = self.vs_ref(g)
                         if ref and ref.get("tokens") and g.get("tokens"):
                             same = "yes" if g["tokens"] == ref["tokens"] else "no"
                     st = self.status(sr) if sr else self.status(cr)
@@ -275,43 +440,23 @@ class Report:
                 "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
         for prog in progs:
             for c in ("plain", "best"):
-                osr, og = self.steady(prog, "ours", c)
-                _, oc, _, _ = self.cold(prog, "ours", c)
-                orr = self.get(prog, "ours", c, "cold")
-                opk = num(((orr or {}).get("p") or {}).get("mem", {}).get("peak_mib")) if orr and orr["p"] and \
-                    orr["p"]["mem"] else None
                 for b in backs:
-                    if b == "ours":
+                    if b == "ours" or not any(x["program"] == prog and x["backend"] == b for x in self.runs):
                         continue
-                    usr, ug = self.steady(prog, b, c)
-                    if usr is None and osr is None:
+                    r = self.compare(prog, "ours", prog, b, c)
+                    if r is None:
                         continue
-                    _, uc, _, _ = self.cold(prog, b, c)
-                    urr = self.get(prog, b, c, "cold")
-                    upk = num(urr["p"]["mem"].get("peak_mib")) if urr and urr["p"] and urr["p"]["mem"] else None
-                    fb = bool((usr or {}).get("fallback") or (osr or {}).get("fallback"))
-                    if fb:  # compare 1-round runs with each other, never one with the other's steady run
-                        osr = self.get(prog, "ours", c, "cold")
-                        usr = self.get(prog, b, c, "cold")
-                        og = (osr or {}).get("p", {}).get("gen") if osr and osr["p"] else None
-                        ug = (usr or {}).get("p", {}).get("gen") if usr and usr["p"] else None
-                    od = num((og or {}).get("decode_tok_s")) if osr and self.status(osr) == "ok" else None
-                    ud = num((ug or {}).get("decode_tok_s")) if usr and self.status(usr) == "ok" else None
-                    dr = od / ud if od and ud else None
-                    cr = oc / uc if oc and uc else None
-                    pr = opk / upk if opk and upk else None
-                    ustat = "" if ud else f" ({self.status(usr)})"
-                    if fb:
+                    ustat = "" if r["ud"] else f" ({r['ustat']})"
+                    if r["fb"]:
                         ustat += " (both 1-round runs: a steady run failed)"
-                    out.append(f"| {prog} | {c} | {b} | {fmt(od)} | {fmt(ud)}{(' ' + short(ustat, 80)) if ustat else ''} | "
-                               f"{'–' if dr is None else f'{dr:.2f}x'} | {'–' if cr is None else f'{cr:.2f}x'} | "
-                               f"{'–' if pr is None else f'{pr:.2f}x'} |")
-                    if dr is not None and not fb:
-                        self.fig(f"sbs.decode_ours_over_upstream.{b.replace(' ', '_')}.{c}.{prog}", dr, "x", "higher",
-                                 f"ExecuTorch 1.4.1 program, decode tok/s ours / upstream {b}, {c}")
+                    out.append(f"| {prog} | {c} | {b} | {fmt(r['od'])} | {fmt(r['ud'])}{(' ' + short(ustat, 80)) if ustat else ''} | "
+                               f"{self.x(r['dr'])} | {self.x(r['cr'])} | {self.x(r['pr'])} |")
+                    if r["dr"] is not None and not r["fb"]:
+                        self.fig(f"sbs.decode_ours_over_upstream.{b.replace(' ', '_')}.{c}.{prog}", r["dr"], "x",
+                                 "higher", f"ExecuTorch 1.4.1 program, decode tok/s ours / upstream {b}, {c}")
 
-        rest = [n for n in notes if not n.startswith(("gpu:", "python:", "upstream ", "exporter:", "runner:",
-                                                       "commit:"))]
+        out += self.host_section(progs, backs) + self.load_section(progs)
+        rest = [n for n in notes if not n.startswith(HEAD)]
         problems = [f"{r['program']} / {r['backend']} / {r['config']} / {r['kind']}: {self.status(r)}"
                     for r in self.runs if self.status(r) not in ("ok",)]
         out += ["", "## What did not run or failed, and why", ""]
@@ -323,12 +468,18 @@ class Report:
         return "\n".join(out) + "\n"
 
 
+DEFAULT_TITLE = "executorch-cuda side by side: ExecuTorch 1.4.1 programs, ours and upstream's C++ backend"
+RS_TITLES = {"llama1b": "Llama-3.2-1B-shaped", "qwen06b": "Qwen3-0.6B-shaped"}
+HEAD = ("gpu:", "python:", "upstream ", "exporter:", "runner:", "commit:")  # notes shown at the top
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--index", required=True)
     ap.add_argument("--notes", default="")
-    ap.add_argument("--title", default="executorch-cuda side by side: ExecuTorch 1.4.1 programs, ours and upstream's "
-                                       "C++ backend")
+    ap.add_argument("--title", default="")
+    ap.add_argument("--real-scale", default="", choices=("", "llama1b", "qwen06b"))
+    ap.add_argument("--ref", default="")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     text = Report(a).render()

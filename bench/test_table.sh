@@ -269,7 +269,70 @@ if [ -n "$SC" ]; then
 else
   bad "sbs TERM: no results file ($(tail -3 "$T/sbsC.log"))"
 fi
-if grep -l "sbsm[ABC]" /proc/[0-9]*/cmdline 2>/dev/null | grep -qv self; then
+# --real-scale: the two exports (fake) from t=0, the reference, the runs best first; upstream's steady
+# best run refused (FAKE_UPSTREAM_GRAPH_ROUNDS) so the targets compare 1-round runs; then an export
+# that misses its deadline: its rows say so, the other program still runs.
+RS=(env -u PYTHONPATH SBS_TEST_CPU=1 ET_RESULTS_COMMIT=abc1234 SBS_UPSTREAM_DIR="$T/sbsu" FAKE_UPSTREAM_GRAPH_ROUNDS=1)
+if "${RS[@]}" OUT="$T/sbsR1" SBS_WORK="$T/sbswR1" SBS_MODELS="$T/sbsmR1" SBS_TEST_BIG_EXPORT_S=1 SBS_BUDGET=60 \
+  SBS_BIG_RESERVE=40 SBS_RS_RUNS_S=20 bash "$HERE/side_by_side.sh" --real-scale llama1b >"$T/sbsR1.log" 2>&1; then
+  ok "side_by_side.sh --real-scale llama1b (SBS_TEST_CPU=1) exits 0"
+else
+  bad "side_by_side.sh --real-scale llama1b: exit status $? ($(tail -3 "$T/sbsR1.log"))"
+fi
+R1=$T/sbsR1/$TODAY-abc1234-side-by-side-real-scale.md
+if [ -s "$R1" ]; then
+  ok "sbs real scale: wrote $(basename "$R1")"
+  has "$R1" "| ours / upstream, best vs best, on the base export, upstream v1.4.1: >= 1.0x |" "sbs real scale: target (a) row"
+  has "$R1" "| ours on the companion export (best) / upstream (best) on upstream's own export, upstream main cff6f4dd32: >= 1.5x |" \
+    "sbs real scale: target (b) row"
+  has "$R1" "(1-round runs) | **PASS** |" "sbs real scale: (a) from both 1-round runs when upstream's steady run failed"
+  has "$R1" "| et14_llama1b_companion (ours) vs et14_llama1b_base (v1.4.1) | best | 1-round runs |" "sbs real scale: (b) detail row"
+  has "$R1" "| et14_llama1b_base | v1.4.1 | best | – | MISMATCH (first 100 of 128 equal) | yes | ok |" \
+    "sbs real scale: tokens against the reference's"
+  has "$R1" "| et14_llama1b_base | ours | best | 2 x 128 |" "sbs real scale: ours steady 2-round row"
+  has "$R1" "| 12.50 | 11.50 | 127 / 127 | ok |" "sbs real scale: host time per token (generate-lib)"
+  has "$R1" "| et14_llama1b_companion | best | 40.0 | 600.0 | 12.5 | 30.0 | 75.8 | 3.031 | 40.00 | 80 % | pinned | 64.0 |" \
+    "sbs real scale: load phases against the pinned H2D rate"
+  has "$R1" "- reference: eager greedy tokens 128" "sbs real scale: reference noted"
+  has "$R1" "<!-- figure: sbs_rs.llama1b.companion_over_upstream.v1.4.1 |" "sbs real scale: target figure"
+  if grep -q "| et14_llama1b_companion | .* | v1.4.1 |" "$R1"; then bad "sbs real scale: upstream rows for the companion export"
+  else ok "sbs real scale: no upstream run of the companion export"; fi
+  order=$(cut -f1-3 "$T/sbswR1/run/runs.tsv" | uniq | tr '\t\n' ' ;')
+  want="et14_llama1b_base ours best;et14_llama1b_base v1.4.1 best;et14_llama1b_base main cff6f4dd32 best;et14_llama1b_companion ours best;"
+  [[ $order == "$want"* ]] && ok "sbs real scale: best first, base then companion" || bad "sbs real scale: run order $order"
+  n=$(grep -c "" "$T/sbswR1/run/runs.tsv")
+  [ "$n" = 16 ] && ok "sbs real scale: 16 runner calls" || bad "sbs real scale: $n runner calls"
+  grep -q -- "--generate 128 --generate-rounds 2" "$T/sbswR1/run/logs/et14_llama1b_base.ours.best.steady.log" &&
+    ok "sbs real scale: 128 tokens, 2 rounds" || bad "sbs real scale: generate arguments"
+else
+  bad "sbs real scale: no results file ($(tail -3 "$T/sbsR1.log"))"
+fi
+t0=$(date +%s)
+"${RS[@]}" OUT="$T/sbsR2" SBS_WORK="$T/sbswR2" SBS_MODELS="$T/sbsmR2" SBS_TEST_BIG_EXPORT_S=1 SBS_BUDGET=30 \
+  SBS_BIG_RESERVE=22 SBS_RS_RUNS_S=15 SBS_TEST_SLOW_EXPORT=et14_qwen06b_base \
+  bash "$HERE/side_by_side.sh" --real-scale qwen06b >"$T/sbsR2.log" 2>&1
+dt=$(($(date +%s) - t0))
+R2=$(ls "$T"/sbsR2/*-side-by-side-real-scale.md 2>/dev/null | head -1)
+if [ -n "$R2" ]; then
+  has "$R2" "Qwen3-0.6B-shaped decoder" "sbs real scale deadline: qwen06b title"
+  has "$R2" "export et14_qwen06b_base: stopped at its deadline" "sbs real scale deadline: the slow export stopped"
+  has "$R2" "| – (ours on et14_qwen06b_base: not exported; v1.4.1 on et14_qwen06b_base: not exported) | n/a |" \
+    "sbs real scale deadline: target (a) says why"
+  has "$R2" "| et14_qwen06b_companion | ours | best | 2 x 128 |" "sbs real scale deadline: the other export still ran"
+  has "$R2" "| et14_qwen06b_base | v1.4.1 | best | – | – | – | not exported |" "sbs real scale deadline: rows say not exported"
+else
+  bad "sbs real scale deadline: no results file ($(tail -3 "$T/sbsR2.log"))"
+fi
+[ "$dt" -le 40 ] && ok "sbs real scale deadline: ended in ${dt}s (budget 30 s)" || bad "sbs real scale deadline: took ${dt}s"
+bash "$HERE/side_by_side.sh" --real-scale llama1b --dry-run >"$T/sbs_plan.txt" 2>&1
+if grep -q "plan: best: et14_llama1b_base through ours v1.4.1 main; et14_llama1b_companion through ours" "$T/sbs_plan.txt"; then
+  ok "side_by_side.sh --real-scale --dry-run: the plan"
+else
+  bad "side_by_side.sh --real-scale --dry-run"
+fi
+if bash "$HERE/side_by_side.sh" --real-scale llama2 >/dev/null 2>&1; then bad "side_by_side.sh --real-scale llama2 accepted"
+else ok "side_by_side.sh --real-scale: unknown model refused"; fi
+if grep -l "sbsm[ABCR]" /proc/[0-9]*/cmdline 2>/dev/null | grep -qv self; then
   bad "sbs: a fake export outlived its script"
 else
   ok "sbs: no export left running"

@@ -10,6 +10,11 @@ never the program. What it imitates:
 - --device-io on a manifest without "alloc_graph_input": false: the memory-planned refusal;
 - qwen3_pd_bf16 --generate without share_mutable_buffers_across_methods: tokens differ after
   the first (the decode method does not see the prefill's cache).
+- a manifest without expected tokens (bench/side_by_side.sh --real-scale, decode_llama.py's
+  export): make_fakes.fake_tokens(prompt), "expected=none UNCHECKED", exit status 0;
+- ours with --generate: a "load_phases:" line after the load, and with --stats "generate-lib:";
+- FAKE_UPSTREAM_GRAPH_ROUNDS=1: upstream with enable_cuda_graph_for_method refuses a second round
+  (as upstream does when the next prefill's size differs from the captured one).
 FAKE_SLEEP="a+b=S,...": sleep S seconds first when the command line contains a and b (a hang, for
 the timeouts of bench/side_by_side.sh's CPU test).
 The numbers are fixed functions of the command line; they mean nothing.
@@ -19,6 +24,9 @@ import os
 import sys
 import time
 import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_fakes import fake_tokens  # noqa: E402
 
 
 def upstream_needs_device_inputs(build, program):
@@ -113,8 +121,22 @@ def main(argv):
         pre = args.get("prefill-method", gen.get("prefill_method", "forward"))
         dec = args.get("decode-method", gen.get("decode_method", "forward"))
         exp = gen.get("tokens", [])
+        if args.get("expect-tokens"):
+            exp = [int(x) for x in args["expect-tokens"].split(",")]
         n = args["generate"]
-        toks = [exp[j] if j < len(exp) else (exp[-1] * 7 + j) % 1000 for j in range(n)]
+        rounds = args["generate-rounds"]
+        if (not ours and "enable_cuda_graph_for_method" in opts and rounds > 1
+                and os.environ.get("FAKE_UPSTREAM_GRAPH_ROUNDS") == "1"):
+            return finish(1, f"{man_path}: executing 'forward' failed: Error::InvalidArgument (CUDA graph replay: "
+                             "input 0 has sizes [1, 32], captured [1, 1] (made-up message of the fake runner))")
+        if ours:
+            w = 3031000000 if "llama1b" in program else 4 << 20
+            out(f"load_phases: fetch_ms=600.0 so_open_ms=12.5 container_ms=30.0 upload_ms={w / 40e6:.1f} "
+                f"upload_bytes={w} upload_gbps=40.00 staging=pinned peak_host_staging_bytes={64 << 20}")
+        if exp:
+            toks = [exp[j] if j < len(exp) else (exp[-1] * 7 + j) % 1000 for j in range(n)]
+        else:
+            toks = fake_tokens(gen.get("prompt_ids", []), n)
         if pre != dec and opts.get("share_mutable_buffers_across_methods") != "true":
             toks = toks[:1] + [(t + 1) % 1000 for t in toks[1:]]
         rate = 1e6 / (base * 8)
@@ -123,7 +145,12 @@ def main(argv):
         out(f"generate: prefill={pre} decode={dec} prompt_tokens={len(gen.get('prompt_ids', []))} new_tokens={n} "
             f"ttft_ms={base / 30:.3f} prefill_tok_s={rate * 3:.1f} decode_tok_s={rate:.1f} "
             f"host_waits_per_token={'1.00' if ours else 'n/a'} tokens={','.join(map(str, toks))} "
-            f"expected={','.join(map(str, exp[:k])) or 'none'} {'MATCH' if match else 'MISMATCH'}")
+            f"expected={','.join(map(str, exp[:k])) or 'none'} "
+            f"{('MATCH' if match else 'MISMATCH') if exp else 'UNCHECKED'}")
+        if ours and "--stats" in flags:
+            g = "enable_cuda_graph_for_method" in opts
+            out(f"generate-lib: decode_executes={n - 1} lib_execute_us={12.5 if g else 1100.0} "
+                f"run_us={11.5 if g else 1098.0} graph_replays={n - 1 if g else 0} graph_captures=0")
         # Times on the monotonic clock in ms, as the runner's steady_clock: load 40 ms after start,
         # first token base/30 ms later (bench/side_by_side.sh's cold start reads them).
         t = time.monotonic() * 1000

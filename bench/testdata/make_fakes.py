@@ -10,12 +10,19 @@
   with prefill/decode methods and testdata/two_methods.ptd as its weights) and its ExecuTorch
   1.5.1 MLPs. --fixtures: the three shared fixtures, when the folder has none (inputs planned).
 --models: placeholder bench programs (inputs not planned; encdec with two methods).
+--rs (with --suite): the decoders as tests/models/decode_llama.py --mode export writes them
+  (bench/side_by_side.sh --real-scale): a 32-token prompt (RS_PROMPT), no tokens, an export.json.
+--ref DIR --model M --go FILE [--steps N]: stand-in for decode_llama.py --mode ref: DIR/ref_M.json
+  with N eager tokens (fake_runner.py's tokens for RS_PROMPT, the last RS_DIVERGE_AFTER.. changed)
+  and DIR/ref_M.ready at once; when FILE exists, the slot (eager tok/s, host-to-device rates) and
+  DIR/ref_M.done.
 Existing manifests are left alone.
 """
 import argparse
 import json
 import os
 import struct
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FAKE_WEIGHTS = 4 << 20  # bytes of qwen3_pd_bf16's fake prefill weights blob (fake_runner.py uses it too)
@@ -25,6 +32,44 @@ BUILDS = {
     "v1.2.0-0b0e2c5cdd": ("v1.2.0", "0b0e2c5cdd67c8b4396a46ea1d1aa72ffb0128d7", False),
     "v1.2.0-own-runtime": ("v1.2.0", "0b0e2c5cdd67c8b4396a46ea1d1aa72ffb0128d7", False),
 }
+
+
+RS_PROMPT = [(97 * i + 5) % 1000 + 3 for i in range(32)]
+RS_DIVERGE_AFTER = 100  # the fake reference's tokens equal the fake runner's up to here
+
+
+def fake_tokens(prompt, n):
+    """The tokens fake_runner.py generates for a manifest without expected tokens."""
+    return [(sum(prompt) * 7 + 31 * j) % 1000 for j in range(n)]
+
+
+def fake_ref(out, model, go, steps):
+    os.makedirs(out, exist_ok=True)
+    toks = fake_tokens(RS_PROMPT, steps)
+    toks = toks[:RS_DIVERGE_AFTER] + [(t + 1) % 1000 for t in toks[RS_DIVERGE_AFTER:]]
+    r = {"model": model, "prompt_ids": RS_PROMPT, "steps": steps, "tokens": toks, "min_margin": 0.0,
+         "compile_status": "not tried"}
+    path = os.path.join(out, f"ref_{model}.json")
+
+    def write():
+        with open(path + ".tmp", "w") as f:
+            json.dump(r, f)
+        os.replace(path + ".tmp", path)
+
+    write()
+    open(os.path.join(out, f"ref_{model}.ready"), "w").close()
+    print(f"ref {model}: eager tokens written ({steps}) (fake)", flush=True)
+    t0 = time.time()
+    while not os.path.exists(go):
+        if time.time() - t0 > 600:
+            return
+        time.sleep(0.1)
+    r["slot"] = {"eager": {"decode_tok_s": 57.8, "ttft_ms": 20.5, "tokens_match": True},
+                 "h2d": {"pinned": {"bytes": 1 << 30, "best_gb_s": 50.0, "median_gb_s": 49.0},
+                         "pageable": {"bytes": 1 << 30, "best_gb_s": 8.0, "median_gb_s": 7.5}}}
+    write()
+    open(os.path.join(out, f"ref_{model}.done"), "w").close()
+    print(f"ref {model}: {json.dumps(r['slot'])} (fake)", flush=True)
 
 
 def tensor(dtype, sizes, file):
@@ -57,13 +102,18 @@ def simple(inputs, outputs, planned):
     return m
 
 
-def decoder(name):
+def decoder(name, rs=False):
     prompt = [17, 230, 5, 981, 44, 12]
     tokens = [(37 * i + 11 * len(name)) % 997 + 2 for i in range(16)]
     m = {"model": "model.pte", "data": [], "methods": {}, "stateful": True,
          "generate": {"prefill_method": "forward", "decode_method": "forward", "prompt_ids": prompt,
                       "tokens": tokens, "max_seq_len": 64}}
     data = None
+    if rs:  # decode_llama.py --mode export: no eager tokens in a bf16 manifest
+        m["generate"] = {"prefill_method": "forward", "decode_method": "forward", "prompt_ids": RS_PROMPT,
+                         "max_seq_len": 1024}
+        m["companion"] = {"gemv": 113, "attention": 16} if name.endswith("_companion") else {}
+        return m, None
     if name.endswith("qwen3_pd_bf16"):
         m["generate"].update(prefill_method="prefill", decode_method="decode")
         m["data"] = data = ["aoti_cuda_blob.ptd"]
@@ -80,7 +130,14 @@ def main():
     ap.add_argument("--fixtures")
     ap.add_argument("--models")
     ap.add_argument("--names", default="")
+    ap.add_argument("--rs", action="store_true")
+    ap.add_argument("--ref")
+    ap.add_argument("--model", default="llama1b")
+    ap.add_argument("--go", default="")
+    ap.add_argument("--steps", type=int, default=128)
     a = ap.parse_args()
+    if a.ref:
+        return fake_ref(a.ref, a.model, a.go, a.steps)
     if a.upstream:
         for b, (ref, commit, graphs) in BUILDS.items():
             d = os.path.join(a.upstream, "upstream", b)
@@ -94,8 +151,16 @@ def main():
         print(f"fake upstream builds in {a.upstream}/upstream")
     if a.suite:
         for name in [n for n in a.decoders.split(",") if n]:
-            m, data = decoder(name)
+            m, data = decoder(name, a.rs)
             write_program(os.path.join(a.suite, name), m, data)
+            if a.rs:
+                with open(os.path.join(a.suite, name, "export.json"), "w") as f:
+                    json.dump({"export_s": 1.0, "torch_export_s": 0.2, "lower_s": 0.7, "ptd_bytes": 3031000000,
+                               "parameters": 1498000000, "companion": m["companion"],
+                               "versions": {"executorch": "fake"}}, f)
+        if a.rs:
+            print(f"fake real-scale programs in {a.suite}")
+            return
         write_program(os.path.join(a.suite, "et15_mlp_f32"),
                       simple([tensor("float32", [4, 64], "in0.bin")], [tensor("float32", [4, 10], "out0.bin")], True))
         write_program(os.path.join(a.suite, "et15_mlp_devio_f32"),
