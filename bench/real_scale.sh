@@ -39,7 +39,7 @@
 # MemoryPlanningPass(alloc_graph_input=False) stays: 1.5.1 plans the delegate IO on the device and
 # copies the host inputs in (et_copy::_h2d_copy). --site et12: ExecuTorch 1.2's exports (one blob).
 # Environment: OUT, REAL_WORK (/tmp/real_scale), PY (python3), REAL_BUDGET, REAL_EXPORT_DEADLINE,
-# REAL_EXTRA (qwen06b,int4), REAL_SITE (et15), REAL_NCU (ncu), REAL_STEPS (128), REAL_PROMPT (32).
+# REAL_EXTRA (qwen06b,int4), REAL_SITE (et15), REAL_NCU (ncu), REAL_STEPS (128), REAL_PROMPT (32), REAL_DEVICE_LOGITS (1: exports keep the logits on the device), REAL_EAGER_LOAD_MODE (mmap: the eager runs pass --load-mode mmap).
 # CPU test: REAL_TEST_CPU=1 with REAL_BUNDLE_DIR, REAL_SITE_DIR, REAL_DECODE, REAL_RUNNER, REAL_NCU set to
 # fakes (bench/test_table.sh does it).
 set -uo pipefail
@@ -186,16 +186,20 @@ cont_extras() { [ -n "$EXTRA_JOBS" ] && signal_group CONT $EXTRA_JOBS; }
 end_job() { signal_group CONT "$1"; signal_group TERM "$1"; sleep 2; signal_group KILL "$1"; }
 
 COMMON=(--prompt-len "$PROMPT" --steps "$STEPS")
+# Exports leave the logits on the device (ExecuTorch >= 1.4), so the runner picks each token there
+# (et_cuda_sample) as an application of this backend would; REAL_DEVICE_LOGITS=0: on the host.
+XO=()
+[ "${REAL_DEVICE_LOGITS:-1}" = 1 ] && XO=(--device-logits)
 EX=$W/export
-spawn export_base 0 8 "$EX" --mode export --model llama1b --variants base "${COMMON[@]}"
-spawn export_companion 0 8 "$EX" --mode export --model llama1b --variants companion "${COMMON[@]}"
+spawn export_base 0 8 "$EX" --mode export --model llama1b --variants base "${COMMON[@]}" "${XO[@]}"
+spawn export_companion 0 8 "$EX" --mode export --model llama1b --variants companion "${COMMON[@]}" "${XO[@]}"
 spawn ref_llama1b 0 4 "$EX" --mode ref --model llama1b --go "$W/go_llama1b" "${COMMON[@]}"
 EXTRA_JOBS=""
 for t in $EXTRA_TAGS; do
   case $t in
-    qwen06b_base) spawn export_qwen06b_base 19 3 "$EX" --mode export --model qwen06b --variants base "${COMMON[@]}" ;;
-    qwen06b_companion) spawn export_qwen06b_companion 19 3 "$EX" --mode export --model qwen06b --variants companion "${COMMON[@]}" ;;
-    int4) spawn export_int4 19 3 "$EX" --mode export --model llama1b --variants int4 "${COMMON[@]}" ;;
+    qwen06b_base) spawn export_qwen06b_base 19 3 "$EX" --mode export --model qwen06b --variants base "${COMMON[@]}" "${XO[@]}" ;;
+    qwen06b_companion) spawn export_qwen06b_companion 19 3 "$EX" --mode export --model qwen06b --variants companion "${COMMON[@]}" "${XO[@]}" ;;
+    int4) spawn export_int4 19 3 "$EX" --mode export --model llama1b --variants int4 "${COMMON[@]}" "${XO[@]}" ;;
   esac
   EXTRA_JOBS="$EXTRA_JOBS export_$t"
 done
@@ -262,6 +266,9 @@ run_ours() { # tag mode
   [ "$t" -le 120 ] || t=120
   args=(--manifest "$m" --generate "$STEPS" --generate-rounds 2 --stats --mem)
   [ "$mode" = graphs ] && args+=(--option enable_cuda_graph_for_method=forward)
+  # The eager runs read the files mapped (REAL_EAGER_LOAD_MODE, default mmap): the Load table then
+  # compares the two ways ExecuTorch can read the named data.
+  [ "$mode" = eager ] && [ "${REAL_EAGER_LOAD_MODE:-mmap}" != file ] && args+=(--load-mode "${REAL_EAGER_LOAD_MODE:-mmap}")
   if [ "$tag" != int4 ] && [ -f "$EX/ref_$model.json" ]; then
     exp=$(tokens_of "$EX/ref_$model.json")
     [ -n "$exp" ] && args+=(--expect-tokens "$exp")

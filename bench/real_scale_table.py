@@ -488,7 +488,10 @@ class Report:
               "Without that line (older libraries) the phase columns are n/a and the upload rate is an "
               "estimate, marked ~: weights / (load - context - file read), context creation and the file read "
               "measured apart in the same call, the upload's rate if the read does not overlap it. "
-              "weights / load: a lower bound on the upload rate either way.", "",
+              "weights / load: a lower bound on the upload rate either way. How ExecuTorch reads the files: "
+              "the graphs runs with ExecuTorch's default (`--load-mode file`: each named-data piece read into "
+              "memory), the eager runs mapped (`--load-mode mmap`, unless REAL_EAGER_LOAD_MODE says otherwise: "
+              "the pages are read as the backend copies them).", "",
               f"Same machine, same call: CUDA context creation {ctx or 'n/a'}; pinned host-to-device "
               f"{f(pinned)} GB/s (best of 5, 1 GiB), pageable {f((h2d or {}).get('pageable', {}).get('best_gb_s'))} "
               "GB/s.", "",

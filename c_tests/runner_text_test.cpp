@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <string>
@@ -121,6 +122,43 @@ static void sampling_tests() {
   CHECK(argmax({1, nan, 5}) == 1);   // NaN counts as the largest
   Sampler greedy(SamplingParams{});
   CHECK(greedy.greedy() && greedy.pick({0.1, 0.9, 0.3}) == 1);
+  // The typed row argmax agrees with argmax over the doubles, for f32, bf16 and f16 rows
+  // (ties, NaN, infinities, signed zeros, subnormal halves).
+  {
+    const std::vector<std::vector<float>> rows{{1, 3, 3, 2},         {1, NAN, 5, NAN},      {-INFINITY, -INFINITY},
+                                               {-0.0f, 0.0f, -1},    {2, INFINITY, INFINITY}, {5, 4, 3},
+                                               {0.25f, -7, 65504, 65504, 1e-7f}};
+    auto bf16 = [](float f) {
+      uint32_t b;
+      std::memcpy(&b, &f, 4);
+      return static_cast<uint16_t>(b >> 16);  // exact for these values
+    };
+    auto f16 = [](float f) -> uint16_t {  // exact for these values (and NaN/inf/0)
+      if (std::isnan(f)) return 0x7e00;
+      if (std::isinf(f)) return f > 0 ? 0x7c00 : 0xfc00;
+      if (f == 0) return std::signbit(f) ? 0x8000 : 0;
+      if (std::fabs(f) < 6.1e-5f) return static_cast<uint16_t>(std::lround(std::fabs(f) / std::ldexp(1.0, -24)));
+      int e;
+      const float m = std::frexp(std::fabs(f), &e);  // f = m * 2^e, m in [0.5, 1)
+      const uint16_t bits = static_cast<uint16_t>(((e + 14) << 10) | (static_cast<int>(std::lround((m * 2 - 1) * 1024)) & 0x3ff));
+      return static_cast<uint16_t>(bits | (f < 0 ? 0x8000 : 0));
+    };
+    for (const auto& r : rows) {
+      std::vector<double> d(r.begin(), r.end());
+      const int64_t want = argmax(d);
+      std::vector<uint8_t> a(4 * r.size()), b(2 * r.size()), h(2 * r.size());
+      for (size_t i = 0; i < r.size(); ++i) {
+        std::memcpy(&a[4 * i], &r[i], 4);
+        const uint16_t x = bf16(r[i]), y = f16(r[i]);
+        std::memcpy(&b[2 * i], &x, 2);
+        std::memcpy(&h[2 * i], &y, 2);
+      }
+      CHECK(argmax_row(a.data(), r.size(), RowType::F32) == want);
+      CHECK(argmax_row(b.data(), r.size(), RowType::BF16) == want);
+      CHECK(argmax_row(h.data(), r.size(), RowType::F16) == want);
+    }
+    CHECK(argmax_row(nullptr, 0, RowType::F32) == -1);
+  }
 
   // Temperature 1 over log-probabilities: frequencies follow them.
   const std::vector<double> logits{std::log(0.5), std::log(0.3), std::log(0.2), nan};

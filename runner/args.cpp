@@ -108,6 +108,10 @@ Backend
                            --option skip_copy_output_to_cpu_for_method=forward
   --stats                print the backend's counters at the end (this project's backend only)
                            et_cuda_run --manifest m.json --stats
+  --load-mode MODE       how ExecuTorch reads the .pte/.ptd files: file (default, ExecuTorch's
+                         Module default: each piece read into memory) or mmap (mapped; pages come
+                         from the page cache as the backend reads them)
+                           et_cuda_run --manifest m.json --load-mode mmap
   --mem                  print the device memory in use (any backend; cuMemGetInfo from the driver):
                          "mem: ... context_mib= loaded_mib= peak_mib= end_mib=", beyond the CUDA
                          context, after the methods were loaded and the most seen between steps
@@ -221,6 +225,10 @@ Args parse_args(int argc, char** argv) {
     else if (arg == "--pipeline") a.pipeline = next();
     else if (arg == "--option") a.options.push_back(next());
     else if (arg == "--stats") a.stats = true;
+    else if (arg == "--load-mode") {
+      a.load_mode = next();
+      if (a.load_mode != "file" && a.load_mode != "mmap") usage_error(arg, "is file or mmap, not '" + a.load_mode + "'");
+    }
     else if (arg == "--mem") a.mem = true;
     else if (arg == "--load-cycles") a.load_cycles = parse_count(arg, next());
     else if (arg == "--generate" || arg == "--max-new-tokens") {

@@ -16,6 +16,7 @@ struct Args {
   long bench = 0, warmup = 0, enqueue = 0;
   std::vector<std::string> options;
   bool stats = false;
+  std::string load_mode = "file";  // --load-mode: file or mmap
   bool mem = false;  // --mem: device memory in use after load and the peak seen
   bool device_io = false;
   bool cases_on_device = false;  // --cases-on-device: the manifest's cases run on device inputs

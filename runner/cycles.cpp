@@ -28,7 +28,7 @@ uint64_t rss_bytes() {
 
 // One cycle: the program loaded, the method run once on zero inputs, everything destroyed.
 void one_cycle(const Args& a, const std::string& method, int32_t device_index) {
-  Module module(a.model, a.data);
+  Module module(a.model, a.data, a.load_mode == "mmap" ? Module::LoadMode::Mmap : Module::LoadMode::File);
   const Error err = module.load(Program::Verification::InternalConsistency);
   if (err != Error::Ok) fail(a.model, "cannot load program: " + describe(err));
   const auto meta = method_meta(module, a.model, method);

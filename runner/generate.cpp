@@ -95,15 +95,24 @@ int64_t next_token(const std::vector<EValue>& outputs, const std::string& model,
     token = sample_on_device(src, static_cast<int32_t>(type), static_cast<int64_t>(vocab), device_index,
                              p.temperature, p.top_p, p.seed, step);
   } else {
-    std::vector<uint8_t> row(vocab * dtype->size);
+    std::vector<uint8_t> copy;
+    const uint8_t* row = src;
     if (device) {
-      copy_to_host(row.data(), src, row.size());
-    } else {
-      std::memcpy(row.data(), src, row.size());
+      copy.resize(vocab * dtype->size);
+      copy_to_host(copy.data(), src, copy.size());
+      row = copy.data();
     }
-    std::vector<double> logits(vocab);
-    for (size_t v = 0; v < vocab; ++v) logits[v] = element(row.data() + v * dtype->size, dtype->type);
-    token = sampler.pick(logits);
+    if (sampler.greedy() && kernel_dtype) {
+      // The same rule as argmax over doubles, read straight from the row.
+      token = argmax_row(row, vocab,
+                         type == ScalarType::Float      ? RowType::F32
+                         : type == ScalarType::BFloat16 ? RowType::BF16
+                                                        : RowType::F16);
+    } else {
+      std::vector<double> logits(vocab);
+      for (size_t v = 0; v < vocab; ++v) logits[v] = element(row + v * dtype->size, dtype->type);
+      token = sampler.pick(logits);
+    }
   }
   if (token < 0) fail(model, "--generate: '" + method + "' returned logits that are all NaN or -inf: nothing to sample");
   sampling_ms += steady_ms() - t0;

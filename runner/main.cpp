@@ -202,7 +202,7 @@ int run(int argc, char** argv) {
     return run_load_cycles(a, method, device_index) ? kExitOk : kExitFailure;
   }
   const double load_start_ms = steady_ms();
-  Module module(a.model, a.data);
+  Module module(a.model, a.data, a.load_mode == "mmap" ? Module::LoadMode::Mmap : Module::LoadMode::File);
   load_program(module, a);
 
   bool all_pass = true;

@@ -29,6 +29,69 @@ int64_t argmax(const std::vector<double>& logits) {
   return static_cast<int64_t>(best);
 }
 
+namespace {
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  float f;
+  if (exp == 0) {
+    f = std::ldexp(static_cast<float>(man), -24);  // zero or subnormal
+  } else if (exp == 31) {
+    f = man != 0 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  } else {
+    const uint32_t bits = ((exp + 112u) << 23) | (man << 13);
+    std::memcpy(&f, &bits, 4);
+  }
+  return sign != 0 ? -f : f;
+}
+
+template <RowType T>
+float row_value(const uint8_t* row, size_t v) {
+  if constexpr (T == RowType::F32) {
+    float f;
+    std::memcpy(&f, row + 4 * v, 4);
+    return f;
+  } else {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * v, 2);
+    if constexpr (T == RowType::F16) return half_to_float(h);
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+}
+
+template <RowType T>
+int64_t argmax_typed(const uint8_t* row, size_t n) {
+  if (n == 0) return -1;
+  size_t best = 0;
+  float best_value = row_value<T>(row, 0);
+  for (size_t v = 1; v < n && !std::isnan(best_value); ++v) {
+    const float x = row_value<T>(row, v);
+    if (std::isnan(x) || x > best_value) {
+      best = v;
+      best_value = x;
+    }
+  }
+  return static_cast<int64_t>(best);
+}
+
+}  // namespace
+
+int64_t argmax_row(const uint8_t* row, size_t n, RowType type) {
+  switch (type) {
+    case RowType::F32:
+      return argmax_typed<RowType::F32>(row, n);
+    case RowType::BF16:
+      return argmax_typed<RowType::BF16>(row, n);
+    case RowType::F16:
+      return argmax_typed<RowType::F16>(row, n);
+  }
+  return -1;
+}
+
 Sampler::Sampler(const SamplingParams& p) : params_(p) {}
 
 namespace {

@@ -10,6 +10,7 @@
 // No ExecuTorch here: the tests link this file alone.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -58,5 +59,9 @@ class Sampler {
 
 // The argmax as torch.argmax: the first maximum, NaN counting as the largest.
 int64_t argmax(const std::vector<double>& logits);
+// The same over `n` logits stored as `type` at `row`, without converting the row first (greedy
+// decoding reads one row of a 100K+ vocabulary per token).
+enum class RowType { F32, BF16, F16 };
+int64_t argmax_row(const uint8_t* row, size_t n, RowType type);
 
 }  // namespace et_cuda_run

@@ -94,6 +94,7 @@ pub(crate) fn init_params<'a>(
                     lookup,
                     release,
                     read,
+                    fetch_ns: Default::default(),
                 };
                 (so, Weights::PerFqn { entries, source }, Some(so_key), None)
             }

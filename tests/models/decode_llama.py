@@ -152,11 +152,30 @@ def quantize_int4(m):
     return m
 
 
-def export(variant, out, model, a, tokens, key):
-    """model: the bf16 module on the GPU; a: the command line (a.model names the shape)."""
+def backend_config(device_logits):
+    """The program's ExecutorchBackendConfig: graph inputs left out of memory planning; with
+    device_logits (ExecuTorch >= 1.4: PropagateDeviceConfig), the logits stay where the
+    delegate leaves them, on the device, so the runner picks the token there (et_cuda_sample)
+    instead of ExecuTorch copying the row to the host every step."""
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
 
+    if device_logits:
+        try:
+            from executorch.exir.passes.propagate_device_config import PropagateDeviceConfig
+        except ImportError:
+            print("--device-logits: this ExecuTorch has no PropagateDeviceConfig; logits go to the host",
+                  flush=True)
+        else:
+            return ExecutorchBackendConfig(
+                propagate_device_config=PropagateDeviceConfig(skip_d2h_for_method_outputs=True),
+                enable_non_cpu_memory_planning=True,
+                memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False, alloc_graph_output=False))
+    return ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False))
+
+
+def export(variant, out, model, a, tokens, key):
+    """model: the bf16 module on the GPU; a: the command line (a.model names the shape)."""
     d = variant_dir(out, a.model, variant)
     man_path = os.path.join(d, "manifest.json")
     if os.path.exists(man_path):
@@ -187,8 +206,7 @@ def export(variant, out, model, a, tokens, key):
 
         ep, report = executorch_cuda.prepare(ep, positions="cache_position")
         print(f"{variant}: companion rewrite {report}", flush=True)
-    _, et, _ = suite_lib.lower({"forward": ep}, {}, ExecutorchBackendConfig(
-        memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False)))
+    _, et, _ = suite_lib.lower({"forward": ep}, {}, backend_config(a.device_logits))
     t_lower = time.time() - t0 - t_export
     with open(os.path.join(d, "model.pte"), "wb") as f:
         f.write(et.buffer)
@@ -342,6 +360,8 @@ def main():
     ap.add_argument("--go-timeout", type=float, default=900)
     ap.add_argument("--rounds", type=int, default=2, help="ref: timed rounds of torch.compile (best)")
     ap.add_argument("--no-compile", dest="compile", action="store_false")
+    ap.add_argument("--device-logits", action="store_true",
+                    help="export: leave the logits on the device (ExecuTorch >= 1.4), for sampling there")
     a = ap.parse_args()
     if a.prompt_len > MAX_T:
         ap.error(f"--prompt-len is at most {MAX_T}")
@@ -349,7 +369,7 @@ def main():
     if a.mode == "ref":
         return ref(a)
     suite_lib.ensure_flatc()
-    key = cache_key(a.model)
+    key = cache_key(a.model) + ("-device-logits" if a.device_logits else "")
     tokens = None
     if a.mode == "all":
         # Eager greedy tokens (bf16, GPU), from a fresh model (zero cache).

@@ -3,7 +3,7 @@
 //! A copy from pageable host memory runs at a fraction of the copy engine's
 //! bandwidth (the driver stages it itself, in small pieces, synchronously).
 //! [`StagedUpload`] copies the source into one of two page-locked chunks
-//! (several threads for large pieces) while the copy engine moves the other
+//! (up to eight threads for large pieces) while the copy engine moves the other
 //! one, so the source is read once at memory speed and the transfer runs from
 //! pinned memory. Small pieces share a chunk. When [`StagedUpload::upload`]
 //! returns, the source has been read: the caller may release it at once,
@@ -21,9 +21,10 @@ use std::time::{Duration, Instant};
 
 /// Size of each of the two staging chunks.
 const CHUNK: usize = 32 << 20;
-/// Pieces from this size up are copied into the chunk by [`THREADS`] threads.
+/// Pieces from this size up are copied into the chunk by several threads.
 const PARALLEL_FROM: usize = 4 << 20;
-const THREADS: usize = 4;
+/// At most this many copy threads (fewer on a machine with fewer cores).
+const MAX_THREADS: usize = 8;
 /// Alignment of pieces inside a chunk.
 const ALIGN: usize = 256;
 
@@ -177,7 +178,10 @@ fn copy_parallel(dst: &mut [u8], src: &[u8]) {
         dst.copy_from_slice(src);
         return;
     }
-    let part = src.len().div_ceil(THREADS);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, MAX_THREADS);
+    let part = src.len().div_ceil(threads);
     std::thread::scope(|scope| {
         for (d, s) in dst.chunks_mut(part).zip(src.chunks(part)) {
             scope.spawn(move || d.copy_from_slice(s));

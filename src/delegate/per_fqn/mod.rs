@@ -36,6 +36,8 @@ pub(crate) struct Source<'a> {
     pub(crate) lookup: &'a NamedDataLookup<'a>,
     pub(crate) release: Option<&'a dyn Fn(&str)>,
     pub(crate) read: Vec<(String, &'a [u8])>,
+    /// Nanoseconds spent in `lookup` so far (the upload's time excludes them).
+    pub(crate) fetch_ns: std::cell::Cell<u64>,
 }
 
 impl std::fmt::Debug for Source<'_> {
@@ -59,12 +61,15 @@ impl Source<'_> {
         if let Some((_, bytes)) = self.read.iter().find(|(k, _)| k == key) {
             return f(bytes);
         }
-        let bytes = crate::stats::timed(crate::stats::Event::LoadFetch, || (self.lookup)(key))
-            .ok_or_else(|| {
-                Error::invalid_program(format!(
-                    "the program has no named data {key:?} ({what}); was the .ptd file passed?"
-                ))
-            })?;
+        let t = std::time::Instant::now();
+        let found = crate::stats::timed(crate::stats::Event::LoadFetch, || (self.lookup)(key));
+        self.fetch_ns
+            .set(self.fetch_ns.get() + t.elapsed().as_nanos().min(u64::MAX as u128) as u64);
+        let bytes = found.ok_or_else(|| {
+            Error::invalid_program(format!(
+                "the program has no named data {key:?} ({what}); was the .ptd file passed?"
+            ))
+        })?;
         let r = f(bytes);
         if let Some(release) = self.release {
             release(key);
@@ -348,12 +353,16 @@ pub(super) fn load(
     let mut held = SharedConstants::default();
     let container = Arc::new(container);
     let mut up = StagedUpload::new(device.clone(), stream.raw(), total)?;
+    let fetch_before = source.fetch_ns.get();
     let l = read_storages(
         &matched, &groups, source, share, device, stream, &mut up, &mut held,
     )?;
     let report = up.finish()?;
+    // The upload's own time: the named-data reads between the uploads are the fetch phase.
+    let fetch = source.fetch_ns.get() - fetch_before;
+    let upload_ns = (report.elapsed.as_nanos().min(u64::MAX as u128) as u64).saturating_sub(fetch);
     crate::stats::record(crate::stats::Event::LoadUpload {
-        ns: report.elapsed.as_nanos().min(u64::MAX as u128) as u64,
+        ns: upload_ns,
         bytes: report.bytes,
         staging: report.staging_bytes,
     });
@@ -388,7 +397,7 @@ pub(super) fn load(
         matched.len(),
         groups.len(),
         l.loaded,
-        report.bytes as f64 / report.elapsed.as_secs_f64().max(1e-9) / 1e9,
+        report.bytes as f64 / (upload_ns as f64).max(1.0),
         report.staging_bytes,
         l.shared_bytes
     );

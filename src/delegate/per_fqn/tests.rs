@@ -153,6 +153,7 @@ fn source_releases_each_lookup_after_use_and_never_read_bytes() {
         lookup: &lookup,
         release: Some(&release),
         read: Vec::new(),
+        fetch_ns: Default::default(),
     };
     // The key is released after `f`, whatever `f` returns.
     let n = streamed
@@ -184,6 +185,7 @@ fn source_releases_each_lookup_after_use_and_never_read_bytes() {
         lookup: &lookup,
         release: None,
         read: vec![("b".to_string(), &b[..])],
+        fetch_ns: Default::default(),
     };
     let before = lookups.borrow().len();
     held.with("b", "w", |bytes| {
