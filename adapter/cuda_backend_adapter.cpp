@@ -15,6 +15,7 @@
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>
 #include <executorch/runtime/platform/log.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <mutex>
@@ -414,18 +415,27 @@ class CudaDeviceAllocator final : public executorch::runtime::DeviceAllocator {
 };
 
 // The library's log records, into ExecuTorch's log (which has no warning level:
-// warnings go to Info with a prefix, info and below to Debug).
+// warnings go to Info with a prefix, info and below to Debug). ExecuTorch cuts a
+// log line at a fixed buffer size, so a long record goes out in numbered pieces.
 void forward_log(EtCudaLogLevel level, const char* message, void* /*user*/) {
-  switch (level) {
-    case ET_CUDA_LOG_ERROR:
-      ET_LOG(Error, "CudaBackend: %s", message);
-      break;
-    case ET_CUDA_LOG_WARN:
-      ET_LOG(Info, "CudaBackend: warning: %s", message);
-      break;
-    default:
-      ET_LOG(Debug, "CudaBackend: %s", message);
-      break;
+  constexpr size_t kPiece = 180;
+  const size_t n = std::strlen(message);
+  const size_t pieces = n <= kPiece ? 1 : (n + kPiece - 1) / kPiece;
+  for (size_t i = 0; i < pieces; ++i) {
+    const int len = static_cast<int>(std::min(kPiece, n - i * kPiece));
+    const char* p = message + i * kPiece;
+    const char* more = i + 1 < pieces ? " ..." : "";
+    switch (level) {
+      case ET_CUDA_LOG_ERROR:
+        ET_LOG(Error, "CudaBackend: %s%.*s%s", i > 0 ? "... " : "", len, p, more);
+        break;
+      case ET_CUDA_LOG_WARN:
+        ET_LOG(Info, "CudaBackend: %s%.*s%s", i > 0 ? "... " : "warning: ", len, p, more);
+        break;
+      default:
+        ET_LOG(Debug, "CudaBackend: %s%.*s%s", i > 0 ? "... " : "", len, p, more);
+        break;
+    }
   }
 }
 

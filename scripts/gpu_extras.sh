@@ -101,9 +101,11 @@ if part probe && [ -n "$NVCC" ]; then
   "$NVCC" -O2 -o "$R/graph_alloc_reuse" tests/sanitizer/graph_alloc_reuse.cu > "$R/probe_build.log" 2>&1 ||
     say "probe: nvcc failed ($(tail -2 "$R/probe_build.log" | tr '\n' ' '))"
   if [ -x "$R/graph_alloc_reuse" ]; then
-    "$R/graph_alloc_reuse" 2>&1 | tee -a "$R/extras.txt"
-    san probe "$R/graph_alloc_reuse"
-    grep -hE "Invalid|is .* after|ERROR SUMMARY" "$R/san_probe.log" | head -6 | tee -a "$R/extras.txt"
+    for v in freed output; do
+      "$R/graph_alloc_reuse" $v 2>&1 | tee -a "$R/extras.txt"
+      san "probe_$v" --print-limit 4 "$R/graph_alloc_reuse" $v
+      grep -hE "Invalid|is .* after|ERROR SUMMARY" "$R/san_probe_$v.log" | head -6 | tee -a "$R/extras.txt"
+    done
   fi
 fi
 

@@ -46,6 +46,19 @@ pub(crate) struct Trace {
 }
 
 impl Trace {
+    /// The sequence for the log: `+bytes` an allocation, `-k` the free of allocation k.
+    pub(crate) fn describe(&self) -> String {
+        let ev: Vec<String> = self
+            .events
+            .iter()
+            .map(|e| match *e {
+                TraceEvent::Alloc { bytes, .. } => format!("+{bytes}"),
+                TraceEvent::Free { id } => format!("-{id}"),
+            })
+            .collect();
+        ev.join(" ")
+    }
+
     /// Record an allocation; its id, for [`Trace::free`].
     pub(crate) fn alloc(&mut self, bytes: usize) -> u64 {
         let id = self.next;
@@ -79,9 +92,12 @@ fn pick(sizes: &[usize], free: &mut [bool], bytes: usize) -> Option<usize> {
 struct ArenaState {
     free: Vec<bool>,
     misses: usize,
-    /// Allocations asked for so far, and the size of the first miss.
+    /// Allocations asked for so far, and the first miss: its position, its size and the
+    /// sizes of the blocks free at that moment.
     taken: usize,
-    first_miss: Option<(usize, usize)>,
+    first_miss: Option<(usize, usize, Vec<usize>)>,
+    /// The sizes asked for, in order (for the log).
+    asked: Vec<usize>,
     /// The sizes of every miss, for a plan with blocks for them.
     missed: Vec<usize>,
 }
@@ -169,6 +185,7 @@ impl Arena {
                 taken: 0,
                 first_miss: None,
                 missed: Vec::new(),
+                asked: Vec::new(),
             }),
             blocks,
             sizes,
@@ -184,12 +201,22 @@ impl Arena {
     pub(crate) fn take(&self, bytes: usize) -> Option<(usize, u64)> {
         let mut st = self.state();
         st.taken += 1;
+        st.asked.push(bytes);
         let st = &mut *st;
         match pick(&self.sizes, &mut st.free, bytes) {
             Some(i) => Some((i, self.blocks[i].ptr)),
             None => {
                 st.misses += 1;
-                st.first_miss.get_or_insert((st.taken, bytes));
+                if st.first_miss.is_none() {
+                    let free: Vec<usize> = self
+                        .sizes
+                        .iter()
+                        .zip(&st.free)
+                        .filter(|(_, &f)| f)
+                        .map(|(&n, _)| n)
+                        .collect();
+                    st.first_miss = Some((st.taken, bytes, free));
+                }
                 st.missed.push(round_up(bytes));
                 None
             }
@@ -217,14 +244,18 @@ impl Arena {
     /// position among the allocations, its size).
     pub(crate) fn describe(&self) -> String {
         let st = self.state();
-        let miss = st.first_miss.map_or_else(String::new, |(n, b)| {
-            format!("; first miss: allocation {n}, {b} bytes")
-        });
+        let miss = st
+            .first_miss
+            .as_ref()
+            .map_or_else(String::new, |(n, b, free)| {
+                format!("; first miss: allocation {n}, {b} bytes, free blocks then {free:?}")
+            });
         format!(
-            "{} allocations asked for, {} blocks planned ({} bytes){miss}",
+            "{} allocations asked for {:?}, {} blocks planned {:?}{miss}",
             st.taken,
+            st.asked,
             self.sizes.len(),
-            self.bytes()
+            self.sizes
         )
     }
 

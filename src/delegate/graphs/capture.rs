@@ -208,7 +208,7 @@ unsafe fn private_graph(
         match unsafe { capture_private(r, statics, stream, &trace, &extra) } {
             Ok(Ok(v)) => return Ok(v),
             Ok(Err(missed)) => {
-                last = missed.describe();
+                last = format!("{}; traced: {}", missed.describe(), trace.describe());
                 if attempt == 0 {
                     // SAFETY: forwarded contract.
                     let (again, t) = unsafe {
