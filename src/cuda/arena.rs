@@ -100,6 +100,10 @@ struct ArenaState {
     asked: Vec<usize>,
     /// The sizes of every miss, for a plan with blocks for them.
     missed: Vec<usize>,
+    /// Misses served by a block added during the capture ([`Arena::grow`]).
+    grown: usize,
+    blocks: Vec<Block>,
+    sizes: Vec<usize>,
 }
 
 /// One block: its device address, and what keeps its memory alive (the allocation,
@@ -111,16 +115,18 @@ pub(crate) struct Block {
 
 /// The blocks of one graph.
 pub(crate) struct Arena {
-    blocks: Vec<Block>,
-    sizes: Vec<usize>,
     state: Mutex<ArenaState>,
 }
 
 impl std::fmt::Debug for Arena {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (blocks, bytes) = {
+            let st = self.state();
+            (st.sizes.len(), st.sizes.iter().sum::<usize>())
+        };
         f.debug_struct("Arena")
-            .field("blocks", &self.sizes.len())
-            .field("bytes", &self.bytes())
+            .field("blocks", &blocks)
+            .field("bytes", &bytes)
             .finish()
     }
 }
@@ -186,9 +192,10 @@ impl Arena {
                 first_miss: None,
                 missed: Vec::new(),
                 asked: Vec::new(),
+                grown: 0,
+                blocks,
+                sizes,
             }),
-            blocks,
-            sizes,
         })
     }
 
@@ -203,12 +210,12 @@ impl Arena {
         st.taken += 1;
         st.asked.push(bytes);
         let st = &mut *st;
-        match pick(&self.sizes, &mut st.free, bytes) {
-            Some(i) => Some((i, self.blocks[i].ptr)),
+        match pick(&st.sizes, &mut st.free, bytes) {
+            Some(i) => Some((i, st.blocks[i].ptr)),
             None => {
                 st.misses += 1;
                 if st.first_miss.is_none() {
-                    let free: Vec<usize> = self
+                    let free: Vec<usize> = st
                         .sizes
                         .iter()
                         .zip(&st.free)
@@ -230,9 +237,33 @@ impl Arena {
         }
     }
 
+    /// Serve a miss of `bytes` with a new block from `make` (given the block size), taken at
+    /// once: the capture goes on without an allocation node. Its index and address.
+    pub(crate) fn grow(
+        &self,
+        bytes: usize,
+        make: impl FnOnce(usize) -> Result<Block>,
+    ) -> Result<(usize, u64)> {
+        let n = round_up(bytes);
+        let block = make(n)?;
+        let mut st = self.state();
+        let ptr = block.ptr;
+        st.blocks.push(block);
+        st.sizes.push(n);
+        st.free.push(false);
+        st.grown += 1;
+        Ok((st.sizes.len() - 1, ptr))
+    }
+
     /// Allocations the plan did not foresee.
     pub(crate) fn misses(&self) -> usize {
         self.state().misses
+    }
+
+    /// Misses that got no block (they became allocation nodes).
+    pub(crate) fn unserved(&self) -> usize {
+        let st = self.state();
+        st.misses - st.grown
     }
 
     /// The block sizes the missed allocations would have needed (rounded as planned blocks).
@@ -251,17 +282,18 @@ impl Arena {
                 format!("; first miss: allocation {n}, {b} bytes, free blocks then {free:?}")
             });
         format!(
-            "{} allocations asked for {:?}, {} blocks planned {:?}{miss}",
+            "{} allocations asked for {:?}, {} blocks {:?} ({} added during the capture){miss}",
             st.taken,
             st.asked,
-            self.sizes.len(),
-            self.sizes
+            st.sizes.len(),
+            st.sizes,
+            st.grown
         )
     }
 
     /// Device bytes the arena holds.
     pub(crate) fn bytes(&self) -> usize {
-        self.sizes.iter().sum()
+        self.state().sizes.iter().sum()
     }
 }
 
@@ -353,5 +385,42 @@ mod tests {
         assert!(b.take(1000).is_some());
         assert!(b.take(3000).is_some());
         assert_eq!(b.misses(), 0);
+    }
+
+    #[test]
+    fn a_miss_served_by_a_grown_block_is_not_unserved() {
+        let t = trace(&[('a', 1, 1000), ('f', 1, 0)]);
+        let a = Arena::new(
+            vec![Block {
+                ptr: 0x1000,
+                _keep: Box::new(()),
+            }],
+            Arena::plan(&t),
+        )
+        .unwrap();
+        assert_eq!(a.take(1000), Some((0, 0x1000)));
+        assert_eq!(a.take(3000), None);
+        let (i, p) = a
+            .grow(3000, |n| {
+                assert_eq!(n, 3072);
+                Ok(Block {
+                    ptr: 0x9000,
+                    _keep: Box::new(()),
+                })
+            })
+            .unwrap();
+        assert_eq!((i, p), (1, 0x9000));
+        assert_eq!((a.misses(), a.unserved()), (1, 0));
+        // The grown block is reused once given back.
+        a.give_back(1);
+        assert_eq!(a.take(2000), Some((1, 0x9000)));
+        assert_eq!(a.bytes(), 1024 + 3072);
+        assert!(format!("{a:?}").contains("blocks: 2"));
+        // A failed grow leaves the miss unserved.
+        assert_eq!(a.take(5000), None);
+        assert!(a
+            .grow(5000, |_| Err(crate::error::Error::cuda("no memory")))
+            .is_err());
+        assert_eq!((a.misses(), a.unserved()), (2, 1));
     }
 }

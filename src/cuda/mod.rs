@@ -12,7 +12,9 @@ pub(crate) mod arena;
 pub(crate) mod copy;
 pub(crate) mod event;
 pub(crate) mod graph;
+pub(crate) mod host_register;
 pub(crate) mod memory;
+pub(crate) mod outside;
 pub(crate) mod stream;
 
 use crate::error::{Error, ErrorKind, Result};

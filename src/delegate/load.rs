@@ -10,7 +10,7 @@ use super::{per_fqn, CudaHandle, State};
 use crate::aoti::payload::FqnEntry;
 use crate::aoti::{self, Container, Library};
 use crate::config::MethodConfig;
-use crate::cuda::memory::HostRegistration;
+use crate::cuda::host_register::HostRegistration;
 use crate::cuda::stream::{self, CudaStream};
 use crate::cuda::{self, DeviceState};
 use crate::error::{Error, Result};

@@ -265,7 +265,7 @@ unsafe fn capture_private(
     // SAFETY: forwarded contract.
     let (res, _) = unsafe { capture_once(r, statics, stream, CaptureMemory::Arena(arena.clone())) };
     let (outs, exec) = res?;
-    if arena.misses() > 0 {
+    if arena.unserved() > 0 {
         log::debug!(
             "method {:?}: {} allocation(s) of the capture were not in its plan of {} traced events and {} extra blocks ({})",
             r.method,
@@ -279,9 +279,10 @@ unsafe fn capture_private(
         return Ok(Err(arena));
     }
     log::debug!(
-        "method {:?}: graph memory {} bytes in its own blocks",
+        "method {:?}: graph memory {} bytes in its own blocks ({})",
         r.method,
-        arena.bytes()
+        arena.bytes(),
+        arena.describe()
     );
     Ok(Ok((outs, exec, arena)))
 }
