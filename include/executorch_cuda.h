@@ -174,6 +174,9 @@ typedef struct EtCudaStats {
   uint64_t load_upload_bytes;
   // Pinned staging used by weight uploads (the largest; 0: pageable copies only).
   uint64_t load_staging_bytes;
+  // Checking blobs against the SHA-256 in their keys (the `.so` always; a packed weights
+  // blob with `ET_CUDA_VERIFY_WEIGHTS=1`).
+  uint64_t load_verify_ns;
 } EtCudaStats;
 
 // Log levels for `et_cuda_set_log_callback` (an `int32_t`).

@@ -237,12 +237,13 @@ void print_load_phases() {
   const double upload_s = static_cast<double>(s.load_upload_ns) / 1e9;
   std::printf(
       "load_phases: fetch_ms=%.1f so_open_ms=%.1f container_ms=%.1f upload_ms=%.1f upload_bytes=%llu "
-      "upload_gbps=%.2f staging=%s peak_host_staging_bytes=%llu\n",
+      "upload_gbps=%.2f staging=%s peak_host_staging_bytes=%llu verify_ms=%.1f\n",
       static_cast<double>(s.load_fetch_ns) / 1e6, static_cast<double>(s.load_so_open_ns) / 1e6,
       static_cast<double>(s.load_container_ns) / 1e6, static_cast<double>(s.load_upload_ns) / 1e6,
       (unsigned long long)s.load_upload_bytes,
       upload_s > 0 ? static_cast<double>(s.load_upload_bytes) / upload_s / 1e9 : 0.0,
-      s.load_staging_bytes > 0 ? "pinned" : "pageable", (unsigned long long)s.load_staging_bytes);
+      s.load_staging_bytes > 0 ? "pinned" : "pageable", (unsigned long long)s.load_staging_bytes,
+      static_cast<double>(s.load_verify_ns) / 1e6);
 }
 
 // ---------------------------------------------------------------- device memory

@@ -60,6 +60,8 @@ pub struct Stats {
     pub load_upload_bytes: u64,
     /// Pinned staging the weight uploads used (the largest; 0: none, pageable copies).
     pub load_staging_bytes: u64,
+    /// Checking blobs against the SHA-256 in their keys (nanoseconds).
+    pub load_verify_ns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -86,6 +88,7 @@ pub(crate) struct Counters {
     load_upload_ns: AtomicU64,
     load_upload_bytes: AtomicU64,
     load_staging_bytes: AtomicU64,
+    load_verify_ns: AtomicU64,
 }
 
 /// What happened, for [`record`].
@@ -116,6 +119,7 @@ pub(crate) enum Event {
     LoadFetch(u64),
     LoadSoOpen(u64),
     LoadContainer(u64),
+    LoadVerify(u64),
     /// A weight upload: its nanoseconds, bytes and pinned staging bytes.
     LoadUpload {
         ns: u64,
@@ -194,6 +198,9 @@ impl Counters {
             Event::LoadContainer(ns) => {
                 self.load_container_ns.fetch_add(ns, Relaxed);
             }
+            Event::LoadVerify(ns) => {
+                self.load_verify_ns.fetch_add(ns, Relaxed);
+            }
             Event::LoadUpload { ns, bytes, staging } => {
                 self.load_upload_ns.fetch_add(ns, Relaxed);
                 self.load_upload_bytes.fetch_add(bytes, Relaxed);
@@ -227,6 +234,7 @@ impl Counters {
             load_upload_ns: self.load_upload_ns.load(Relaxed),
             load_upload_bytes: self.load_upload_bytes.load(Relaxed),
             load_staging_bytes: self.load_staging_bytes.load(Relaxed),
+            load_verify_ns: self.load_verify_ns.load(Relaxed),
         }
     }
 }
@@ -254,6 +262,7 @@ static GLOBAL: Counters = Counters {
     load_upload_ns: AtomicU64::new(0),
     load_upload_bytes: AtomicU64::new(0),
     load_staging_bytes: AtomicU64::new(0),
+    load_verify_ns: AtomicU64::new(0),
 };
 
 pub(crate) fn global() -> &'static Counters {

@@ -67,10 +67,17 @@ impl CudaHandle {
         if p.so.is_empty() {
             return Err(Error::invalid_program("the .so blob is empty"));
         }
-        verify_key(p.so_key.as_deref(), "_so_blob", p.so, ".so")?;
-        if let Weights::Blob(w) = &p.weights {
-            verify_key(p.weights_key.as_deref(), "_weights_blob", w, "weights")?;
-        }
+        stats::timed(Event::LoadVerify, || {
+            verify_key(p.so_key.as_deref(), "_so_blob", p.so, ".so")?;
+            match &p.weights {
+                // Hashing gigabytes of weights costs seconds (more than the rest of the load):
+                // checked on request only.
+                Weights::Blob(w) if verify_weights_requested() => {
+                    verify_key(p.weights_key.as_deref(), "_weights_blob", w, "weights")
+                }
+                _ => Ok(()),
+            }
+        })?;
         let digest = aoti::loader::sha256(p.so);
         let elf = aoti::elf::validate(p.so)?;
         let cfg = p.config;
@@ -179,6 +186,11 @@ fn load_weights(
         staging,
     });
     loaded
+}
+
+/// Whether a packed weights blob is checked against the SHA-256 in its key.
+fn verify_weights_requested() -> bool {
+    std::env::var_os("ET_CUDA_VERIFY_WEIGHTS").is_some_and(|v| v == "1")
 }
 
 /// Whether packed weights blobs are page-locked while the generated code loads them.

@@ -166,8 +166,8 @@ fn describe<'a>(
         )));
     }
     let mut offset = 0usize;
-    let mut out = Vec::with_capacity(live.len());
-    for (info, tensor) in live.into_iter().zip(tensors) {
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(live.len());
+    for info in &live {
         let end = offset
             .checked_add(info.data_size)
             .filter(|e| *e <= weights.len())
@@ -179,14 +179,20 @@ fn describe<'a>(
                     weights.len()
                 ))
             })?;
-        out.push(Constant {
-            info,
-            tensor,
-            digest: aoti::loader::sha256(&weights[offset..end]),
-        });
+        parts.push(&weights[offset..end]);
         offset = end;
     }
-    Ok(out)
+    let digests = aoti::loader::sha256_many(&parts);
+    Ok(live
+        .into_iter()
+        .zip(tensors)
+        .zip(digests)
+        .map(|((info, tensor), digest)| Constant {
+            info,
+            tensor,
+            digest,
+        })
+        .collect())
 }
 
 /// The registry entry a constant can use instead of its own copy, if any:

@@ -308,6 +308,9 @@ pub struct EtCudaStats {
     pub load_upload_bytes: u64,
     /// Pinned staging used by weight uploads (the largest; 0: pageable copies only).
     pub load_staging_bytes: u64,
+    /// Checking blobs against the SHA-256 in their keys (the `.so` always; a packed weights
+    /// blob with `ET_CUDA_VERIFY_WEIGHTS=1`).
+    pub load_verify_ns: u64,
 }
 
 impl From<Stats> for EtCudaStats {
@@ -336,6 +339,7 @@ impl From<Stats> for EtCudaStats {
             load_upload_ns: s.load_upload_ns,
             load_upload_bytes: s.load_upload_bytes,
             load_staging_bytes: s.load_staging_bytes,
+            load_verify_ns: s.load_verify_ns,
         }
     }
 }
