@@ -16,6 +16,8 @@
 #   probe      tests/sanitizer/graph_alloc_reuse.cu under memcheck (does memcheck flag a graph whose
 #              allocation nodes reuse one address?)
 #   leaks      memcheck --leak-check full on the ExecuTorch 1.5.1 programs (the streamed load)
+#   graphs     every carried program with CUDA graphs on every method (3 replays), then memcheck
+#              on those with graphs
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -23,7 +25,7 @@ OUT=${OUT:-/tmp/extras_out}
 R=/tmp/extras
 rm -rf "$R" && mkdir -p "$R" "$OUT"
 START=$(date +%s)
-PARTS=" ${EXTRAS_PARTS:-sample perfqn pinblob whisper probe leaks} "
+PARTS=" ${EXTRAS_PARTS:-sample perfqn pinblob whisper probe leaks graphs} "
 part() { [[ $PARTS == *" $1 "* ]]; }
 say() { printf '[%3ds] %s\n' $(($(date +%s) - START)) "$*" | tee -a "$R/extras.txt"; }
 mkdir -p /tmp/extras_bundle /tmp/extras_models
@@ -115,6 +117,21 @@ if part leaks; then
     n=$(basename "$(dirname "$m")")
     san "$n.host" "$B/et_cuda_run" --manifest "$m" &
     san "$n.share" "$B/et_cuda_run" --manifest "$m" --option weight_sharing_across_methods=true &
+  done
+  wait
+fi
+if part graphs; then
+  say "== every program with CUDA graphs"
+  for m in $(find "$M" -name manifest.json | sort); do
+    n=$(basename "$(dirname "$m")")
+    runner "$n.graphs_all" 120 --manifest "$m" --option enable_cuda_graph_for_method=forward,decode,prefill,encoder,decoder \
+      --bench 3 --warmup 1 --verbose
+    grep -hE "graph-private|allocation nodes" "$R/$n.graphs_all.log" | head -2 | cut -c1-300 | tee -a "$R/extras.txt"
+  done
+  for m in $(find "$M" -name manifest.json | sort); do
+    n=$(basename "$(dirname "$m")")
+    san "$n.graphs_all" --print-limit 4 "$B/et_cuda_run" --manifest "$m" \
+      --option enable_cuda_graph_for_method=forward,decode,prefill,encoder,decoder &
   done
   wait
 fi
