@@ -344,10 +344,12 @@ pub(super) fn load(
     let infos = container.constants()?;
     let matched = match_entries(&infos, entries)?;
     let groups = storage_groups(&matched, device);
-    let total: usize = groups
-        .iter()
-        .map(|g| matched[g.members[0]].entry.storage_nbytes as usize)
-        .sum();
+    // Only sizes the staging (declared sizes are checked against the bytes as they are read).
+    let total = groups.iter().fold(0usize, |t, g| {
+        t.saturating_add(
+            usize::try_from(matched[g.members[0]].entry.storage_nbytes).unwrap_or(usize::MAX),
+        )
+    });
     // Declared first, dropped last: on an error path the container goes before the
     // tensors it may have been given.
     let mut held = SharedConstants::default();
