@@ -34,13 +34,17 @@ pub(crate) fn block(
         "cuThreadExchangeStreamCaptureMode",
     );
     let ptr = r.map_err(|e| driver_error(e, "cuMemAlloc").with_suffix(&format!(": {n} bytes")))?;
+    if let Err(e) = restored {
+        // SAFETY: allocated just above and never handed out; freed once.
+        let _ = unsafe { result::free_sync(ptr) };
+        return Err(e);
+    }
     let block = OutsideBlock {
         ptr,
         device: device.clone(),
         stream,
         _stream: owner.clone(),
     };
-    restored?;
     stats::record_for(None, Event::DriverAlloc(n as u64));
     Ok(super::arena::Block {
         ptr,
