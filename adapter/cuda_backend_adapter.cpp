@@ -416,7 +416,7 @@ class CudaDeviceAllocator final : public executorch::runtime::DeviceAllocator {
 
 // The library's log records, into ExecuTorch's log (which has no warning level:
 // warnings go to Info with a prefix, info and below to Debug). ExecuTorch cuts a
-// log line at a fixed buffer size, so a long record goes out in numbered pieces.
+// log line at a fixed buffer size, so a long record goes out in pieces joined by "...".
 void forward_log(EtCudaLogLevel level, const char* message, void* /*user*/) {
   constexpr size_t kPiece = 180;
   const size_t n = std::strlen(message);
