@@ -292,11 +292,16 @@ pub(crate) fn record_for(owner: Option<&Arc<Counters>>, e: Event) {
     }
 }
 
+/// Nanoseconds of `d`, saturating at `u64::MAX`.
+pub(crate) fn nanos(d: std::time::Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
+}
+
 /// Run `f`, counting its host time with `event` (e.g. [`Event::LoadSoOpen`]).
 pub(crate) fn timed<T>(event: fn(u64) -> Event, f: impl FnOnce() -> T) -> T {
     let t = Instant::now();
     let r = f();
-    record(event(t.elapsed().as_nanos().min(u64::MAX as u128) as u64));
+    record(event(nanos(t.elapsed())));
     r
 }
 

@@ -5,7 +5,7 @@
 
 use crate::aoti::payload::{self, Payload};
 use crate::delegate::{InitParams, Source, Weights};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::MethodConfig;
 
 pub use crate::delegate::NamedDataLookup;
@@ -33,11 +33,7 @@ pub enum Blobs<'a> {
 }
 
 fn fetch<'a>(lookup: &NamedDataLookup<'a>, key: &str, what: &str) -> Result<&'a [u8]> {
-    crate::stats::timed(crate::stats::Event::LoadFetch, || lookup(key)).ok_or_else(|| {
-        Error::invalid_program(format!(
-            "the program has no named data {key:?} ({what}); was the .ptd file passed?"
-        ))
-    })
+    crate::delegate::fetch_named(lookup, key, what).map(|(bytes, _)| bytes)
 }
 
 /// What the delegate loads for `method` from `blobs`.

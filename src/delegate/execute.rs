@@ -62,7 +62,7 @@ impl CudaHandle {
             // SAFETY: forwarded contract.
             None => unsafe { runner.eager(inputs, &mut ctx)? },
         };
-        let run_ns = tr.elapsed().as_nanos() as u64;
+        let run_ns = stats::nanos(tr.elapsed());
         // SAFETY: forwarded contract for the output buffers.
         let infos = unsafe {
             outputs::deliver(
@@ -78,7 +78,7 @@ impl CudaHandle {
         self.caller_stream_end(st, caller)?;
         stats::record(StatEvent::Execute);
         stats::record(StatEvent::Timing {
-            execute_ns: t0.elapsed().as_nanos() as u64,
+            execute_ns: stats::nanos(t0.elapsed()),
             run_ns,
         });
         Ok(infos)

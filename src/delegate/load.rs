@@ -181,7 +181,7 @@ fn load_weights(
     };
     drop(pinned);
     stats::record(Event::LoadUpload {
-        ns: t.elapsed().as_nanos().min(u64::MAX as u128) as u64,
+        ns: stats::nanos(t.elapsed()),
         bytes: weights.len() as u64,
         staging,
     });

@@ -33,7 +33,7 @@ pub(crate) mod staging;
 
 pub(crate) use load::{InitParams, Weights};
 pub use per_fqn::NamedDataLookup;
-pub(crate) use per_fqn::Source;
+pub(crate) use per_fqn::{fetch as fetch_named, Source};
 
 use crate::aoti::Container;
 use crate::config::MethodConfig;

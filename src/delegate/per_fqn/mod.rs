@@ -40,6 +40,27 @@ pub(crate) struct Source<'a> {
     pub(crate) fetch_ns: std::cell::Cell<u64>,
 }
 
+/// The bytes under `key` from `lookup` (an error naming the key and `what` when there are
+/// none), and the nanoseconds the lookup took (also counted as [`Event::LoadFetch`]).
+///
+/// [`Event::LoadFetch`]: crate::stats::Event::LoadFetch
+pub(crate) fn fetch<'a>(
+    lookup: &NamedDataLookup<'a>,
+    key: &str,
+    what: &str,
+) -> Result<(&'a [u8], u64)> {
+    let t = std::time::Instant::now();
+    let found = lookup(key);
+    let ns = crate::stats::nanos(t.elapsed());
+    crate::stats::record(crate::stats::Event::LoadFetch(ns));
+    let bytes = found.ok_or_else(|| {
+        Error::invalid_program(format!(
+            "the program has no named data {key:?} ({what}); was the .ptd file passed?"
+        ))
+    })?;
+    Ok((bytes, ns))
+}
+
 impl std::fmt::Debug for Source<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Source")
@@ -61,15 +82,8 @@ impl Source<'_> {
         if let Some((_, bytes)) = self.read.iter().find(|(k, _)| k == key) {
             return f(bytes);
         }
-        let t = std::time::Instant::now();
-        let found = crate::stats::timed(crate::stats::Event::LoadFetch, || (self.lookup)(key));
-        self.fetch_ns
-            .set(self.fetch_ns.get() + t.elapsed().as_nanos().min(u64::MAX as u128) as u64);
-        let bytes = found.ok_or_else(|| {
-            Error::invalid_program(format!(
-                "the program has no named data {key:?} ({what}); was the .ptd file passed?"
-            ))
-        })?;
+        let (bytes, ns) = fetch(self.lookup, key, what)?;
+        self.fetch_ns.set(self.fetch_ns.get() + ns);
         let r = f(bytes);
         if let Some(release) = self.release {
             release(key);
@@ -362,7 +376,7 @@ pub(super) fn load(
     let report = up.finish()?;
     // The upload's own time: the named-data reads between the uploads are the fetch phase.
     let fetch = source.fetch_ns.get() - fetch_before;
-    let upload_ns = (report.elapsed.as_nanos().min(u64::MAX as u128) as u64).saturating_sub(fetch);
+    let upload_ns = crate::stats::nanos(report.elapsed).saturating_sub(fetch);
     crate::stats::record(crate::stats::Event::LoadUpload {
         ns: upload_ns,
         bytes: report.bytes,
