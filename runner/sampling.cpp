@@ -16,19 +16,6 @@ double draw(uint64_t seed, uint64_t step) {
   return static_cast<double>(z >> 11) * 0x1.0p-53;
 }
 
-int64_t argmax(const std::vector<double>& logits) {
-  if (logits.empty()) return -1;
-  size_t best = 0;
-  double best_value = logits[0];
-  for (size_t v = 1; v < logits.size() && !std::isnan(best_value); ++v) {
-    if (std::isnan(logits[v]) || logits[v] > best_value) {
-      best = v;
-      best_value = logits[v];
-    }
-  }
-  return static_cast<int64_t>(best);
-}
-
 namespace {
 
 float half_to_float(uint16_t h) {
@@ -63,13 +50,14 @@ float row_value(const uint8_t* row, size_t v) {
   }
 }
 
-template <RowType T>
-int64_t argmax_typed(const uint8_t* row, size_t n) {
+// torch.argmax's rule over n values get(0..n-1): the first maximum, the first NaN as the largest.
+template <typename Get>
+int64_t argmax_by(size_t n, Get get) {
   if (n == 0) return -1;
   size_t best = 0;
-  float best_value = row_value<T>(row, 0);
+  auto best_value = get(0);
   for (size_t v = 1; v < n && !std::isnan(best_value); ++v) {
-    const float x = row_value<T>(row, v);
+    const auto x = get(v);
     if (std::isnan(x) || x > best_value) {
       best = v;
       best_value = x;
@@ -78,7 +66,16 @@ int64_t argmax_typed(const uint8_t* row, size_t n) {
   return static_cast<int64_t>(best);
 }
 
+template <RowType T>
+int64_t argmax_typed(const uint8_t* row, size_t n) {
+  return argmax_by(n, [row](size_t v) { return row_value<T>(row, v); });
+}
+
 }  // namespace
+
+int64_t argmax(const std::vector<double>& logits) {
+  return argmax_by(logits.size(), [&logits](size_t v) { return logits[v]; });
+}
 
 int64_t argmax_row(const uint8_t* row, size_t n, RowType type) {
   switch (type) {
