@@ -5,16 +5,16 @@
 //! into an allocation node (and every free into a free node) of the graph,
 //! which the driver then services at each launch. Instead, the delegate
 //! captures twice: the first capture only *traces* the sequence of
-//! allocations and frees ([`Trace`]); [`Arena::plan_with`] replays that sequence
+//! allocations and frees ([`Trace`]); [`Arena::plan`] replays that sequence
 //! against a best-fit free list to find the blocks it needs (a block freed
 //! earlier in the run is reused by a later allocation, as a caching
 //! allocator on one stream would); the blocks are allocated from the pool
 //! before the second capture, which takes every allocation from them in the
 //! same order ([`Arena::take`]) — the graph then contains kernels and copies
-//! only. An allocation the plan did not foresee is a *miss*: it falls back to
-//! an allocation node, and the delegate plans again (from a steady-state
-//! trace, then with a block for each miss besides) or, when that misses too,
-//! keeps the first capture.
+//! only. An allocation the plan did not foresee is a *miss*: the arena grows
+//! by a block allocated outside the graph ([`Arena::grow`]); only when that
+//! fails does it become an allocation node, and the delegate keeps the first
+//! capture instead.
 //!
 //! The blocks belong to the graph (its entry holds the arena, and every
 //! allocation made from it holds it too): intermediate blocks are rewritten
@@ -98,8 +98,6 @@ struct ArenaState {
     first_miss: Option<(usize, usize, Vec<usize>)>,
     /// The sizes asked for, in order (for the log).
     asked: Vec<usize>,
-    /// The sizes of every miss, for a plan with blocks for them.
-    missed: Vec<usize>,
     /// Misses served by a block added during the capture ([`Arena::grow`]).
     grown: usize,
     blocks: Vec<Block>,
@@ -133,21 +131,7 @@ impl std::fmt::Debug for Arena {
 
 impl Arena {
     /// The block sizes a capture with this trace needs.
-    #[cfg(test)]
-    fn plan(trace: &Trace) -> Vec<usize> {
-        Arena::plan_trace(trace)
-    }
-
-    /// The blocks a capture with this trace needs, followed by `extra` ones (an earlier
-    /// capture's misses, which its trace did not show; the traced allocations do not use
-    /// them in the plan).
-    pub(crate) fn plan_with(trace: &Trace, extra: &[usize]) -> Vec<usize> {
-        let mut sizes = Arena::plan_trace(trace);
-        sizes.extend(extra.iter().map(|&n| round_up(n)));
-        sizes
-    }
-
-    fn plan_trace(trace: &Trace) -> Vec<usize> {
+    pub(crate) fn plan(trace: &Trace) -> Vec<usize> {
         let mut sizes = Vec::new();
         let mut free = Vec::new();
         let mut live: Vec<(u64, usize)> = Vec::new();
@@ -190,7 +174,6 @@ impl Arena {
                 misses: 0,
                 taken: 0,
                 first_miss: None,
-                missed: Vec::new(),
                 asked: Vec::new(),
                 grown: 0,
                 blocks,
@@ -203,7 +186,7 @@ impl Arena {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A free block for `bytes` (same choice as [`Arena::plan_with`]): its index and address;
+    /// A free block for `bytes` (same choice as [`Arena::plan`]): its index and address;
     /// `None` is a miss (counted).
     pub(crate) fn take(&self, bytes: usize) -> Option<(usize, u64)> {
         let mut st = self.state();
@@ -224,7 +207,6 @@ impl Arena {
                         .collect();
                     st.first_miss = Some((st.taken, bytes, free));
                 }
-                st.missed.push(round_up(bytes));
                 None
             }
         }
@@ -256,7 +238,8 @@ impl Arena {
     }
 
     /// Allocations the plan did not foresee.
-    pub(crate) fn misses(&self) -> usize {
+    #[cfg(test)]
+    fn misses(&self) -> usize {
         self.state().misses
     }
 
@@ -264,11 +247,6 @@ impl Arena {
     pub(crate) fn unserved(&self) -> usize {
         let st = self.state();
         st.misses - st.grown
-    }
-
-    /// The block sizes the missed allocations would have needed (rounded as planned blocks).
-    pub(crate) fn missed_sizes(&self) -> Vec<usize> {
-        self.state().missed.clone()
     }
 
     /// For the log: allocations asked for, blocks planned, and the first miss (its
@@ -353,7 +331,7 @@ mod tests {
     }
 
     #[test]
-    fn misses_are_recorded_and_extra_blocks_cover_them() {
+    fn misses_are_recorded() {
         // The trace saw one 1000-byte allocation; the capture then asks for 1000 and 3000.
         let t = trace(&[('a', 1, 1000), ('f', 1, 0)]);
         let arena = |sizes: Vec<usize>| {
@@ -370,21 +348,13 @@ mod tests {
         let a = arena(Arena::plan(&t));
         assert!(a.take(1000).is_some());
         assert!(a.take(3000).is_none());
-        assert_eq!(a.misses(), 1);
-        assert_eq!(a.missed_sizes(), vec![3072]);
+        assert_eq!((a.misses(), a.unserved()), (1, 1));
         assert!(
             a.describe()
                 .contains("first miss: allocation 2, 3000 bytes"),
             "{}",
             a.describe()
         );
-        // Planned again with the missed sizes as extra blocks: both fit, nothing missed.
-        let sizes = Arena::plan_with(&t, &a.missed_sizes());
-        assert_eq!(sizes, vec![1024, 3072]);
-        let b = arena(sizes);
-        assert!(b.take(1000).is_some());
-        assert!(b.take(3000).is_some());
-        assert_eq!(b.misses(), 0);
     }
 
     #[test]

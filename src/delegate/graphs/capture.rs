@@ -186,11 +186,9 @@ unsafe fn capture_once(
 }
 
 /// The graph on its own blocks: planned from `trace` (the first capture's sequence of
-/// allocations and frees). When the second capture asks for what the plan did not foresee
-/// (the first run of a method can allocate what later runs do not, e.g. constants folded
-/// once), the sequence is traced once more from a capture in the steady state and planned
-/// again; when that capture misses too, the plan gets a block for each missed allocation
-/// besides. `Err`: why allocation nodes it is (for the log).
+/// allocations and frees); an allocation the plan did not foresee (the first run of a
+/// method can allocate what later runs do not, e.g. constants folded once, or free later)
+/// gets a block added outside the graph. `Err`: why allocation nodes it is (for the log).
 ///
 /// # Safety
 /// As for [`capture`].
@@ -199,45 +197,23 @@ unsafe fn private_graph(
     r: &Runner<'_>,
     statics: &[Tensor],
     stream: CUstream,
-    mut trace: Trace,
+    trace: Trace,
 ) -> std::result::Result<(Vec<Tensor>, GraphExec, Arc<Arena>), String> {
-    let mut extra: Vec<usize> = Vec::new();
-    let mut last = String::new();
-    for attempt in 0..PRIVATE_ATTEMPTS {
-        // SAFETY: forwarded contract.
-        match unsafe { capture_private(r, statics, stream, &trace, &extra) } {
-            Ok(Ok(v)) => return Ok(v),
-            Ok(Err(missed)) => {
-                last = format!("{}; traced: {}", missed.describe(), trace.describe());
-                if attempt == 0 {
-                    // SAFETY: forwarded contract.
-                    let (again, t) = unsafe {
-                        capture_once(r, statics, stream, CaptureMemory::Trace(Trace::default()))
-                    };
-                    // Never launched: its allocations never existed.
-                    drop(again.map_err(|e| format!("steady-state trace: {e}"))?);
-                    match t {
-                        CaptureMemory::Trace(t) if !t.events.is_empty() => trace = t,
-                        _ => return Err("the steady-state trace has no allocations".into()),
-                    }
-                } else {
-                    extra.extend(missed.missed_sizes());
-                }
-            }
-            Err(e) => return Err(e.to_string()),
-        }
+    // SAFETY: forwarded contract.
+    match unsafe { capture_private(r, statics, stream, &trace) } {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(missed)) => Err(format!(
+            "{} allocation(s) got no block: {}; traced: {}",
+            missed.unserved(),
+            missed.describe(),
+            trace.describe()
+        )),
+        Err(e) => Err(e.to_string()),
     }
-    Err(format!(
-        "{PRIVATE_ATTEMPTS} planned captures missed; the last: {last}"
-    ))
 }
 
-/// Captures [`private_graph`] tries: the plan from the first trace, from a steady-state
-/// trace, and that plan with blocks for the misses besides.
-const PRIVATE_ATTEMPTS: usize = 3;
-
-/// The second capture: every allocation from an arena planned from `trace` (plus blocks of
-/// the `extra` sizes). `Ok(Err(arena))` when an allocation was not foreseen: the arena
+/// The second capture: every allocation from an arena planned from `trace`, grown for what
+/// the plan did not foresee. `Ok(Err(arena))` when a block could not be added: the arena
 /// tells which.
 ///
 /// # Safety
@@ -248,9 +224,8 @@ unsafe fn capture_private(
     statics: &[Tensor],
     stream: CUstream,
     trace: &Trace,
-    extra: &[usize],
 ) -> Result<std::result::Result<(Vec<Tensor>, GraphExec, Arc<Arena>), Arc<Arena>>> {
-    let sizes = Arena::plan_with(trace, extra);
+    let sizes = Arena::plan(trace);
     let blocks = sizes
         .iter()
         .map(|&n| {
@@ -266,14 +241,6 @@ unsafe fn capture_private(
     let (res, _) = unsafe { capture_once(r, statics, stream, CaptureMemory::Arena(arena.clone())) };
     let (outs, exec) = res?;
     if arena.unserved() > 0 {
-        log::debug!(
-            "method {:?}: {} allocation(s) of the capture were not in its plan of {} traced events and {} extra blocks ({})",
-            r.method,
-            arena.misses(),
-            trace.events.len(),
-            extra.len(),
-            arena.describe()
-        );
         // The graph was never launched: its allocation nodes never existed.
         drop((outs, exec));
         return Ok(Err(arena));
