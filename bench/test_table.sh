@@ -19,11 +19,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-# has FILE TEXT: TEXT (fixed string) is a line, or part of one, of FILE
-has() { if grep -qF -- "$2" "$1"; then ok "$3"; else bad "$3: no line with: $2"; fi; }
+source "$HERE/testdata/checks.sh"
 
 # ------------------------------------------------------------------ 1. canned logs
 C=$HERE/testdata/canned

@@ -10,10 +10,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $*"; }
-bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-has() { if grep -qF -- "$2" "$1"; then ok "$3"; else bad "$3: no line with: $2"; fi; }
+source "$HERE/../checks.sh"
 S=$ROOT/bench/real_scale.sh
 TB=$ROOT/bench/real_scale_table.py
 
