@@ -534,6 +534,282 @@ __device__ __forceinline__ void attn_combine(const float* __restrict__ part_o,
   for (int d = 0; d < DPL; ++d) o[d] = Ops<T>::from_f(acc[d] * inv);
 }
 
+// ------------------------------------------------------------------ fused linear (et_linear)
+//
+// The GEMV above with what a decoder layer puts around its linears, in one kernel:
+//   y = act( rmsnorm(x) . W^T + bias ) + residual
+// - norm (optional): each row of x is scaled by r = rsqrt(mean(x^2) + eps) and by the norm
+//   weight g, as the companion found it in the graph: mode 1 rounds x*r to T and multiplies by
+//   g in T (Llama, Qwen3: `g * (x * r).to(T)`); mode 2 multiplies by (norm_add + g) in fp32 and
+//   rounds once (Gemma: `(x * r * (1 + g)).to(T)`). r is computed by every block (x is a few KB,
+//   read from L2); the scaled x is formed in registers as the A fragments are loaded.
+// - act (template): 0 none; 1 SiLU(gate) * up; 2 GELU-tanh(gate) * up, where W holds the gate
+//   rows [0, N) then the up rows [N, 2N) and a block reads both halves for its columns. Each
+//   value is rounded to T where eager PyTorch rounds it (the gate, the up, the activation).
+// - residual (optional): the rounded result plus residual[m][n], rounded again.
+// - PDL: the block lets the next kernel launch at once (griddepcontrol.launch_dependents), issues
+//   its first batch of weight loads, and only then waits for the kernel before it
+//   (griddepcontrol.wait) before reading x, the residual or writing y. The weights and the norm
+//   weight must not be written by the kernel before (the companion passes program constants).
+//   Without a programmatic launch both instructions return at once. Every block reaches the wait.
+struct LinArgs {
+  const void* x;
+  long long sx;
+  const void* w;
+  long long sw;
+  const void* bias;   // [Nw] or null
+  const void* norm;   // [K] or null
+  const void* res;    // [M][N] rows of stride sr, or null
+  long long sr;
+  void* y;            // [M][N] contiguous
+  float eps;
+  float norm_add;
+  int M, N, K;        // N output columns (W has N rows, or 2N with act != 0)
+  int norm_mode;      // 0 none, 1, 2 (above)
+};
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+template <typename T> __device__ __forceinline__ float rnd(float v) {
+  return Ops<T>::to_f(Ops<T>::from_f(v));
+}
+template <typename T> __device__ __forceinline__ uint32_t pack2(float a, float b) {
+  T lo = Ops<T>::from_f(a), hi = Ops<T>::from_f(b);
+  return (uint32_t)(*reinterpret_cast<uint16_t*>(&lo)) |
+         ((uint32_t)(*reinterpret_cast<uint16_t*>(&hi)) << 16);
+}
+
+// Eight elements of one x row (one 16-byte vector) times r, then the norm weight gv.
+template <typename T>
+__device__ __forceinline__ uint4 norm8(uint4 v, uint4 gv, float r, int mode, float add) {
+  uint32_t in[4] = {v.x, v.y, v.z, v.w}, gw[4] = {gv.x, gv.y, gv.z, gv.w}, out[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = Ops<T>::pair(in[i]), g = Ops<T>::pair(gw[i]);
+    if (mode == 1) {
+      out[i] = pack2<T>(rnd<T>(f.x * r) * g.x, rnd<T>(f.y * r) * g.y);
+    } else {
+      out[i] = pack2<T>(f.x * r * (add + g.x), f.y * r * (add + g.y));
+    }
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+template <int ACT> __device__ __forceinline__ float act_fn(float g) {
+  if (ACT == 1) return g / (1.f + expf(-g));
+  const float c = 0.7978845608028654f;  // sqrt(2 / pi)
+  return 0.5f * g * (1.f + tanhf(c * (g + 0.044715f * g * g * g)));
+}
+
+// NW warps, RT output tiles of 8 columns per block (2 RT weight tiles with an act), U chunks
+// of 32 k per load batch, X16: 16 rows of x per block row (else 8). Same lane layout and
+// requirements as gemv_mma.
+template <typename T, int NW, int RT, int U0, bool X16, int ACT>
+__device__ __forceinline__ void linear_mma(const LinArgs& a) {
+  constexpr int MROWS = X16 ? 16 : 8;
+  constexpr int RTW = ACT ? 2 * RT : RT;
+  constexpr int U = X16 && U0 > 2 ? U0 / 2 : U0;
+  __shared__ float red[NW][RTW][MROWS][8];
+  __shared__ float rs[MROWS];
+  pdl_launch_dependents();
+  const T* __restrict__ x = reinterpret_cast<const T*>(a.x);
+  const T* __restrict__ w = reinterpret_cast<const T*>(a.w);
+  const int M = a.M, N = a.N, K = a.K;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const long long n0 = (long long)blockIdx.x * (8 * RT);
+  const int m0 = blockIdx.y * MROWS;
+  const int mcount = min(MROWS, M - m0);
+  const int chunks = (int)(((long long)K + 31) >> 5);
+  const int per = (chunks + NW - 1) / NW;
+  const int jb = min(chunks, warp * per), je = min(chunks, jb + per);
+  const int jlim = min(je, (int)(((long long)K - c * 8 + 31) >> 5));
+
+  const char* wp[RTW];
+  bool wok[RTW];
+#pragma unroll
+  for (int t = 0; t < RTW; ++t) {
+    const long long col = n0 + 8 * (t % RT) + g;
+    wok[t] = col < N;
+    const long long row = (t >= RT ? (long long)N : 0) + (wok[t] ? col : 0);
+    wp[t] = reinterpret_cast<const char*>(w + row * a.sw) + c * 16;
+  }
+  uint4 wv[U][RTW];
+  auto load_w = [&](int j) {
+    const int nvalid = jlim - j;
+    const long long off = (long long)j * 64;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int t = 0; t < RTW; ++t) wv[u][t] = ld_w(wp[t] + off + u * 64, u < nvalid && wok[t]);
+  };
+  // The weights do not depend on the kernel before: their first batch is in flight first.
+  if (jb < je) load_w(jb);
+  pdl_wait();
+
+  const int mode = a.norm_mode;
+  if (mode != 0) {
+    for (int m = warp; m < mcount; m += NW) {
+      const T* xr = x + (long long)(m0 + m) * a.sx;
+      float s = 0.f;
+      for (int k = lane * 8; k < K; k += 256) {
+        const uint4 v = *reinterpret_cast<const uint4*>(xr + k);
+        const uint32_t ws[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 f = Ops<T>::pair(ws[i]);
+          s = fmaf(f.x, f.x, fmaf(f.y, f.y, s));
+        }
+      }
+      s = warp_sum(s);
+      if (lane == 0) rs[m] = rsqrtf(s / (float)K + a.eps);
+    }
+    __syncthreads();
+  }
+  const bool aok = g < mcount, bok = X16 && g + 8 < mcount;
+  const float ra = mode != 0 && aok ? rs[g] : 0.f;
+  const float rb = mode != 0 && bok ? rs[g + 8] : 0.f;
+  const char* ap = reinterpret_cast<const char*>(x + (long long)(m0 + (aok ? g : 0)) * a.sx) + c * 16;
+  const char* bp = reinterpret_cast<const char*>(x + (long long)(m0 + (bok ? g + 8 : 0)) * a.sx) + c * 16;
+  const char* gp = reinterpret_cast<const char*>(a.norm) + c * 16;
+
+  constexpr int NACC = RTW == 1 ? 2 : 1;
+  float acc[NACC][RTW][4];
+#pragma unroll
+  for (int e = 0; e < NACC; ++e)
+#pragma unroll
+    for (int t = 0; t < RTW; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[e][t][i] = 0.f;
+
+  const uint32_t never = (uint32_t)(K >> 31);
+  for (int j = jb; j < je; j += U) {
+    if (j != jb) load_w(j);
+    const int nvalid = jlim - j;
+    const long long off = (long long)j * 64;
+    uint4 av[U], bv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      av[u] = ld_x(ap + off + u * 64, u < nvalid && aok);
+      bv[u] = X16 ? ld_x(bp + off + u * 64, u < nvalid && bok) : make_uint4(0, 0, 0, 0);
+    }
+    if (mode != 0) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const uint4 gv = ld_x(gp + off + u * 64, u < nvalid && (aok || bok));
+        av[u] = norm8<T>(av[u], gv, ra, mode, a.norm_add);
+        if (X16) bv[u] = norm8<T>(bv[u], gv, rb, mode, a.norm_add);
+      }
+    }
+    uint32_t dep = 0;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int t = 0; t < RTW; ++t) dep |= wv[u][t].x;
+      dep |= av[u].x | bv[u].x;
+    }
+    acc[0][0][0] += __uint_as_float(dep & never);
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int t = 0; t < RTW; ++t) {
+        float(&d)[4] = acc[u % NACC][t];
+        Mma<T>::run(d, av[u].x, bv[u].x, av[u].y, bv[u].y, wv[u][t].x, wv[u][t].y);
+        Mma<T>::run(d, av[u].z, bv[u].z, av[u].w, bv[u].w, wv[u][t].z, wv[u][t].w);
+      }
+  }
+#pragma unroll
+  for (int e = 1; e < NACC; ++e)
+#pragma unroll
+    for (int t = 0; t < RTW; ++t)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[0][t][i] += acc[e][t][i];
+#pragma unroll
+  for (int t = 0; t < RTW; ++t) {
+    red[warp][t][g][2 * c] = acc[0][t][0];
+    red[warp][t][g][2 * c + 1] = acc[0][t][1];
+    if constexpr (X16) {
+      red[warp][t][g + 8][2 * c] = acc[0][t][2];
+      red[warp][t][g + 8][2 * c + 1] = acc[0][t][3];
+    }
+  }
+  __syncthreads();
+  const T* bias = reinterpret_cast<const T*>(a.bias);
+  const T* res = reinterpret_cast<const T*>(a.res);
+  T* y = reinterpret_cast<T*>(a.y);
+  for (int i = threadIdx.x; i < RT * MROWS * 8; i += 32 * NW) {
+    const int t = i / (MROWS * 8), m = (i >> 3) % MROWS, r = i & 7;
+    const long long n = n0 + 8 * t + r;
+    if (m < mcount && n < N) {
+      float s = 0.f;
+#pragma unroll
+      for (int q = 0; q < NW; ++q) s += red[q][t][m][r];
+      if (bias) s += Ops<T>::to_f(bias[n]);
+      if constexpr (ACT != 0) {
+        float u = 0.f;
+#pragma unroll
+        for (int q = 0; q < NW; ++q) u += red[q][RT + t][m][r];
+        if (bias) u += Ops<T>::to_f(bias[N + n]);
+        s = rnd<T>(act_fn<ACT>(rnd<T>(s))) * rnd<T>(u);
+      }
+      if (res) s = rnd<T>(s) + Ops<T>::to_f(res[(long long)(m0 + m) * a.sr + n]);
+      y[(long long)(m0 + m) * N + n] = Ops<T>::from_f(s);
+    }
+  }
+}
+
+// The pieces of et_linear for rows the GEMV does not take (prefill): the norm alone, then the
+// act and residual over a finished product. One block of 256 threads per row.
+template <typename T>
+__device__ __forceinline__ void rmsnorm_rows(const LinArgs& a) {
+  __shared__ float part[8];
+  pdl_wait();
+  const T* x = reinterpret_cast<const T*>(a.x) + (long long)blockIdx.x * a.sx;
+  const T* g = reinterpret_cast<const T*>(a.norm);
+  T* y = reinterpret_cast<T*>(a.y) + (long long)blockIdx.x * a.K;
+  float s = 0.f;
+  for (int k = threadIdx.x; k < a.K; k += blockDim.x) {
+    const float v = Ops<T>::to_f(x[k]);
+    s = fmaf(v, v, s);
+  }
+  s = warp_sum(s);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
+  __syncthreads();
+  float tot = 0.f;
+  for (int i = 0; i < (int)(blockDim.x >> 5); ++i) tot += part[i];
+  const float r = rsqrtf(tot / (float)a.K + a.eps);
+  for (int k = threadIdx.x; k < a.K; k += blockDim.x) {
+    const float v = Ops<T>::to_f(x[k]), gk = Ops<T>::to_f(g[k]);
+    y[k] = a.norm_mode == 1 ? Ops<T>::from_f(rnd<T>(v * r) * gk)
+                            : Ops<T>::from_f(v * r * (a.norm_add + gk));
+  }
+}
+
+// a.x: the product [M][Nw] (rounded, bias included), contiguous; writes y [M][N].
+template <typename T, int ACT>
+__device__ __forceinline__ void linear_epilogue(const LinArgs& a) {
+  pdl_wait();
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= (long long)a.M * a.N) return;
+  const long long m = i / a.N, n = i % a.N;
+  const T* p = reinterpret_cast<const T*>(a.x);
+  const int nw = ACT ? 2 * a.N : a.N;
+  float s = Ops<T>::to_f(p[m * nw + n]);
+  if constexpr (ACT != 0) s = rnd<T>(act_fn<ACT>(s)) * Ops<T>::to_f(p[m * nw + a.N + n]);
+  const T* res = reinterpret_cast<const T*>(a.res);
+  if (res) s = rnd<T>(s) + Ops<T>::to_f(res[m * a.sr + n]);
+  reinterpret_cast<T*>(a.y)[m * a.N + n] = Ops<T>::from_f(s);
+}
+
 }  // namespace et_decode
 using namespace et_decode;
 
@@ -581,3 +857,35 @@ ATTN(et_attn_bf16_d64, et_attn_combine_bf16_d64, __nv_bfloat16, 64)
 ATTN(et_attn_bf16_d128, et_attn_combine_bf16_d128, __nv_bfloat16, 128)
 ATTN(et_attn_f16_d64, et_attn_combine_f16_d64, __half, 64)
 ATTN(et_attn_f16_d128, et_attn_combine_f16_d128, __half, 128)
+
+// Fused linear: et_lin_<dtype>_v<variant>_m<8|16>_a<act> (src/kernels/linear.rs names and picks them).
+#define LIN(NAME, T, NW, RT, U, X16, ACT, MINB)                                                 \
+  extern "C" __global__ void __launch_bounds__(32 * NW, MINB) NAME(LinArgs a) {               \
+    linear_mma<T, NW, RT, U, X16, ACT>(a);                                                      \
+  }
+#define LIN_ACT(DT, T, ACT)                                                                     \
+  LIN(et_lin_##DT##_v0_m8_a##ACT, T, 8, 1, 8, false, ACT, 2)                                    \
+  LIN(et_lin_##DT##_v0_m16_a##ACT, T, 8, 1, 8, true, ACT, 2)                                    \
+  LIN(et_lin_##DT##_v1_m8_a##ACT, T, 8, 2, 4, false, ACT, 2)                                    \
+  LIN(et_lin_##DT##_v1_m16_a##ACT, T, 8, 2, 4, true, ACT, 2)                                    \
+  LIN(et_lin_##DT##_v2_m8_a##ACT, T, 8, 4, 4, false, ACT, 1)                                    \
+  LIN(et_lin_##DT##_v2_m16_a##ACT, T, 8, 4, 4, true, ACT, 1)
+#define LIN_DT(DT, T)                                                                           \
+  LIN_ACT(DT, T, 0)                                                                             \
+  LIN_ACT(DT, T, 1)                                                                             \
+  LIN_ACT(DT, T, 2)                                                                             \
+  extern "C" __global__ void __launch_bounds__(256) et_lin_norm_##DT(LinArgs a) {              \
+    rmsnorm_rows<T>(a);                                                                         \
+  }                                                                                             \
+  extern "C" __global__ void __launch_bounds__(256) et_lin_epi_##DT##_a0(LinArgs a) {          \
+    linear_epilogue<T, 0>(a);                                                                   \
+  }                                                                                             \
+  extern "C" __global__ void __launch_bounds__(256) et_lin_epi_##DT##_a1(LinArgs a) {          \
+    linear_epilogue<T, 1>(a);                                                                   \
+  }                                                                                             \
+  extern "C" __global__ void __launch_bounds__(256) et_lin_epi_##DT##_a2(LinArgs a) {          \
+    linear_epilogue<T, 2>(a);                                                                   \
+  }
+
+LIN_DT(bf16, __nv_bfloat16)
+LIN_DT(f16, __half)

@@ -22,6 +22,8 @@
 
 mod common;
 use common::*;
+#[path = "decode_gpu/linear.rs"]
+mod linear;
 use cudarc::driver::sys;
 use std::ffi::{c_void, CString};
 

@@ -51,11 +51,14 @@ def rewrite(gm, ep=None, **kw):
 __all__ = ["prepare", "install", "rewrite", "C_SHIMS", "custom_ops_to_c_shims", "shim_name", "ops"]
 
 
-def prepare(ep, *, max_m=64, positions=None, linear=True, attention=True):
+def prepare(ep, *, positions=None, linear=True, attention=True, fuse=True, max_m=None):
     """Rewrite ``ep`` (a ``torch.export.ExportedProgram``) in place and make
     CudaBackend map the new ops to the library's C shims. Returns ``(ep, report)``,
-    report = ``{"gemv": n, "attention": n, "skipped_attention": [...], "patched": [...]}``."""
+    report = ``{"linear": n, "attention": n, "gated_mlp": n, "merged": n, "norm": n,
+    "residual": n, "skipped_attention": [...], "patched": [...]}``. Every bf16/fp16 linear
+    over a weight of the program is rewritten whatever the prefill bound (``max_m`` is
+    accepted and ignored)."""
     report = rewrite(ep.graph_module, ep, max_m=max_m, positions=positions, linear=linear,
-                     attention=attention)
+                     attention=attention, fuse=fuse)
     report["patched"] = install()
     return ep, report

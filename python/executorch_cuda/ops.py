@@ -9,8 +9,10 @@ Each op is implemented in ``libexecutorch_cuda.so`` by the C shim
 """
 
 import math
+from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
 NAMESPACE = "et_cuda"
 
@@ -42,6 +44,55 @@ def et_gemv_bias(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> t
 @et_gemv_bias.register_fake
 def _(x, weight, bias):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _linear_ref(x, weight, bias, norm_weight, residual, norm_mode, eps, norm_offset, act):
+    h = x
+    if norm_mode:
+        xf = x.float()
+        xn = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        if norm_mode == 1:
+            h = norm_weight * xn.to(x.dtype)
+        else:
+            h = (xn * (norm_offset + norm_weight.float())).to(x.dtype)
+    y = F.linear(h, weight, bias)
+    if act:
+        n = y.shape[-1] // 2
+        gate, up = y[..., :n], y[..., n:]
+        y = (F.silu(gate) if act == 1 else F.gelu(gate, approximate="tanh")) * up
+    if residual is not None:
+        y = y + residual
+    return y
+
+
+@torch.library.custom_op("et_cuda::et_linear", mutates_args=())
+def et_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    norm_weight: Optional[torch.Tensor],
+    residual: Optional[torch.Tensor],
+    norm_mode: int,
+    eps: float,
+    norm_offset: float,
+    act: int,
+) -> torch.Tensor:
+    """``act(rmsnorm(x) @ weight.T + bias) + residual``, each part optional, for every M
+    (the library picks its fused GEMV or the prefill path when it runs).
+
+    - ``norm_mode`` 0: no norm; 1: ``norm_weight * (x * r).to(dtype)`` (Llama, Qwen3);
+      2: ``(x * r * (norm_offset + norm_weight)).to(dtype)`` in fp32 (Gemma), with
+      ``r = rsqrt(mean(x^2) + eps)`` over the last dimension in fp32.
+    - ``act`` 0: none; 1: ``silu(gate) * up``; 2: ``gelu_tanh(gate) * up``, where the
+      product's first half is the gate and its second half the up projection.
+    - ``residual``: added last (the result's sizes)."""
+    return _linear_ref(x, weight, bias, norm_weight, residual, norm_mode, eps, norm_offset, act)
+
+
+@et_linear.register_fake
+def _(x, weight, bias, norm_weight, residual, norm_mode, eps, norm_offset, act):
+    n = weight.shape[0] // 2 if act else weight.shape[0]
+    return x.new_empty((*x.shape[:-1], n))
 
 
 def _attention_ref(q, k_cache, v_cache, positions, scale):

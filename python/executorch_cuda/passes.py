@@ -3,11 +3,11 @@ companion's ops:
 
 - ``aten.linear`` / ``aten.mm`` (with a transposed weight) / ``aten.addmm``
   (with a transposed weight, ``beta = alpha = 1``) whose weight is a 2-d bf16 or
-  fp16 parameter/buffer/constant and whose rows ``M`` (the product of the
-  activation's leading sizes; its upper bound for dynamic sizes) are at most
-  ``max_m`` -> ``et_cuda.et_gemv`` / ``et_gemv_bias``. The kernel handles every
-  M at run time (16 rows per pass over the weights), so ``max_m`` only bounds
-  how often the weights are re-read during a prefill.
+  fp16 parameter/buffer/constant -> ``et_cuda.et_linear``, whatever the rows
+  ``M``: the library picks its GEMV (decode) or its prefill path when it runs.
+  Then, with ``fuse`` (and the ``ExportedProgram``), ``fuse.fuse`` merges the
+  decoder layer around them (gated MLP, Q/K/V siblings, RMSNorm prologue,
+  residual epilogue).
 - ``aten.scaled_dot_product_attention`` whose key and value are a static KV
   cache ``[B, Hkv, Lmax, D]`` (a buffer, possibly written by ``index_copy`` /
   ``index_put`` / ``copy_`` first, possibly expanded to the query heads by
@@ -39,34 +39,6 @@ def _val(n):
     return n.meta.get("val") if isinstance(n, torch.fx.Node) else None
 
 
-def _upper(dim):
-    """Upper bound of a size (int, or SymInt with a known range); None if unbounded."""
-    if isinstance(dim, int):
-        return dim
-    try:
-        node = dim.node
-        r = node.shape_env.bound_sympy(node.expr)
-        up = r.upper
-        if up.is_finite:
-            return int(up)
-    except Exception:  # noqa: BLE001 - any failure means "unknown"
-        pass
-    return None
-
-
-def _rows_bound(x):
-    v = _val(x)
-    if v is None:
-        return None
-    m = 1
-    for d in v.shape[:-1]:
-        u = _upper(d)
-        if u is None:
-            return None
-        m *= u
-    return m
-
-
 def _is_weight(ep, n):
     """A parameter, buffer or lifted constant (a placeholder of the state), or a get_attr."""
     if not isinstance(n, torch.fx.Node):
@@ -96,14 +68,13 @@ def _transposed_weight(n):
     return None
 
 
-def _gemv_ok(ep, x, w, max_m):
+def _gemv_ok(ep, x, w, max_m=None):
+    """A bf16/fp16 linear over a 2-d weight of the program (``max_m`` is ignored: kept so
+    that old callers still work; the op handles every M)."""
     xv, wv = _val(x), _val(w)
     if xv is None or wv is None or not _is_weight(ep, w):
         return False
-    if wv.dim() != 2 or wv.dtype not in _LOW or xv.dtype != wv.dtype or xv.dim() < 1:
-        return False
-    m = _rows_bound(x)
-    return m is not None and m <= max_m
+    return wv.dim() == 2 and wv.dtype in _LOW and xv.dtype == wv.dtype and xv.dim() >= 1
 
 
 _CACHE_WRITES = {
@@ -185,40 +156,44 @@ def _sdpa_parts(n):
     return q, k, v, mask, dropout, causal, scale
 
 
-def rewrite(gm, ep=None, *, max_m=64, positions=None, linear=True, attention=True):
+def _linear_node(g, ep, n, max_m):
+    """The et_linear node replacing linear/mm/addmm ``n`` (inserted before it), or None."""
+    lin = torch.ops.et_cuda.et_linear.default
+    x = w = b = None
+    if n.target == aten.linear.default:
+        x, w = n.args[0], n.args[1]
+        b = n.args[2] if len(n.args) > 2 else n.kwargs.get("bias")
+    elif n.target == aten.mm.default:
+        x, w = n.args[0], _transposed_weight(n.args[1])
+    elif n.target == aten.addmm.default:
+        b, x, wt = n.args[:3]
+        w = _transposed_weight(wt)
+        if n.kwargs.get("beta", 1) != 1 or n.kwargs.get("alpha", 1) != 1 or _val(b) is None \
+                or _val(b).dim() != 1:
+            return None
+    else:
+        return None
+    if w is None or not _gemv_ok(ep, x, w, max_m) or (b is not None and not _is_weight(ep, b)):
+        return None
+    with g.inserting_before(n):
+        return g.call_function(lin, (x, w, b, None, None, 0, 0.0, 0.0, 0))
+
+
+def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=True, fuse=True):
     """Rewrite ``gm`` (an exported program's graph module) in place; returns
-    ``{"gemv": count, "attention": count, "skipped_attention": [reasons]}``."""
+    ``{"linear": n, "gemv": n, "attention": n, "skipped_attention": [reasons], ...}`` with
+    the fusions' counts (``fuse.fuse``) when ``ep`` is given and ``fuse`` is true.
+    ``max_m`` is accepted and ignored (the ops dispatch on M when they run)."""
     g = gm.graph
-    counts = {"gemv": 0, "attention": 0, "skipped_attention": []}
-    gemv = torch.ops.et_cuda.et_gemv.default
-    gemv_b = torch.ops.et_cuda.et_gemv_bias.default
+    counts = {"linear": 0, "attention": 0, "skipped_attention": []}
     attn = torch.ops.et_cuda.et_decode_attention.default
     pos_node = _find_positions(ep, gm, positions) if attention else None
     for n in list(g.nodes):
         if n.op != "call_function":
             continue
         new = None
-        if linear and n.target == aten.linear.default:
-            x, w = n.args[0], n.args[1]
-            b = n.args[2] if len(n.args) > 2 else n.kwargs.get("bias")
-            if _gemv_ok(ep, x, w, max_m) and (b is None or _is_weight(ep, b)):
-                with g.inserting_before(n):
-                    new = g.call_function(gemv_b if b is not None else gemv,
-                                          (x, w, b) if b is not None else (x, w))
-        elif linear and n.target == aten.mm.default:
-            x, wt = n.args
-            w = _transposed_weight(wt)
-            if w is not None and _gemv_ok(ep, x, w, max_m):
-                with g.inserting_before(n):
-                    new = g.call_function(gemv, (x, w))
-        elif linear and n.target == aten.addmm.default:
-            b, x, wt = n.args[:3]
-            w = _transposed_weight(wt)
-            if (n.kwargs.get("beta", 1) == 1 and n.kwargs.get("alpha", 1) == 1 and w is not None
-                    and _gemv_ok(ep, x, w, max_m) and _is_weight(ep, b)
-                    and _val(b) is not None and _val(b).dim() == 1):
-                with g.inserting_before(n):
-                    new = g.call_function(gemv_b, (x, w, b))
+        if linear and n.target in (aten.linear.default, aten.mm.default, aten.addmm.default):
+            new = _linear_node(g, ep, n, max_m)
         elif attention and n.target == aten.scaled_dot_product_attention.default:
             q, k, v, mask, dropout, causal, scale = _sdpa_parts(n)
             why = _attention_blocker(ep, q, k, v, mask, dropout, causal, pos_node)
@@ -236,10 +211,15 @@ def rewrite(gm, ep=None, *, max_m=64, positions=None, linear=True, attention=Tru
             new.meta["val"] = n.meta.get("val")
             n.replace_all_uses_with(new)
             g.erase_node(n)
-            counts["attention" if new.target == attn else "gemv"] += 1
+            counts["attention" if new.target == attn else "linear"] += 1
     g.eliminate_dead_code()
     g.lint()
     gm.recompile()
+    if fuse and linear and ep is not None and counts["linear"]:
+        from .fuse import fuse as _fuse
+
+        _fuse(ep, counts)
+    counts["gemv"] = counts["linear"]
     return counts
 
 

@@ -5,6 +5,9 @@ Inductor writes into the generated wrapper; the signatures are the ones
 
 # op name (namespace et_cuda) -> C declaration of its shim
 C_SHIMS = {
+    "et_linear": "AOTITorchError aoti_torch_cuda_et_linear("
+    "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle*, AtenTensorHandle*, AtenTensorHandle*, "
+    "int64_t, double, double, int64_t, AtenTensorHandle*)",
     "et_gemv": "AOTITorchError aoti_torch_cuda_et_gemv("
     "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle*)",
     "et_gemv_bias": "AOTITorchError aoti_torch_cuda_et_gemv_bias("

@@ -34,13 +34,14 @@ def _rust_shims():
 
 
 RUST_TO_C = {"AtenTensorHandle": "AtenTensorHandle", "*mut AtenTensorHandle": "AtenTensorHandle*",
+             "*const AtenTensorHandle": "AtenTensorHandle*",
              "f64": "double", "i64": "int64_t"}
 
 
 class MappingTable(unittest.TestCase):
     def test_every_op_maps_to_a_shim_the_library_exports_with_the_same_signature(self):
         rust = _rust_shims()
-        self.assertEqual(len(rust), 4, rust)
+        self.assertEqual(len(rust), 5, rust)
         self.assertEqual(set(rust), {shims.shim_name(op) for op in shims.C_SHIMS})
         for op, decl in shims.C_SHIMS.items():
             m = re.fullmatch(r"AOTITorchError (\w+)\((.*)\)", decl)
@@ -121,10 +122,11 @@ class Companion(unittest.TestCase):
         ep, x, pos = self._export(torch.bfloat16)
         want = _toy(torch.bfloat16)(x, pos).float()
         ep, report = executorch_cuda.prepare(ep, positions="cache_position")
-        self.assertEqual(report["gemv"], 4, report)
+        self.assertEqual(report["linear"], 4, report)
+        self.assertEqual(report["merged"], 3, report)  # q, k and v read the same x
         self.assertEqual(report["attention"], 1, report)
         targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
-        self.assertIn("et_cuda.et_gemv_bias.default", targets)
+        self.assertIn("et_cuda.et_linear.default", targets)
         self.assertNotIn("aten.scaled_dot_product_attention.default", targets)
         self.assertNotIn("aten.linear.default", targets)
         got = ep.module()(x, pos).float()
@@ -133,20 +135,135 @@ class Companion(unittest.TestCase):
         dec = ep.run_decompositions({})
         names = {str(n.target) for n in dec.graph.nodes if n.op == "call_function"}
         self.assertIn("et_cuda.et_decode_attention.default", names)
-        self.assertIn("et_cuda.et_gemv.default", names)
-        self.assertIn("aoti_torch_cuda_et_gemv", str(executorch_cuda.custom_ops_to_c_shims()))
+        self.assertIn("et_cuda.et_linear.default", names)
+        self.assertIn("aoti_torch_cuda_et_linear", str(executorch_cuda.custom_ops_to_c_shims()))
 
-    def test_rewrite_respects_max_m_dtype_and_a_missing_positions_input(self):
+    def test_every_linear_is_rewritten_whatever_the_row_bound(self):
         import executorch_cuda
 
-        ep, _, _ = self._export(torch.bfloat16)
-        report = executorch_cuda.rewrite(ep.graph_module, ep, max_m=8, positions="nothing")
-        self.assertEqual(report["gemv"], 0, report)  # T up to 16 > 8
-        self.assertEqual(report["attention"], 0, report)
-        self.assertIn("positions", report["skipped_attention"][0])
+        # T up to 16: the old default (max_m=64) and a smaller hint both rewrite every linear.
+        for hint in (None, 8):
+            ep, _, _ = self._export(torch.bfloat16)
+            report = executorch_cuda.rewrite(ep.graph_module, ep, max_m=hint, positions="nothing")
+            self.assertEqual(report["linear"], 4, report)
+            self.assertEqual(report["attention"], 0, report)
+            self.assertIn("positions", report["skipped_attention"][0])
         ep32, _, _ = self._export(torch.float32, dynamic=False)
         report = executorch_cuda.rewrite(ep32.graph_module, ep32, positions="cache_position")
-        self.assertEqual((report["gemv"], report["attention"]), (0, 0), report)
+        self.assertEqual((report["linear"], report["attention"]), (0, 0), report)
+
+    def test_linear_reference_op_matches_its_formula(self):
+        import executorch_cuda  # noqa: F401
+
+        torch.manual_seed(3)
+        bf = torch.bfloat16
+        x, w = torch.randn(2, 3, 64).to(bf), torch.randn(48, 64).to(bf)
+        g, r = torch.randn(64).to(bf), torch.randn(2, 3, 24).to(bf)
+        lin = torch.ops.et_cuda.et_linear
+        torch.testing.assert_close(lin(x, w, None, None, None, 0, 0.0, 0.0, 0), F.linear(x, w))
+        xf = x.float()
+        xn = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)
+        y = F.linear(g * xn.to(bf), w)
+        want = F.silu(y[..., :24]) * y[..., 24:] + r
+        torch.testing.assert_close(lin(x, w, None, g, r, 1, 1e-5, 0.0, 1), want)
+        y = F.linear((xn * (1.0 + g.float())).to(bf), w)
+        want = F.gelu(y[..., :24], approximate="tanh") * y[..., 24:]
+        torch.testing.assert_close(lin(x, w, None, g, None, 2, 1e-5, 1.0, 2), want)
+
+
+class _Norm(torch.nn.Module if torch is not None else object):
+    """RMSNorm as HF Llama writes it (gemma=False) or as HF Gemma writes it."""
+
+    def __init__(self, d, gemma=False):
+        super().__init__()
+        self.gemma = gemma
+        self.weight = torch.nn.Parameter(torch.randn(d) * 0.1 + (0.0 if gemma else 1.0))
+
+    def forward(self, x):
+        xf = x.float()
+        xn = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
+        if self.gemma:
+            return (xn * (1.0 + self.weight.float())).type_as(x)
+        return self.weight * xn.to(x.dtype)
+
+
+def _layer_model(gemma=False, bad_norm=False):
+    """Two hand-written decoder MLP blocks and a head: the patterns of fuse.py, and a
+    look-alike norm (bad_norm: mean of |x| instead of x^2) that must not be folded."""
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = _Norm(64, gemma)
+            self.q = torch.nn.Linear(64, 64, bias=False)
+            self.k = torch.nn.Linear(64, 32, bias=False)
+            self.o = torch.nn.Linear(96, 64, bias=False)
+            self.post = _Norm(64, gemma)
+            self.gate = torch.nn.Linear(64, 128, bias=False)
+            self.up = torch.nn.Linear(64, 128, bias=False)
+            self.down = torch.nn.Linear(128, 64, bias=False)
+
+        def forward(self, x):
+            h = self.norm(x)
+            if bad_norm:
+                xf = x.float()
+                h = (xf * torch.rsqrt(xf.abs().mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.norm.weight
+            x = x + self.o(torch.cat([self.q(h), self.k(h)], -1))
+            h = self.post(x)
+            act = F.gelu(self.gate(h), approximate="tanh") if gemma else F.silu(self.gate(h))
+            return x + self.down(act * self.up(h))
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([Block(), Block()])
+            self.norm = _Norm(64, gemma)
+            self.head = torch.nn.Linear(64, 100, bias=False)
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = b(x)
+            return self.head(self.norm(x))
+
+    torch.manual_seed(5)
+    return Model().to(torch.bfloat16).eval()
+
+
+@unittest.skipIf(torch is None, "torch is not installed here (the GPU script runs these)")
+class Fusions(unittest.TestCase):
+    def _run(self, **kw):
+        import executorch_cuda
+
+        m = _layer_model(**kw)
+        x = torch.randn(1, 5, 64).to(torch.bfloat16)
+        t = torch.export.Dim("t", min=1, max=512)
+        ep = torch.export.export(m, (x,), dynamic_shapes={"x": {1: t}}, strict=False)
+        want = m(x)
+        ep, report = executorch_cuda.prepare(ep, attention=False)
+        got = ep.module()(x)
+        return ep, report, got, want
+
+    def test_llama_style_layers_fuse_and_stay_exact(self):
+        ep, r, got, want = self._run()
+        self.assertEqual((r["linear"], r["gated_mlp"], r["merged"], r["norm"], r["residual"]),
+                         (13, 2, 4, 5, 4), r)
+        lins = [n for n in ep.graph.nodes if n.op == "call_function" and "et_linear" in str(n.target)]
+        self.assertEqual(len(lins), 2 * 4 + 1)
+        # Unused weights leave the program; the concatenations join it.
+        names = set(ep.state_dict)
+        self.assertFalse(any(k.endswith(("q.weight", "gate.weight", "up.weight")) for k in names), names)
+        self.assertEqual(sum(k.endswith(".gate_up") for k in names), 2, names)
+        self.assertTrue(torch.equal(got, want))
+
+    def test_gemma_style_norms_and_gelu_fuse_and_stay_exact(self):
+        _, r, got, want = self._run(gemma=True)
+        self.assertEqual((r["gated_mlp"], r["norm"], r["residual"]), (2, 5, 4), r)
+        self.assertTrue(torch.equal(got, want))
+
+    def test_a_norm_look_alike_is_evaluated_and_left_alone(self):
+        _, r, got, want = self._run(bad_norm=True)
+        self.assertEqual(r["norm"], 3, r)  # the two post norms and the final one only
+        self.assertTrue(torch.equal(got, want))
 
 
 if __name__ == "__main__":

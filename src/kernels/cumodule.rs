@@ -224,7 +224,33 @@ impl Module {
         stream: sys::CUstream,
         params: &mut [*mut c_void],
     ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.launch_with(name, grid, block, smem, stream, params, false) }
+    }
+
+    /// As [`Module::launch`]; with `pdl`, as a programmatic dependent launch (the kernel may
+    /// start before the one before it on `stream` ends, and must wait for it with
+    /// `griddepcontrol.wait` before touching anything that kernel writes or reads).
+    ///
+    /// # Safety
+    /// As [`Module::launch`]; with `pdl`, every block of the kernel must execute
+    /// `griddepcontrol.wait` before such accesses, and before it exits.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn launch_with(
+        &self,
+        name: &'static str,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: usize,
+        stream: sys::CUstream,
+        params: &mut [*mut c_void],
+        pdl: bool,
+    ) -> Result<()> {
         let f = self.function(name, smem)?;
+        if pdl {
+            // SAFETY: forwarded contract.
+            return unsafe { launch_pdl(f, name, grid, block, smem, stream, params) };
+        }
         // SAFETY: forwarded contract; `f` belongs to this module, which outlives the call.
         let r = unsafe {
             sys::cuLaunchKernel(
@@ -246,6 +272,45 @@ impl Module {
             &format!("cuLaunchKernel({name}, grid {grid:?}, block {block}, smem {smem})"),
         )
     }
+}
+
+/// `cuLaunchKernelEx` with the programmatic stream serialization attribute.
+///
+/// # Safety
+/// As [`Module::launch_with`] with `pdl`.
+unsafe fn launch_pdl(
+    f: sys::CUfunction,
+    name: &str,
+    grid: (u32, u32, u32),
+    block: u32,
+    smem: usize,
+    stream: sys::CUstream,
+    params: &mut [*mut c_void],
+) -> Result<()> {
+    // SAFETY: a zeroed attribute is a valid value of this plain C union/struct.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid.0,
+        gridDimY: grid.1,
+        gridDimZ: grid.2,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: smem as u32,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: forwarded contract; `config` and `attr` outlive the call.
+    let r = unsafe { sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()) };
+    check(
+        r,
+        &format!(
+            "cuLaunchKernelEx({name}, grid {grid:?}, block {block}, smem {smem}, programmatic)"
+        ),
+    )
 }
 
 impl Drop for Module {

@@ -70,6 +70,11 @@ pub fn set_tuning(variant: Option<i32>) -> Result<()> {
     Ok(())
 }
 
+/// The variant [`set_tuning`] forced, if any.
+pub fn forced_variant() -> Option<usize> {
+    usize::try_from(TUNING.load(Ordering::Relaxed)).ok()
+}
+
 /// The built-in variant for `n` rows of `W` on `sms` multiprocessors: the one
 /// with the most rows per block that still makes two blocks per SM (blocks with
 /// more rows amortise the loads of `x` and the final reduction), else 8 rows
@@ -101,7 +106,7 @@ pub struct Problem {
 
 /// The stride of the rows of `x` when its leading dimensions collapse into one
 /// (`None` when they do not); `m` is their product.
-fn row_stride(sizes: &[i64], strides: &[i64], k_stride: i64, k: i64) -> Option<i64> {
+pub(crate) fn row_stride(sizes: &[i64], strides: &[i64], k_stride: i64, k: i64) -> Option<i64> {
     let lead: Vec<(i64, i64)> = sizes
         .iter()
         .zip(strides)
@@ -121,6 +126,13 @@ fn row_stride(sizes: &[i64], strides: &[i64], k_stride: i64, k: i64) -> Option<i
 /// Shapes, dtypes and strides come first, then the devices, so that CPU
 /// tensors exercise every shape check.
 pub fn check(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Problem> {
+    let mut p = check_layout(x, w, bias)?;
+    p.device = check_device(x, w, bias)?;
+    Ok(p)
+}
+
+/// [`check`] without the devices (`device` is left -1): the shapes, dtypes and strides.
+pub(crate) fn check_layout(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Problem> {
     let dt = x.dtype;
     check_dtypes(x, w, bias)?;
     let r = x.sizes.len();
@@ -150,7 +162,6 @@ pub fn check(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Problem> {
             "et_cuda gemv: M = {m} is more than the grid allows"
         ));
     }
-    let device = check_device(x, w, bias)?;
     let mut out_sizes = x.sizes[..r - 1].to_vec();
     out_sizes.push(n);
     Ok(Problem {
@@ -163,7 +174,7 @@ pub fn check(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Problem> {
         has_bias: bias.is_some(),
         fast,
         out_sizes,
-        device,
+        device: -1,
     })
 }
 
@@ -225,7 +236,7 @@ fn check_shapes(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<(i64, i
 }
 
 /// x, the weight and the bias on one CUDA device; returns its ordinal.
-fn check_device(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<i32> {
+pub(crate) fn check_device(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<i32> {
     let device = match (x.device(), w.device(), bias.map(|b| b.device())) {
         (Device::Cuda(a), Device::Cuda(b), None) if a == b => a,
         (Device::Cuda(a), Device::Cuda(b), Some(Device::Cuda(c))) if a == b && b == c => a,

@@ -30,6 +30,7 @@ pub mod attention;
 mod cumodule;
 pub mod gemv;
 pub mod int4mm;
+pub mod linear;
 #[cfg(test)]
 pub mod philox_ref; // also included by tests/sort_rand_gpu.rs
 pub mod sample;
@@ -280,7 +281,11 @@ mod tests {
             .filter_map(|l| l.split(".entry ").nth(1))
             .map(|r| r.trim_end_matches('(').trim())
             .collect();
-        for name in super::gemv::KERNELS.iter().chain(super::attention::KERNELS) {
+        for name in super::gemv::KERNELS
+            .iter()
+            .chain(super::attention::KERNELS)
+            .chain(super::linear::KERNELS)
+        {
             assert!(
                 entries.contains(name),
                 "{name} not in decode.ptx: {entries:?}"
@@ -288,7 +293,9 @@ mod tests {
         }
         assert_eq!(
             entries.len(),
-            super::gemv::KERNELS.len() + super::attention::KERNELS.len()
+            super::gemv::KERNELS.len()
+                + super::attention::KERNELS.len()
+                + super::linear::KERNELS.len()
         );
         assert!(entries.iter().all(|e| e.starts_with("et_")));
     }

@@ -21,15 +21,76 @@
 //!     AtenTensorHandle* ret0);
 //! ```
 //!
+//! // et_cuda::et_linear(Tensor x, Tensor weight, Tensor? bias, Tensor? norm_weight,
+//! //     Tensor? residual, int norm_mode, float eps, float norm_offset, int act) -> Tensor
+//! AOTITorchError aoti_torch_cuda_et_linear(AtenTensorHandle x, AtenTensorHandle weight,
+//!     AtenTensorHandle* bias, AtenTensorHandle* norm_weight, AtenTensorHandle* residual,
+//!     int64_t norm_mode, double eps, double norm_offset, int64_t act, AtenTensorHandle* ret0);
+//! ```
+//!
+//! (Optional tensors come as a pointer to a handle, null for `None`.)
+//!
+//! ```c
+//! // (the GEMV and attention ops above, unchanged)
+//! ```
+//!
 //! Each returns a new tensor the caller owns, computed on the device's current
 //! stream without a host wait. The work and the argument rules are in
 //! `crate::kernels::gemv` and `crate::kernels::attention`.
 
-use super::{give, named, AOTITorchError, AtenTensorHandle};
+use super::{give, named, optional, AOTITorchError, AtenTensorHandle};
 use crate::error::invalid;
 use crate::ffi::{guard, Aoti};
 use crate::kernels::attention::{self, Positions};
 use crate::kernels::gemv;
+use crate::kernels::linear::{self, Act, Fusion, Norm};
+
+/// `y = act(rmsnorm(x) · weightᵀ + bias) + residual` (`crate::kernels::linear`), each part
+/// optional: `norm_mode` 0 (none), 1 or 2 with `norm_weight`, `eps`, `norm_offset`; `act` 0,
+/// 1 (SiLU(gate) · up) or 2 (GELU-tanh(gate) · up).
+///
+/// # Safety
+/// Each handle must be null or live; each optional-tensor pointer null or readable (holding
+/// a null or live handle); `ret0` null or valid for a write.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn aoti_torch_cuda_et_linear(
+    x: AtenTensorHandle,
+    weight: AtenTensorHandle,
+    bias: *const AtenTensorHandle,
+    norm_weight: *const AtenTensorHandle,
+    residual: *const AtenTensorHandle,
+    norm_mode: i64,
+    eps: f64,
+    norm_offset: f64,
+    act: i64,
+    ret0: *mut AtenTensorHandle,
+) -> AOTITorchError {
+    guard::<Aoti>("aoti_torch_cuda_et_linear", || {
+        // SAFETY: forwarded contract.
+        let (x, w, b, g, r) = unsafe {
+            (
+                named(x, "x")?,
+                named(weight, "weight")?,
+                optional(bias, "bias")?,
+                optional(norm_weight, "norm_weight")?,
+                optional(residual, "residual")?,
+            )
+        };
+        if ret0.is_null() {
+            return invalid("ret0 is null");
+        }
+        let fusion = Fusion {
+            bias: b,
+            norm: Norm::from_args(g, norm_mode, eps, norm_offset)?,
+            residual: r,
+            act: Act::from_code(act)?,
+        };
+        let y = linear::linear(x, w, &fusion)?;
+        // SAFETY: forwarded contract (checked non-null).
+        unsafe { give(ret0, y) }
+    })
+}
 
 /// `y = x · weightᵀ` (`x` `[..., K]`, `weight` `[N, K]`, bf16 or fp16).
 ///
@@ -155,5 +216,16 @@ pub unsafe extern "C" fn aoti_torch_cuda_et_decode_attention_len(
 pub extern "C" fn et_cuda_debug_gemv_tuning(variant: i32) -> AOTITorchError {
     guard::<Aoti>("et_cuda_debug_gemv_tuning", || {
         gemv::set_tuning((variant >= 0).then_some(variant))
+    })
+}
+
+/// Benchmarks only (`tests/decode_gpu.rs`): `on` != 0 makes the fused linear kernels'
+/// later launches programmatic dependent launches, 0 plain launches (the default comes from
+/// `ET_CUDA_PDL`, see `crate::kernels::linear::pdl_enabled`).
+#[no_mangle]
+pub extern "C" fn et_cuda_debug_pdl(on: i32) -> AOTITorchError {
+    guard::<Aoti>("et_cuda_debug_pdl", || {
+        linear::set_pdl(on != 0);
+        Ok(())
     })
 }

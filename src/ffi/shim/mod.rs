@@ -62,6 +62,24 @@ pub(crate) unsafe fn named<'a>(h: AtenTensorHandle, what: &str) -> Result<&'a Te
     Ok(&unsafe { super::non_null(h.cast_const(), what)? }.0)
 }
 
+/// Borrow the tensor of an optional-tensor argument (`Tensor?` in the op's schema, which
+/// AOTInductor passes as a pointer to a handle, null for `None`).
+///
+/// # Safety
+/// A non-null `p` must be valid for a read of a handle that is null or live, as for [`named`].
+pub(crate) unsafe fn optional<'a>(
+    p: *const AtenTensorHandle,
+    what: &str,
+) -> Result<Option<&'a Tensor>> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: per the contract, `p` is readable and the handle it holds is null or live.
+    let h = unsafe { p.read() };
+    // SAFETY: forwarded contract.
+    unsafe { named(h, what) }.map(Some)
+}
+
 /// Hand a new tensor to the caller through `ret` (the caller owns the new handle).
 ///
 /// # Safety

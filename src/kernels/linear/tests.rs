@@ -1,0 +1,140 @@
+use super::*;
+
+use crate::kernels::cpu_tensor as t;
+
+fn msg(r: Result<Linear>) -> String {
+    r.expect_err("should be refused").to_string()
+}
+
+fn plain<'a>() -> Fusion<'a> {
+    Fusion {
+        bias: None,
+        norm: None,
+        residual: None,
+        act: Act::None,
+    }
+}
+
+#[test]
+fn arguments_are_checked_with_clear_messages() {
+    let bf = dtype::BFLOAT16;
+    let x = t(bf, &[1, 64]);
+    let w = t(bf, &[32, 64]);
+    let g = t(bf, &[64]);
+    // A gated act needs gate and up rows.
+    let odd = t(bf, &[33, 64]);
+    let f = Fusion {
+        act: Act::SiluMul,
+        ..plain()
+    };
+    assert!(msg(check(&x, &odd, &f)).contains("even number"));
+    // The norm weight is [K] of x's dtype.
+    let bad_g = t(dtype::FLOAT16, &[64]);
+    let f = Fusion {
+        norm: Some(Norm {
+            weight: &bad_g,
+            mode: NormMode::WeightTimesRounded,
+            eps: 1e-6,
+            offset: 0.0,
+        }),
+        ..plain()
+    };
+    assert!(msg(check(&x, &w, &f)).contains("norm weight must be a contiguous [64]"));
+    let short_g = t(bf, &[63]);
+    let f = Fusion {
+        norm: Some(Norm {
+            weight: &short_g,
+            mode: NormMode::Fp32Offset,
+            eps: 1e-6,
+            offset: 1.0,
+        }),
+        ..plain()
+    };
+    assert!(msg(check(&x, &w, &f)).contains("[64]"));
+    // The residual has the result's sizes: [1, 16] with a gated act over 32 rows.
+    let res = t(bf, &[1, 32]);
+    let f = Fusion {
+        act: Act::SiluMul,
+        residual: Some(&res),
+        ..plain()
+    };
+    assert!(msg(check(&x, &w, &f)).contains("sizes [1, 16]"));
+    // Everything right but the device: CPU tensors are refused, naming the devices.
+    let res = t(bf, &[1, 16]);
+    let f = Fusion {
+        act: Act::SiluMul,
+        residual: Some(&res),
+        norm: Some(Norm {
+            weight: &g,
+            mode: NormMode::WeightTimesRounded,
+            eps: 1e-6,
+            offset: 0.0,
+        }),
+        bias: None,
+    };
+    assert!(msg(check(&x, &w, &f)).contains("CUDA device"));
+}
+
+#[test]
+fn op_arguments_map_to_norm_and_act() {
+    let bf = dtype::BFLOAT16;
+    let g = t(bf, &[8]);
+    assert!(Norm::from_args(None, 0, 0.0, 0.0)
+        .expect("no norm")
+        .is_none());
+    let n = Norm::from_args(Some(&g), 2, 1e-6, 1.0)
+        .expect("gemma")
+        .expect("some");
+    assert_eq!((n.mode, n.offset), (NormMode::Fp32Offset, 1.0));
+    assert!(Norm::from_args(None, 1, 1e-6, 0.0).is_err());
+    assert!(Norm::from_args(Some(&g), 0, 1e-6, 0.0).is_err());
+    assert!(Norm::from_args(Some(&g), 3, 1e-6, 0.0).is_err());
+    assert!(Norm::from_args(Some(&g), 1, f64::NAN, 0.0).is_err());
+    assert!(Norm::from_args(Some(&g), 1, -1.0, 0.0).is_err());
+    assert_eq!(Act::from_code(2).expect("gelu"), Act::GeluTanhMul);
+    assert!(Act::from_code(3).unwrap_err().to_string().contains("act 3"));
+}
+
+#[test]
+fn fused_kernels_cover_every_row_and_column() {
+    for &(n_out, act) in &[
+        (2048i64, Act::None),
+        (8192, Act::SiluMul),
+        (1000, Act::GeluTanhMul),
+        (3, Act::None),
+    ] {
+        for m in 1..=MAX_FUSED_ROWS {
+            for v in 0..3 {
+                let nw = if act == Act::None { n_out } else { 2 * n_out };
+                let l = Linear {
+                    gemv: gemv::Problem {
+                        m,
+                        n: nw,
+                        k: 2048,
+                        dtype: dtype::BFLOAT16,
+                        sx: (2048, 1),
+                        sw: (2048, 1),
+                        has_bias: false,
+                        fast: true,
+                        out_sizes: vec![m, nw],
+                        device: 0,
+                    },
+                    n_out,
+                    out_sizes: vec![m, n_out],
+                    res_stride: 0,
+                    fused: true,
+                };
+                let (name, grid) = fused_shape(&l, act, v);
+                assert!(KERNELS.contains(&name), "{name}");
+                assert!(name.ends_with(&format!("_a{}", act as i32)), "{name}");
+                assert!(i64::from(grid.0) * gemv::VARIANT_ROWS[v] >= n_out);
+                assert!(i64::from(grid.1) * gemv::rows_per_block(m) >= m);
+            }
+        }
+    }
+    // A gated act reads twice the weight tiles: at most variant 1.
+    assert_eq!(variant_for(8192, Act::SiluMul, 132), 1);
+    assert_eq!(variant_for(16384, Act::SiluMul, 132), 1);
+    assert_eq!(variant_for(16384, Act::None, 132), 2);
+    assert_eq!(variant_for(2048, Act::SiluMul, 132), 0);
+}
