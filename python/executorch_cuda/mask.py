@@ -4,10 +4,10 @@
 the nodes that compute ``mask_node`` (an SDPA's ``attn_mask``) from the
 positions input ``pos_node`` (the 1-d int input holding the cache positions of
 the new tokens) and the program's constants, runs that subgraph for several
-position vectors (one token at positions spread over the cache, prefills and
-chunks of several lengths within the export's bounds of ``T``, together
-covering every cache position as a query) and compares what each query sees
-with:
+position vectors (one token at positions spread over the cache; prefills and
+chunks of several lengths within the export's bounds of ``T``, whose longest
+runs tile the cache so that every position is a query at least once) and
+compares what each query sees with:
 
 - ``"causal"``: query i sees exactly the keys ``0 <= j <= pos[i]``;
 - ``"window"``: query i sees exactly the keys ``pos[i] - W < j <= pos[i]``
@@ -102,7 +102,7 @@ def _classify(gm, mask_node, pos_node, lmax, ep):
     lo, hi = _t_bounds(t_dim, lmax, ep)
     if lo > hi:
         return _other(f"no query count T in the export's bounds fits a cache of {lmax}")
-    rows = []  # (case, query index, position, visibility row [lmax] bool)
+    rows = []  # (case, positions [T], visibility [T, lmax] bool)
     for case, start, t in _cases(lo, hi, lmax):
         pos = torch.arange(start, start + t, dtype=pv.dtype, device=pv.device)
         vals = [v.clone() for v in state]  # the subgraph may write to its inputs (copy_)
@@ -140,10 +140,10 @@ def _t_bounds(t_dim, lmax, ep):
 
 def _cases(lo, hi, lmax):
     """(label, first position, T): contiguous runs of positions. One token at
-    positions spread over the cache (every position up to 256, when T is
-    always 1); the longest T tiling the whole cache (every position is a query at
-    least once); a middle T as a prefill and as an
-    off-aligned chunk; the shortest T > 1 as a prefill."""
+    positions spread over the cache (256 of them when T is always 1); the
+    longest T tiling the whole cache (every position is a query at least once);
+    a middle T as a prefill and as an off-aligned chunk; the shortest T > 1 as a
+    prefill."""
     out = []
     if lo <= 1 <= hi:
         step = max(lmax // (16 if hi > 1 else 256), 1)  # denser when T=1 is all there is

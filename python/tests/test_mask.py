@@ -87,6 +87,14 @@ class HandWritten(unittest.TestCase):
     def test_a_hole_in_the_middle_of_the_cache_is_found(self):
         self.check("hole", "other", reason="query 0 at position 20 sees key 0 but not key 10")
 
+    def test_after_run_decompositions(self):
+        import mask_models as mm
+
+        vs = _verdicts(mm.export_decoder("window5").run_decompositions({}))
+        self.assertEqual([(v.kind, v.window) for v in vs], [("window", 5)] * 2, vs)
+        vs = _verdicts(mm.export_decoder("future4").run_decompositions({}))
+        self.assertEqual([v.kind for v in vs], ["other"] * 2, vs)
+
     def test_bidirectional_window_and_per_head_masks(self):
         self.check("bidirectional3", "other", reason="sees key 3")
         self.check("heads_differ", "other", reason="differs across batch entries or heads")
