@@ -42,6 +42,8 @@ from typing import Optional
 import torch
 
 HIDDEN_BELOW = -1.0e4  # an additive mask value at or below this hides the key
+_TILE_ELEMS = 1 << 22  # [T, lmax] entries of one run that tiles the cache
+_RUN_ELEMS = 1 << 24  # the most entries of one run, and of all tiles together
 _CACHE = weakref.WeakKeyDictionary()  # fx.Graph -> {(mask, pos, lmax): MaskVerdict}
 
 
@@ -103,7 +105,8 @@ def _classify(gm, mask_node, pos_node, lmax, ep):
     if lo > hi:
         return _other(f"no query count T in the export's bounds fits a cache of {lmax}")
     rows = []  # (case, positions [T], visibility [T, lmax] bool)
-    for case, start, t in _cases(lo, hi, lmax):
+    cases = _cases(lo, hi, lmax)
+    for case, start, t in cases:
         pos = torch.arange(start, start + t, dtype=pv.dtype, device=pv.device)
         vals = [v.clone() for v in state]  # the subgraph may write to its inputs (copy_)
         with torch.no_grad():
@@ -112,7 +115,11 @@ def _classify(gm, mask_node, pos_node, lmax, ep):
         if isinstance(vis, str):
             return _other(f"{case}: {vis}")
         rows.append((case, pos, vis))
-    return _judge(rows, lmax, f"T {lo}..{hi}" if lo < hi else f"T={lo}")
+    ts = f"T {lo}..{hi}" if lo < hi else f"T={lo}"
+    ran = max(t for _, _, t in cases)
+    if ran < hi:
+        ts += f", run up to T={ran}"
+    return _judge(rows, lmax, ts)
 
 
 def _t_bounds(t_dim, lmax, ep):
@@ -141,24 +148,31 @@ def _t_bounds(t_dim, lmax, ep):
 def _cases(lo, hi, lmax):
     """(label, first position, T): contiguous runs of positions. One token at
     positions spread over the cache (256 of them when T is always 1); the
-    longest T tiling the whole cache (every position is a query at least once);
-    a middle T as a prefill and as an off-aligned chunk; the shortest T > 1 as a
-    prefill."""
+    longest T as a prefill; runs of up to 4M mask entries tiling the cache
+    (every position is a query at least once while the tiles add up to 16M
+    entries, a cache of 4096; beyond that, tiles spread over it); a middle T as
+    a prefill and as an off-aligned chunk; the shortest T > 1 as a prefill.
+    Runs longer than 16M entries (T * lmax) are left out: the reason says up to
+    which T was run."""
     out = []
     if lo <= 1 <= hi:
         step = max(lmax // (16 if hi > 1 else 256), 1)  # denser when T=1 is all there is
         ps = sorted({0, 1, 2, lmax // 2, lmax - 2, lmax - 1, *range(0, lmax, step)})
         out += [(f"T=1 at position {p}", p, 1) for p in ps if 0 <= p < lmax]
-    big = hi
-    if big > 1:
-        starts = list(range(0, lmax - big + 1, big))
-        stride = max(len(starts) // 64, 1)  # at most ~64 tiles, then strided
-        starts = starts[::stride]
-        if starts[-1] != lmax - big:
-            starts.append(lmax - big)
-        out += [(f"T={big} at positions {s}..{s + big - 1}", s, big) for s in starts]
-    mid = (max(lo, 2) + big) // 2
-    if 1 < mid < big:
+    top = min(hi, max(_RUN_ELEMS // lmax, 1))
+    tile = min(top, max(_TILE_ELEMS // lmax, 2))
+    if top > tile:
+        out.append((f"T={top} at positions 0..{top - 1}", 0, top))
+    if tile > 1:
+        starts = list(range(0, lmax - tile + 1, tile))
+        keep = max(_RUN_ELEMS // (tile * lmax), 2)
+        if len(starts) > keep:  # evenly spread, the first one kept
+            starts = [starts[i * len(starts) // keep] for i in range(keep)]
+        if starts[-1] != lmax - tile:
+            starts.append(lmax - tile)
+        out += [(f"T={tile} at positions {s}..{s + tile - 1}", s, tile) for s in starts]
+    mid = (max(lo, 2) + tile) // 2
+    if 1 < mid < tile:
         s = min((lmax - mid) // 2 + 1, lmax - mid)
         out += [(f"T={mid} at positions 0..{mid - 1}", 0, mid),
                 (f"T={mid} at positions {s}..{s + mid - 1}", s, mid)]
