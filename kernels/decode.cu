@@ -319,6 +319,7 @@ struct AttnArgs {
   void* out;             // [B, Hq, Lq, D] contiguous (nsplit == 1)
   float* part_o;         // [B, Hq, Lq, nsplit, D] (nsplit > 1)
   float* part_ml;        // [B, Hq, Lq, nsplit, 2]
+  int window;            // > 0: query at p sees only keys p - window < j <= p (a sliding window)
 };
 
 // Position of query i, clamped to the cache: key j is visible to it iff j <= that.
@@ -445,7 +446,7 @@ __device__ __forceinline__ void attn_split(const AttnArgs& a) {
     for (int j = 0; j < ATTN_RPW; ++j) {
       const int rr = j * ATTN_WARPS + warp;
       const int p = qpos[rr];
-      const bool vis = p >= 0 && key < kend && key <= p;
+      const bool vis = p >= 0 && key < kend && key <= p && (a.window <= 0 || key > p - a.window);
       const float x = vis ? sc[j] : -INFINITY;
       const float mn = fmaxf(m[j], warp_max(x));
       if (mn == -INFINITY) continue;  // nothing visible to this row yet (uniform over the warp)

@@ -95,7 +95,7 @@ def _(x, weight, bias, norm_weight, residual, norm_mode, eps, norm_offset, act):
     return x.new_empty((*x.shape[:-1], n))
 
 
-def _attention_ref(q, k_cache, v_cache, positions, scale):
+def _attention_ref(q, k_cache, v_cache, positions, scale, window=0):
     """q [B, Hq, Lq, D]; caches [B, Hkv, Lmax, D]; positions [Lq] (int64): query i sees keys 0..positions[i]."""
     b, hq, lq, d = q.shape
     hkv, lmax = k_cache.shape[1], k_cache.shape[2]
@@ -106,6 +106,8 @@ def _attention_ref(q, k_cache, v_cache, positions, scale):
     keys = torch.arange(lmax, device=q.device)
     pos = positions.to(q.device).clamp(0, lmax - 1)
     visible = keys[None, :] <= pos[:, None]  # [Lq, Lmax]
+    if window > 0:
+        visible &= keys[None, :] > pos[:, None] - window
     s = s.masked_fill(~visible, float("-inf"))
     return torch.matmul(torch.softmax(s, dim=-1), v).to(q.dtype)
 
@@ -129,6 +131,21 @@ def et_decode_attention(
 
 @et_decode_attention.register_fake
 def _(q, k_cache, v_cache, pos, scale):
+    return q.new_empty(q.shape).contiguous()
+
+
+@torch.library.custom_op("et_cuda::et_decode_attention_window", mutates_args=())
+def et_decode_attention_window(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor, scale: float,
+    window: int,
+) -> torch.Tensor:
+    """As ``et_decode_attention`` with a sliding window: query i at ``p`` sees the cache
+    positions ``p - window < j <= p``."""
+    return _attention_ref(q, k_cache, v_cache, _positions(pos, q.shape[2]), scale, window)
+
+
+@et_decode_attention_window.register_fake
+def _(q, k_cache, v_cache, pos, scale, window):
     return q.new_empty(q.shape).contiguous()
 
 

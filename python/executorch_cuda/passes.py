@@ -17,12 +17,12 @@ companion's ops:
   user input whose name contains "pos") -> ``et_cuda.et_decode_attention(q,
   k_cache, v_cache, positions, scale)``.
 
-  Contract (the one thing the pass cannot prove from the graph): that mask
-  lets query i see exactly the cache positions ``0..=positions[i]``, which is
-  what a causal decoder with a static cache builds (``arange(Lmax) <=
-  positions[:, None]``). The pass only checks that the mask depends on the
-  positions input and spans ``Lmax`` keys; pass ``attention=False`` for
-  models whose mask means something else (sliding windows, padding).
+  The mask is proven, not assumed (``mask.classify_mask``): its subgraph is run
+  for position vectors covering the cache and must let query i see exactly the
+  positions ``0..=positions[i]`` (causal) or ``positions[i]-W < j <=
+  positions[i]`` (a sliding window of W, -> ``et_decode_attention_window``).
+  Any other mask (padding, future positions, a bias) stays with ExecuTorch's
+  lowering and the report says why.
 """
 
 import operator
@@ -185,9 +185,18 @@ def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=T
     the fusions' counts (``fuse.fuse``) when ``ep`` is given and ``fuse`` is true.
     ``max_m`` is accepted and ignored (the ops dispatch on M when they run)."""
     g = gm.graph
-    counts = {"linear": 0, "attention": 0, "skipped_attention": []}
+    counts = {"linear": 0, "attention": 0, "window": 0, "skipped_attention": []}
     attn = torch.ops.et_cuda.et_decode_attention.default
+    attn_w = torch.ops.et_cuda.et_decode_attention_window.default
+    verdicts = {}
     pos_node = _find_positions(ep, gm, positions) if attention else None
+    if attention and pos_node is not None:
+        # Every mask is evaluated before anything is rewritten.
+        for n in g.nodes:
+            if n.op == "call_function" and n.target == aten.scaled_dot_product_attention.default:
+                q, k, v, mask, dropout, causal, _ = _sdpa_parts(n)
+                if not _attention_blocker(ep, q, k, v, mask, dropout, causal, pos_node):
+                    _mask_verdict(gm, ep, mask, pos_node, _cache_base(ep, k), verdicts)
     for n in list(g.nodes):
         if n.op != "call_function":
             continue
@@ -201,17 +210,25 @@ def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=T
                 counts["skipped_attention"].append(f"{n.name}: {why}")
             else:
                 kc, vc = _cache_base(ep, k), _cache_base(ep, v)
+                verdict = _mask_verdict(gm, ep, mask, pos_node, kc, verdicts)
+                if verdict.kind not in ("causal", "window"):
+                    counts["skipped_attention"].append(f"{n.name}: mask: {verdict.reason}")
+                    continue
                 # The cache as the SDPA reads it: after this step's write, before expansion.
                 kc, vc = _written(k, kc), _written(v, vc)
                 d = _val(q).shape[-1]
                 s = float(scale) if scale is not None else ops.default_scale(int(d))
                 with g.inserting_before(n):
-                    new = g.call_function(attn, (q, kc, vc, pos_node, s))
+                    if verdict.kind == "window":
+                        new = g.call_function(attn_w, (q, kc, vc, pos_node, s, int(verdict.window)))
+                        counts["window"] += 1
+                    else:
+                        new = g.call_function(attn, (q, kc, vc, pos_node, s))
         if new is not None:
             new.meta["val"] = n.meta.get("val")
             n.replace_all_uses_with(new)
             g.erase_node(n)
-            counts["attention" if new.target == attn else "linear"] += 1
+            counts["attention" if new.target in (attn, attn_w) else "linear"] += 1
     g.eliminate_dead_code()
     g.lint()
     gm.recompile()
@@ -221,6 +238,16 @@ def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=T
         _fuse(ep, counts)
     counts["gemv"] = counts["linear"]
     return counts
+
+
+def _mask_verdict(gm, ep, mask, pos_node, kc, verdicts):
+    """The mask's verdict (``mask.classify_mask``), once per mask node: the subgraph is
+    evaluated before any node it reads is rewritten."""
+    from .mask import classify_mask
+
+    if mask not in verdicts:
+        verdicts[mask] = classify_mask(gm, mask, pos_node, int(_val(kc).shape[2]), ep)
+    return verdicts[mask]
 
 
 def _written(n, base):

@@ -41,7 +41,7 @@ RUST_TO_C = {"AtenTensorHandle": "AtenTensorHandle", "*mut AtenTensorHandle": "A
 class MappingTable(unittest.TestCase):
     def test_every_op_maps_to_a_shim_the_library_exports_with_the_same_signature(self):
         rust = _rust_shims()
-        self.assertEqual(len(rust), 5, rust)
+        self.assertEqual(len(rust), 6, rust)
         self.assertEqual(set(rust), {shims.shim_name(op) for op in shims.C_SHIMS})
         for op, decl in shims.C_SHIMS.items():
             m = re.fullmatch(r"AOTITorchError (\w+)\((.*)\)", decl)
@@ -57,7 +57,9 @@ class MappingTable(unittest.TestCase):
             self.assertIn(f"aoti_torch_cuda_{op}", names)
 
 
-def _toy(dtype, hidden=128, heads=4, kv=2, hd=64, lmax=32, bias=True):
+def _toy(dtype, hidden=128, heads=4, kv=2, hd=64, lmax=32, bias=True, mask_fn=None):
+    """A one-layer static-cache decoder; ``mask_fn(p, j, pad)`` (p: positions [T, 1], j: the
+    cache positions) replaces the causal mask; with ``pad`` the model takes a padding input."""
     class Toy(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -68,7 +70,7 @@ def _toy(dtype, hidden=128, heads=4, kv=2, hd=64, lmax=32, bias=True):
             self.register_buffer("k_cache", torch.zeros(1, kv, lmax, hd))
             self.register_buffer("v_cache", torch.zeros(1, kv, lmax, hd))
 
-        def forward(self, x, cache_position):
+        def forward(self, x, cache_position, pad=None):
             b, t, _ = x.shape
             q = self.q(x).view(b, t, heads, hd).transpose(1, 2)
             k = self.k(x).view(b, t, kv, hd).transpose(1, 2)
@@ -78,6 +80,8 @@ def _toy(dtype, hidden=128, heads=4, kv=2, hd=64, lmax=32, bias=True):
             kk = self.k_cache.repeat_interleave(heads // kv, dim=1)
             vv = self.v_cache.repeat_interleave(heads // kv, dim=1)
             mask = torch.arange(lmax) <= cache_position[:, None]
+            if mask_fn is not None:
+                mask = mask_fn(cache_position[:, None], torch.arange(lmax), pad)
             y = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask[None, None])
             return self.o(y.transpose(1, 2).reshape(b, t, heads * hd))
 
@@ -137,6 +141,36 @@ class Companion(unittest.TestCase):
         self.assertIn("et_cuda.et_decode_attention.default", names)
         self.assertIn("et_cuda.et_linear.default", names)
         self.assertIn("aoti_torch_cuda_et_linear", str(executorch_cuda.custom_ops_to_c_shims()))
+
+    def test_masks_are_proven_before_the_attention_is_rewritten(self):
+        import executorch_cuda
+
+        bf = torch.bfloat16
+        cases = {
+            "future4": (lambda p, j, _: j <= p + 4, "mask"),
+            "padding": (lambda p, j, pad: (j <= p) & pad, "mask"),
+            "window5": (lambda p, j, _: (j <= p) & (j > p - 5), None),
+        }
+        for name, (fn, skipped) in cases.items():
+            m = _toy(bf, mask_fn=fn)
+            x, pos = torch.randn(1, 3, 128).to(bf), torch.tensor([20, 21, 22])
+            args = (x, pos) + ((torch.rand(32) > 0.2,) if name == "padding" else ())
+            t = torch.export.Dim("t", min=1, max=16)
+            ds = {"x": {1: t}, "cache_position": {0: t}}
+            if name == "padding":
+                ds["pad"] = None
+            ep = torch.export.export(m, args, dynamic_shapes=ds, strict=False)
+            want = _toy(bf, mask_fn=fn)(*args).float()
+            ep, report = executorch_cuda.prepare(ep, positions="cache_position")
+            got = ep.module()(*args).float()
+            torch.testing.assert_close(got, want, atol=3e-2, rtol=3e-2, msg=name)
+            if skipped:
+                self.assertEqual(report["attention"], 0, (name, report))
+                self.assertIn(skipped, report["skipped_attention"][0], name)
+            else:
+                self.assertEqual((report["attention"], report["window"]), (1, 1), (name, report))
+                targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
+                self.assertIn("et_cuda.et_decode_attention_window.default", targets)
 
     def test_every_linear_is_rewritten_whatever_the_row_bound(self):
         import executorch_cuda

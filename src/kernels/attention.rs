@@ -84,6 +84,8 @@ pub struct Args {
     pub out: u64,
     pub part_o: u64,
     pub part_ml: u64,
+    /// A sliding window (> 0: keys `p - window < j <= p`), or 0.
+    pub window: i32,
 }
 
 /// The checked problem.
@@ -311,8 +313,17 @@ pub fn decode_attention(
     v: &Tensor,
     pos: Positions,
     scale: f64,
+    window: i64,
 ) -> Result<Tensor> {
     let p = check(q, k, v, pos, scale)?;
+    let window = match i32::try_from(window) {
+        Ok(w) if w >= 0 => w,
+        _ => {
+            return invalid(format!(
+                "et_cuda decode_attention: window {window} is not in 0..=2^31-1 (0: no window)"
+            ))
+        }
+    };
     let dev = Device::Cuda(p.device);
     let sizes = vec![p.b, p.hq, p.lq, p.d];
     let out = crate::cuda::memory::empty_strided(
@@ -353,6 +364,7 @@ pub fn decode_attention(
         out: out.data_ptr() as u64,
         part_o: part_o.as_ref().map_or(0, |t| t.data_ptr() as u64),
         part_ml: part_ml.as_ref().map_or(0, |t| t.data_ptr() as u64),
+        window,
     };
     let _ctx = ContextGuard::device(module.device())?;
     let stream = cuda::stream::current(p.device).raw;

@@ -207,59 +207,10 @@ fn residual_stride(r: &Tensor, sizes: &[i64], dt: i32) -> Result<i64> {
     Ok(stride)
 }
 
-/// Every entry point of the fused linear in `kernels/decode.cu` (checked against the PTX).
-#[cfg(test)]
-pub const KERNELS: &[&str] = &[
-    "et_lin_bf16_v0_m8_a0",
-    "et_lin_bf16_v0_m8_a1",
-    "et_lin_bf16_v0_m8_a2",
-    "et_lin_bf16_v0_m16_a0",
-    "et_lin_bf16_v0_m16_a1",
-    "et_lin_bf16_v0_m16_a2",
-    "et_lin_bf16_v1_m8_a0",
-    "et_lin_bf16_v1_m8_a1",
-    "et_lin_bf16_v1_m8_a2",
-    "et_lin_bf16_v1_m16_a0",
-    "et_lin_bf16_v1_m16_a1",
-    "et_lin_bf16_v1_m16_a2",
-    "et_lin_bf16_v2_m8_a0",
-    "et_lin_bf16_v2_m8_a1",
-    "et_lin_bf16_v2_m8_a2",
-    "et_lin_bf16_v2_m16_a0",
-    "et_lin_bf16_v2_m16_a1",
-    "et_lin_bf16_v2_m16_a2",
-    "et_lin_f16_v0_m8_a0",
-    "et_lin_f16_v0_m8_a1",
-    "et_lin_f16_v0_m8_a2",
-    "et_lin_f16_v0_m16_a0",
-    "et_lin_f16_v0_m16_a1",
-    "et_lin_f16_v0_m16_a2",
-    "et_lin_f16_v1_m8_a0",
-    "et_lin_f16_v1_m8_a1",
-    "et_lin_f16_v1_m8_a2",
-    "et_lin_f16_v1_m16_a0",
-    "et_lin_f16_v1_m16_a1",
-    "et_lin_f16_v1_m16_a2",
-    "et_lin_f16_v2_m8_a0",
-    "et_lin_f16_v2_m8_a1",
-    "et_lin_f16_v2_m8_a2",
-    "et_lin_f16_v2_m16_a0",
-    "et_lin_f16_v2_m16_a1",
-    "et_lin_f16_v2_m16_a2",
-    "et_lin_norm_bf16",
-    "et_lin_norm_f16",
-    "et_lin_epi_bf16_a0",
-    "et_lin_epi_bf16_a1",
-    "et_lin_epi_bf16_a2",
-    "et_lin_epi_f16_a0",
-    "et_lin_epi_f16_a1",
-    "et_lin_epi_f16_a2",
-];
-
 /// The kernel's argument struct (`LinArgs` in `kernels/decode.cu`), field for field.
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy)]
-struct Args {
+pub(crate) struct Args {
     x: u64,
     sx: i64,
     w: u64,
@@ -279,84 +230,10 @@ struct Args {
 
 /// Name and grid of the fused kernel for `l` with weight-tile variant `v` (0..=2).
 pub fn fused_shape(l: &Linear, act: Act, v: usize) -> (&'static str, (u32, u32, u32)) {
-    const NAMES: [[[&str; 3]; 2]; 6] = [
-        [
-            [
-                "et_lin_bf16_v0_m8_a0",
-                "et_lin_bf16_v0_m8_a1",
-                "et_lin_bf16_v0_m8_a2",
-            ],
-            [
-                "et_lin_bf16_v0_m16_a0",
-                "et_lin_bf16_v0_m16_a1",
-                "et_lin_bf16_v0_m16_a2",
-            ],
-        ],
-        [
-            [
-                "et_lin_bf16_v1_m8_a0",
-                "et_lin_bf16_v1_m8_a1",
-                "et_lin_bf16_v1_m8_a2",
-            ],
-            [
-                "et_lin_bf16_v1_m16_a0",
-                "et_lin_bf16_v1_m16_a1",
-                "et_lin_bf16_v1_m16_a2",
-            ],
-        ],
-        [
-            [
-                "et_lin_bf16_v2_m8_a0",
-                "et_lin_bf16_v2_m8_a1",
-                "et_lin_bf16_v2_m8_a2",
-            ],
-            [
-                "et_lin_bf16_v2_m16_a0",
-                "et_lin_bf16_v2_m16_a1",
-                "et_lin_bf16_v2_m16_a2",
-            ],
-        ],
-        [
-            [
-                "et_lin_f16_v0_m8_a0",
-                "et_lin_f16_v0_m8_a1",
-                "et_lin_f16_v0_m8_a2",
-            ],
-            [
-                "et_lin_f16_v0_m16_a0",
-                "et_lin_f16_v0_m16_a1",
-                "et_lin_f16_v0_m16_a2",
-            ],
-        ],
-        [
-            [
-                "et_lin_f16_v1_m8_a0",
-                "et_lin_f16_v1_m8_a1",
-                "et_lin_f16_v1_m8_a2",
-            ],
-            [
-                "et_lin_f16_v1_m16_a0",
-                "et_lin_f16_v1_m16_a1",
-                "et_lin_f16_v1_m16_a2",
-            ],
-        ],
-        [
-            [
-                "et_lin_f16_v2_m8_a0",
-                "et_lin_f16_v2_m8_a1",
-                "et_lin_f16_v2_m8_a2",
-            ],
-            [
-                "et_lin_f16_v2_m16_a0",
-                "et_lin_f16_v2_m16_a1",
-                "et_lin_f16_v2_m16_a2",
-            ],
-        ],
-    ];
     let v = v.min(gemv::VARIANT_ROWS.len() - 1);
     let bf = l.gemv.dtype == dtype::BFLOAT16;
     let mt = gemv::rows_per_block(l.gemv.m);
-    let name = NAMES[if bf { 0 } else { 3 } + v][usize::from(mt == 16)][act as usize];
+    let name = names::FUSED[if bf { 0 } else { 3 } + v][usize::from(mt == 16)][act as usize];
     let rows = gemv::VARIANT_ROWS[v];
     let gx = (l.n_out + rows - 1) / rows;
     let gy = (l.gemv.m + mt - 1) / mt;
@@ -519,20 +396,18 @@ fn composite(l: &Linear, x: &Tensor, w: &Tensor, f: &Fusion, y: Tensor) -> Resul
         x: product.data_ptr() as u64,
         ..base_args(l, f, &y)
     };
-    let name = match (p.dtype == dtype::BFLOAT16, f.act) {
-        (true, Act::None) => "et_lin_epi_bf16_a0",
-        (true, Act::SiluMul) => "et_lin_epi_bf16_a1",
-        (true, Act::GeluTanhMul) => "et_lin_epi_bf16_a2",
-        (false, Act::None) => "et_lin_epi_f16_a0",
-        (false, Act::SiluMul) => "et_lin_epi_f16_a1",
-        (false, Act::GeluTanhMul) => "et_lin_epi_f16_a2",
-    };
+    let name = names::EPILOGUE[usize::from(p.dtype != dtype::BFLOAT16)][f.act as usize];
     // SAFETY: the product is a fresh contiguous [M, Nw] tensor on this stream; the kernel
     // reads it (and the residual, rows of stride sr, checked) and writes y's M x N elements.
     unsafe { launch(&module, p.device, name, (blocks, 1, 1), &mut args)? };
     drop(product);
     Ok(y)
 }
+
+#[path = "linear/names.rs"]
+mod names;
+#[cfg(test)]
+pub use names::KERNELS;
 
 #[cfg(test)]
 #[path = "linear/tests.rs"]

@@ -21,6 +21,11 @@
 //!     AtenTensorHandle* ret0);
 //! ```
 //!
+//! // et_cuda::decode_attention_window(Tensor q, Tensor k_cache, Tensor v_cache, Tensor pos,
+//! //                                  float scale, int window) -> Tensor
+//! AOTITorchError aoti_torch_cuda_et_decode_attention_window(AtenTensorHandle q,
+//!     AtenTensorHandle k_cache, AtenTensorHandle v_cache, AtenTensorHandle pos, double scale,
+//!     int64_t window, AtenTensorHandle* ret0);
 //! // et_cuda::et_linear(Tensor x, Tensor weight, Tensor? bias, Tensor? norm_weight,
 //! //     Tensor? residual, int norm_mode, float eps, float norm_offset, int act) -> Tensor
 //! AOTITorchError aoti_torch_cuda_et_linear(AtenTensorHandle x, AtenTensorHandle weight,
@@ -170,7 +175,41 @@ pub unsafe extern "C" fn aoti_torch_cuda_et_decode_attention(
         if ret0.is_null() {
             return invalid("ret0 is null");
         }
-        let y = attention::decode_attention(q, k, v, Positions::Device(p), scale)?;
+        let y = attention::decode_attention(q, k, v, Positions::Device(p), scale, 0)?;
+        // SAFETY: forwarded contract (checked non-null).
+        unsafe { give(ret0, y) }
+    })
+}
+
+/// As [`aoti_torch_cuda_et_decode_attention`] with a sliding window: query `i` at `p_i` sees
+/// the keys `p_i - window < j <= p_i` (`window` > 0; 0 is no window).
+///
+/// # Safety
+/// Each handle must be null or live; `ret0` null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn aoti_torch_cuda_et_decode_attention_window(
+    q: AtenTensorHandle,
+    k_cache: AtenTensorHandle,
+    v_cache: AtenTensorHandle,
+    pos: AtenTensorHandle,
+    scale: f64,
+    window: i64,
+    ret0: *mut AtenTensorHandle,
+) -> AOTITorchError {
+    guard::<Aoti>("aoti_torch_cuda_et_decode_attention_window", || {
+        // SAFETY: forwarded contract.
+        let (q, k, v, p) = unsafe {
+            (
+                named(q, "q")?,
+                named(k_cache, "k_cache")?,
+                named(v_cache, "v_cache")?,
+                named(pos, "pos")?,
+            )
+        };
+        if ret0.is_null() {
+            return invalid("ret0 is null");
+        }
+        let y = attention::decode_attention(q, k, v, Positions::Device(p), scale, window)?;
         // SAFETY: forwarded contract (checked non-null).
         unsafe { give(ret0, y) }
     })
@@ -202,7 +241,7 @@ pub unsafe extern "C" fn aoti_torch_cuda_et_decode_attention_len(
         if ret0.is_null() {
             return invalid("ret0 is null");
         }
-        let y = attention::decode_attention(q, k, v, Positions::ValidLen(valid_len), scale)?;
+        let y = attention::decode_attention(q, k, v, Positions::ValidLen(valid_len), scale, 0)?;
         // SAFETY: forwarded contract (checked non-null).
         unsafe { give(ret0, y) }
     })

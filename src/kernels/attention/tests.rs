@@ -10,12 +10,14 @@ fn err(r: Result<Problem>) -> String {
 
 #[test]
 fn args_layout_matches_the_kernel() {
-    // AttnArgs: 4 pointers/longs blocks, 9 ints/floats, 3 pointers (4 bytes of padding).
+    // AttnArgs: 4 pointers/longs blocks, 9 ints/floats, 3 pointers (4 bytes of padding),
+    // the window (4 more bytes of padding).
     assert_eq!(
         std::mem::size_of::<Args>(),
-        8 * (1 + 4 + 1 + 3 + 1 + 3 + 2) + 36 + 4 + 24
+        8 * (1 + 4 + 1 + 3 + 1 + 3 + 2) + 36 + 4 + 24 + 8
     );
     assert_eq!(std::mem::offset_of!(Args, out), 8 * 15 + 36 + 4);
+    assert_eq!(std::mem::offset_of!(Args, window), 8 * 15 + 36 + 4 + 24);
 }
 
 #[test]

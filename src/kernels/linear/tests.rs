@@ -138,3 +138,11 @@ fn fused_kernels_cover_every_row_and_column() {
     assert_eq!(variant_for(16384, Act::None, 132), 2);
     assert_eq!(variant_for(2048, Act::SiluMul, 132), 0);
 }
+
+#[test]
+fn args_layout_matches_the_kernel() {
+    // LinArgs: 9 pointers/longs, then eps, norm_add, M, N, K, norm_mode (4 bytes each).
+    assert_eq!(std::mem::size_of::<Args>(), 9 * 8 + 6 * 4);
+    assert_eq!(std::mem::offset_of!(Args, eps), 72);
+    assert_eq!(std::mem::offset_of!(Args, norm_mode), 92);
+}
