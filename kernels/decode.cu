@@ -65,6 +65,20 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// Programmatic dependent launch (sm_90): let the next kernel of the stream start launching, and
+// wait until the kernel before has finished and its writes are visible. Both return at once
+// when the launch was not programmatic (or before sm_90, where they are compiled out).
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // ------------------------------------------------------------------ GEMV
 //
 // Tensor-core GEMV for small M (decode), memory-bound: the goal is to keep
@@ -320,7 +334,14 @@ struct AttnArgs {
   float* part_o;         // [B, Hq, Lq, nsplit, D] (nsplit > 1)
   float* part_ml;        // [B, Hq, Lq, nsplit, 2]
   int window;            // > 0: query at p sees only keys p - window < j <= p (a sliding window)
+  int out_bthd;          // 1: out is laid out [B, Lq, Hq, D] (else [B, Hq, Lq, D])
 };
+
+// Element offset of output row (b, h, i) of D values.
+__device__ __forceinline__ long long attn_out_row(int bthd, long long b, long long h, long long i,
+                                                  int Hq, int Lq) {
+  return bthd ? (b * Lq + i) * Hq + h : (b * Hq + h) * Lq + i;
+}
 
 // Position of query i, clamped to the cache: key j is visible to it iff j <= that.
 __device__ __forceinline__ int query_pos(const AttnArgs& a, int i) {
@@ -352,6 +373,8 @@ __device__ __forceinline__ void attn_split(const AttnArgs& a) {
   __shared__ int qpos[ATTN_ROWS];
   __shared__ int maxpos;
 
+  pdl_launch_dependents();
+  pdl_wait();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int s = blockIdx.x;
   const int hkv = blockIdx.y / a.rgroups, rg = blockIdx.y % a.rgroups;
@@ -485,7 +508,7 @@ __device__ __forceinline__ void attn_split(const AttnArgs& a) {
     const long long orow = ((long long)b * a.Hq + h) * a.Lq + i;
     if (a.nsplit == 1) {
       const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
-      T* o = reinterpret_cast<T*>(a.out) + orow * D;
+      T* o = reinterpret_cast<T*>(a.out) + attn_out_row(a.out_bthd, b, h, i, a.Hq, a.Lq) * D;
 #pragma unroll
       for (int d = 0; d < DPL; ++d) o[lane * DPL + d] = Ops<T>::from_f(acc[j][d] * inv);
     } else {
@@ -505,8 +528,11 @@ __device__ __forceinline__ void attn_split(const AttnArgs& a) {
 template <typename T, int D>
 __device__ __forceinline__ void attn_combine(const float* __restrict__ part_o,
                                              const float* __restrict__ part_ml, void* out,
-                                             long long nrows, int nsplit) {
+                                             long long nrows, int nsplit, int hq, int lq,
+                                             int bthd) {
   constexpr int DPL = D / 32;
+  pdl_launch_dependents();
+  pdl_wait();
   const int lane = threadIdx.x & 31;
   const long long row = (long long)blockIdx.x * 4 + (threadIdx.x >> 5);
   if (row >= nrows) return;
@@ -530,7 +556,8 @@ __device__ __forceinline__ void attn_combine(const float* __restrict__ part_o,
     }
   }
   const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
-  T* o = reinterpret_cast<T*>(out) + row * D + lane * DPL;
+  const long long i = row % lq, h = (row / lq) % hq, b = row / ((long long)lq * hq);
+  T* o = reinterpret_cast<T*>(out) + attn_out_row(bthd, b, h, i, hq, lq) * D + lane * DPL;
 #pragma unroll
   for (int d = 0; d < DPL; ++d) o[d] = Ops<T>::from_f(acc[d] * inv);
 }
@@ -568,17 +595,6 @@ struct LinArgs {
   int M, N, K;        // N output columns (W has N rows, or 2N with act != 0)
   int norm_mode;      // 0 none, 1, 2 (above)
 };
-
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
 
 template <typename T> __device__ __forceinline__ float rnd(float v) {
   return Ops<T>::to_f(Ops<T>::from_f(v));
@@ -659,20 +675,37 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
 
   const int mode = a.norm_mode;
   if (mode != 0) {
-    for (int m = warp; m < mcount; m += NW) {
-      const T* xr = x + (long long)(m0 + m) * a.sx;
-      float s = 0.f;
-      for (int k = lane * 8; k < K; k += 256) {
-        const uint4 v = *reinterpret_cast<const uint4*>(xr + k);
-        const uint32_t ws[4] = {v.x, v.y, v.z, v.w};
+    // Every thread of the block takes 8 k of every row at once (all loads in flight
+    // together), then the block sums the rows' squares through shared memory.
+    float part[MROWS];
+#pragma unroll
+    for (int m = 0; m < MROWS; ++m) part[m] = 0.f;
+    for (int k = threadIdx.x * 8; k < K; k += 32 * NW * 8) {
+      uint4 v[MROWS];
+#pragma unroll
+      for (int m = 0; m < MROWS; ++m)
+        v[m] = ld_x(x + (long long)(m0 + (m < mcount ? m : 0)) * a.sx + k, m < mcount);
+#pragma unroll
+      for (int m = 0; m < MROWS; ++m) {
+        const uint32_t ws[4] = {v[m].x, v[m].y, v[m].z, v[m].w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const float2 f = Ops<T>::pair(ws[i]);
-          s = fmaf(f.x, f.x, fmaf(f.y, f.y, s));
+          part[m] = fmaf(f.x, f.x, fmaf(f.y, f.y, part[m]));
         }
       }
-      s = warp_sum(s);
-      if (lane == 0) rs[m] = rsqrtf(s / (float)K + a.eps);
+    }
+#pragma unroll
+    for (int m = 0; m < MROWS; ++m) {
+      const float s = warp_sum(part[m]);
+      if (lane == 0) red[warp][0][m][0] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x < MROWS) {
+      float s = 0.f;
+#pragma unroll
+      for (int q = 0; q < NW; ++q) s += red[q][0][threadIdx.x][0];
+      rs[threadIdx.x] = rsqrtf(s / (float)K + a.eps);
     }
     __syncthreads();
   }
@@ -850,8 +883,9 @@ GEMV_GENERIC(et_gemv_generic_f16, __half)
     attn_split<T, D>(a);                                                                        \
   }                                                                                             \
   extern "C" __global__ void __launch_bounds__(128)                                             \
-      COMBINE(const float* part_o, const float* part_ml, void* out, long long nrows, int nsplit) { \
-    attn_combine<T, D>(part_o, part_ml, out, nrows, nsplit);                                    \
+      COMBINE(const float* part_o, const float* part_ml, void* out, long long nrows, int nsplit, \
+              int hq, int lq, int bthd) {                                                       \
+    attn_combine<T, D>(part_o, part_ml, out, nrows, nsplit, hq, lq, bthd);                      \
   }
 
 ATTN(et_attn_bf16_d64, et_attn_combine_bf16_d64, __nv_bfloat16, 64)

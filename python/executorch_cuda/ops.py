@@ -134,19 +134,24 @@ def _(q, k_cache, v_cache, pos, scale):
     return q.new_empty(q.shape).contiguous()
 
 
-@torch.library.custom_op("et_cuda::et_decode_attention_window", mutates_args=())
-def et_decode_attention_window(
+@torch.library.custom_op("et_cuda::et_attention", mutates_args=())
+def et_attention(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor, scale: float,
     window: int,
 ) -> torch.Tensor:
-    """As ``et_decode_attention`` with a sliding window: query i at ``p`` sees the cache
-    positions ``p - window < j <= p``."""
-    return _attention_ref(q, k_cache, v_cache, _positions(pos, q.shape[2]), scale, window)
+    """As ``et_decode_attention``, with an optional sliding window (``window`` > 0: query i at
+    ``p`` sees the cache positions ``p - window < j <= p``; 0: all of ``0..=p``), and the
+    result ``[B, Hq, Lq, D]`` laid out as ``[B, Lq, Hq, D]`` in memory (strides
+    ``(Lq*Hq*D, D, Hq*D, 1)``), so that the usual ``transpose(1, 2).reshape(B, Lq, Hq*D)``
+    before the output projection is a view, not a copy."""
+    y = _attention_ref(q, k_cache, v_cache, _positions(pos, q.shape[2]), scale, window)
+    return y.transpose(1, 2).contiguous().transpose(1, 2)
 
 
-@et_decode_attention_window.register_fake
+@et_attention.register_fake
 def _(q, k_cache, v_cache, pos, scale, window):
-    return q.new_empty(q.shape).contiguous()
+    b, h, lq, d = q.shape
+    return q.new_empty((b, lq, h, d)).transpose(1, 2)
 
 
 @torch.library.custom_op("et_cuda::et_decode_attention_len", mutates_args=())

@@ -20,7 +20,9 @@ companion's ops:
   The mask is proven, not assumed (``mask.classify_mask``): its subgraph is run
   for position vectors covering the cache and must let query i see exactly the
   positions ``0..=positions[i]`` (causal) or ``positions[i]-W < j <=
-  positions[i]`` (a sliding window of W, -> ``et_decode_attention_window``).
+  positions[i]`` (a sliding window of W) -> ``et_cuda.et_attention(q, k_cache,
+  v_cache, positions, scale, W or 0)``, whose result is laid out for the output
+  projection.
   Any other mask (padding, future positions, a bias) stays with ExecuTorch's
   lowering and the report says why.
 """
@@ -186,8 +188,7 @@ def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=T
     ``max_m`` is accepted and ignored (the ops dispatch on M when they run)."""
     g = gm.graph
     counts = {"linear": 0, "attention": 0, "window": 0, "skipped_attention": []}
-    attn = torch.ops.et_cuda.et_decode_attention.default
-    attn_w = torch.ops.et_cuda.et_decode_attention_window.default
+    attn = torch.ops.et_cuda.et_attention.default
     verdicts = {}
     pos_node = _find_positions(ep, gm, positions) if attention else None
     if attention and pos_node is not None:
@@ -218,17 +219,15 @@ def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=T
                 kc, vc = _written(k, kc), _written(v, vc)
                 d = _val(q).shape[-1]
                 s = float(scale) if scale is not None else ops.default_scale(int(d))
+                window = int(verdict.window) if verdict.kind == "window" else 0
+                counts["window"] += verdict.kind == "window"
                 with g.inserting_before(n):
-                    if verdict.kind == "window":
-                        new = g.call_function(attn_w, (q, kc, vc, pos_node, s, int(verdict.window)))
-                        counts["window"] += 1
-                    else:
-                        new = g.call_function(attn, (q, kc, vc, pos_node, s))
+                    new = g.call_function(attn, (q, kc, vc, pos_node, s, window))
         if new is not None:
-            new.meta["val"] = n.meta.get("val")
+            new.meta["val"] = _fake_out(new) if new.target == attn else n.meta.get("val")
             n.replace_all_uses_with(new)
             g.erase_node(n)
-            counts["attention" if new.target in (attn, attn_w) else "linear"] += 1
+            counts["attention" if new.target == attn else "linear"] += 1
     g.eliminate_dead_code()
     g.lint()
     gm.recompile()
@@ -238,6 +237,14 @@ def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=T
         _fuse(ep, counts)
     counts["gemv"] = counts["linear"]
     return counts
+
+
+def _fake_out(node):
+    """The fake result of ``node`` from its arguments' fake values (its own strides)."""
+    vals = [_val(a) if isinstance(a, torch.fx.Node) else a for a in node.args]
+    mode = next(v.fake_mode for v in vals if hasattr(v, "fake_mode"))
+    with mode:
+        return node.target(*vals)
 
 
 def _mask_verdict(gm, ep, mask, pos_node, kc, verdicts):

@@ -15,7 +15,7 @@ C_SHIMS = {
     "et_decode_attention": "AOTITorchError aoti_torch_cuda_et_decode_attention("
     "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, double, "
     "AtenTensorHandle*)",
-    "et_decode_attention_window": "AOTITorchError aoti_torch_cuda_et_decode_attention_window("
+    "et_attention": "AOTITorchError aoti_torch_cuda_et_attention("
     "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, double, int64_t, "
     "AtenTensorHandle*)",
     "et_decode_attention_len": "AOTITorchError aoti_torch_cuda_et_decode_attention_len("

@@ -138,7 +138,7 @@ class Companion(unittest.TestCase):
         # The ops survive the decompositions ExecuTorch's to_edge runs.
         dec = ep.run_decompositions({})
         names = {str(n.target) for n in dec.graph.nodes if n.op == "call_function"}
-        self.assertIn("et_cuda.et_decode_attention.default", names)
+        self.assertIn("et_cuda.et_attention.default", names)
         self.assertIn("et_cuda.et_linear.default", names)
         self.assertIn("aoti_torch_cuda_et_linear", str(executorch_cuda.custom_ops_to_c_shims()))
 
@@ -170,7 +170,7 @@ class Companion(unittest.TestCase):
             else:
                 self.assertEqual((report["attention"], report["window"]), (1, 1), (name, report))
                 targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
-                self.assertIn("et_cuda.et_decode_attention_window.default", targets)
+                self.assertIn("et_cuda.et_attention.default", targets)
 
     def test_every_linear_is_rewritten_whatever_the_row_bound(self):
         import executorch_cuda

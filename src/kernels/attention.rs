@@ -86,6 +86,18 @@ pub struct Args {
     pub part_ml: u64,
     /// A sliding window (> 0: keys `p - window < j <= p`), or 0.
     pub window: i32,
+    /// 1: the output is laid out `[B, Lq, Hq, D]` ([`Layout::Bthd`]).
+    pub out_bthd: i32,
+}
+
+/// How the result `[B, Hq, Lq, D]` lies in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Contiguous `[B, Hq, Lq, D]`.
+    Bhtd,
+    /// `[B, Lq, Hq, D]` in memory (strides `(Lq*Hq*D, D, Hq*D, 1)`): what the output
+    /// projection reads after `transpose(1, 2).reshape(B, Lq, Hq*D)`, with no copy.
+    Bthd,
 }
 
 /// The checked problem.
@@ -283,14 +295,31 @@ fn check_device(q: &Tensor, k: &Tensor, v: &Tensor, pos_dev: Option<Device>) -> 
     Ok(device)
 }
 
-/// Rows groups, chunk (keys per split) and number of splits for a GPU of `sms` SMs.
+/// The sliding window as the kernel takes it (0: none).
+fn check_window(window: i64) -> Result<i32> {
+    match i32::try_from(window) {
+        Ok(w) if w >= 0 => Ok(w),
+        _ => invalid(format!(
+            "et_cuda decode_attention: window {window} is not in 0..=2^31-1 (0: no window)"
+        )),
+    }
+}
+
+/// Keys a split takes at least: a cache of up to this many positions is read by one block
+/// per row group (one kernel, no combine); longer ones are split, each split at least this long.
+pub const MIN_SPLIT_KEYS: i64 = 1024;
+
+/// Rows groups, chunk (keys per split) and number of splits for a GPU of `sms` SMs: about two
+/// blocks per SM, with splits of at least [`MIN_SPLIT_KEYS`] (decode at short contexts is one
+/// kernel; the host does not know how much of the cache is filled).
 pub fn split(p: &Problem, sms: i64) -> (i64, i64, i64) {
     let rows = p.hq / p.hkv * p.lq;
     let rgroups = (rows + ROWS - 1) / ROWS;
     let base = p.b * p.hkv * rgroups;
     let tiles = (p.span + TILE - 1) / TILE;
     let want = (2 * sms.max(1) + base - 1) / base;
-    let nsplit = want.clamp(1, tiles.max(1));
+    let by_len = (p.span + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS;
+    let nsplit = want.clamp(1, tiles.max(1)).min(by_len.max(1));
     let chunk = ((p.span + nsplit - 1) / nsplit + TILE - 1) / TILE * TILE;
     let nsplit = (p.span + chunk - 1) / chunk;
     (rgroups, chunk, nsplit.max(1))
@@ -314,24 +343,17 @@ pub fn decode_attention(
     pos: Positions,
     scale: f64,
     window: i64,
+    layout: Layout,
 ) -> Result<Tensor> {
     let p = check(q, k, v, pos, scale)?;
-    let window = match i32::try_from(window) {
-        Ok(w) if w >= 0 => w,
-        _ => {
-            return invalid(format!(
-                "et_cuda decode_attention: window {window} is not in 0..=2^31-1 (0: no window)"
-            ))
-        }
-    };
+    let window = check_window(window)?;
     let dev = Device::Cuda(p.device);
     let sizes = vec![p.b, p.hq, p.lq, p.d];
-    let out = crate::cuda::memory::empty_strided(
-        sizes.clone(),
-        tensor::contiguous_strides(&sizes),
-        p.dtype,
-        dev,
-    )?;
+    let strides = match layout {
+        Layout::Bhtd => tensor::contiguous_strides(&sizes),
+        Layout::Bthd => vec![p.lq * p.hq * p.d, p.d, p.hq * p.d, 1],
+    };
+    let out = crate::cuda::memory::empty_strided(sizes, strides, p.dtype, dev)?;
     if p.b == 0 || p.lq == 0 {
         return Ok(out);
     }
@@ -365,20 +387,24 @@ pub fn decode_attention(
         part_o: part_o.as_ref().map_or(0, |t| t.data_ptr() as u64),
         part_ml: part_ml.as_ref().map_or(0, |t| t.data_ptr() as u64),
         window,
+        out_bthd: i32::from(layout == Layout::Bthd),
     };
     let _ctx = ContextGuard::device(module.device())?;
     let stream = cuda::stream::current(p.device).raw;
     let grid = (nsplit as u32, (p.hkv * rgroups) as u32, p.b as u32);
     let mut params: [*mut c_void; 1] = [(&mut args as *mut Args).cast()];
-    // SAFETY: the kernel takes one `AttnArgs` by value, which `Args` mirrors field for
+    let pdl = super::linear::pdl_enabled();
+    // SAFETY: (every block waits for the kernel before with griddepcontrol.wait before reading
+    // anything, so a programmatic launch is safe) the kernel takes one `AttnArgs` by value, which `Args` mirrors field for
     // field (repr(C)); `check` proved the sizes, strides and alignment it relies on, the
     // positions are int64 on this device (or absent), and the output and workspaces were
     // just allocated with the sizes the grid writes.
-    unsafe { module.launch(name, grid, THREADS, 0, stream, &mut params)? };
+    unsafe { module.launch_with(name, grid, THREADS, 0, stream, &mut params, pdl)? };
     if let (Some(po), Some(pm)) = (&part_o, &part_ml) {
+        let shape = (nrows, nsplit, &args);
         // SAFETY: the workspaces hold nrows x nsplit partials written by the launch above
         // on the same stream, and `out` has the nrows rows the combine writes.
-        unsafe { launch_combine(&module, combine, stream, &out, (po, pm), nrows, nsplit)? };
+        unsafe { launch_combine(&module, combine, stream, &out, (po, pm), shape)? };
     }
     // The workspaces go back to the pool ordered after the kernels on this stream.
     drop((part_o, part_ml));
@@ -425,8 +451,7 @@ unsafe fn launch_combine(
     stream: sys::CUstream,
     out: &Tensor,
     parts: (&Tensor, &Tensor),
-    nrows: i64,
-    nsplit: i64,
+    (nrows, nsplit, args): (i64, i64, &Args),
 ) -> Result<()> {
     let (po, pm) = parts;
     let mut pop = po.data_ptr() as u64;
@@ -434,18 +459,23 @@ unsafe fn launch_combine(
     let mut outp = out.data_ptr() as u64;
     let mut nr = nrows;
     let mut ns = nsplit as i32;
-    let mut cparams: [*mut c_void; 5] = [
+    let (mut hq, mut lq, mut bthd) = (args.hq, args.lq, args.out_bthd);
+    let mut cparams: [*mut c_void; 8] = [
         (&mut pop as *mut u64).cast(),
         (&mut pmp as *mut u64).cast(),
         (&mut outp as *mut u64).cast(),
         (&mut nr as *mut i64).cast(),
         (&mut ns as *mut i32).cast(),
+        (&mut hq as *mut i32).cast(),
+        (&mut lq as *mut i32).cast(),
+        (&mut bthd as *mut i32).cast(),
     ];
     let cgrid = (((nrows + 3) / 4) as u32, 1, 1);
-    // SAFETY: (ptr, ptr, ptr, i64, int) as the combine kernel takes; the workspaces hold
-    // nrows x nsplit partials written by the attention launch before it on the same stream
-    // (this function's contract).
-    unsafe { module.launch(combine, cgrid, 128, 0, stream, &mut cparams)? };
+    let pdl = super::linear::pdl_enabled();
+    // SAFETY: (ptr, ptr, ptr, i64, int, int, int, int) as the combine kernel takes; the
+    // workspaces hold nrows x nsplit partials written by the attention launch before it on the
+    // same stream (this function's contract); every block waits for it first (PDL).
+    unsafe { module.launch_with(combine, cgrid, 128, 0, stream, &mut cparams, pdl)? };
     Ok(())
 }
 

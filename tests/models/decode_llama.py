@@ -46,7 +46,9 @@ QWEN06B_CFG = real_init.QWEN06B
 assert real_init.LLAMA1B == M.LLAMA1B_CFG, "real_init.LLAMA1B and models.LLAMA1B_CFG differ"
 # name: (config, tied embeddings, recipe knobs) (real_init.py)
 MODELS = real_init.MODELS
-MAX_T = 64  # the dynamic T bound (prefill length) of the exported forward
+# The dynamic T bound (prefill length) of the exported forward: 128 by default (REAL_MAX_T), as
+# exports for chat use 128-2048; the companion no longer depends on it.
+MAX_T = int(os.environ.get("REAL_MAX_T", "128"))
 
 
 class TorchBackend:

@@ -21,9 +21,9 @@
 //!     AtenTensorHandle* ret0);
 //! ```
 //!
-//! // et_cuda::decode_attention_window(Tensor q, Tensor k_cache, Tensor v_cache, Tensor pos,
-//! //                                  float scale, int window) -> Tensor
-//! AOTITorchError aoti_torch_cuda_et_decode_attention_window(AtenTensorHandle q,
+//! // et_cuda::et_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor pos,
+//! //                        float scale, int window) -> Tensor   ([B, Lq, Hq, D] in memory)
+//! AOTITorchError aoti_torch_cuda_et_attention(AtenTensorHandle q,
 //!     AtenTensorHandle k_cache, AtenTensorHandle v_cache, AtenTensorHandle pos, double scale,
 //!     int64_t window, AtenTensorHandle* ret0);
 //! // et_cuda::et_linear(Tensor x, Tensor weight, Tensor? bias, Tensor? norm_weight,
@@ -46,7 +46,7 @@
 use super::{give, named, optional, AOTITorchError, AtenTensorHandle};
 use crate::error::invalid;
 use crate::ffi::{guard, Aoti};
-use crate::kernels::attention::{self, Positions};
+use crate::kernels::attention::{self, Layout, Positions};
 use crate::kernels::gemv;
 use crate::kernels::linear::{self, Act, Fusion, Norm};
 
@@ -175,19 +175,20 @@ pub unsafe extern "C" fn aoti_torch_cuda_et_decode_attention(
         if ret0.is_null() {
             return invalid("ret0 is null");
         }
-        let y = attention::decode_attention(q, k, v, Positions::Device(p), scale, 0)?;
+        let y = attention::decode_attention(q, k, v, Positions::Device(p), scale, 0, Layout::Bhtd)?;
         // SAFETY: forwarded contract (checked non-null).
         unsafe { give(ret0, y) }
     })
 }
 
-/// As [`aoti_torch_cuda_et_decode_attention`] with a sliding window: query `i` at `p_i` sees
-/// the keys `p_i - window < j <= p_i` (`window` > 0; 0 is no window).
+/// As [`aoti_torch_cuda_et_decode_attention`] with an optional sliding window (query `i` at
+/// `p_i` sees the keys `p_i - window < j <= p_i`; `window` 0: all of `0..=p_i`), and the result
+/// `[B, Hq, Lq, D]` laid out `[B, Lq, Hq, D]` in memory (`attention::Layout::Bthd`).
 ///
 /// # Safety
 /// Each handle must be null or live; `ret0` null or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn aoti_torch_cuda_et_decode_attention_window(
+pub unsafe extern "C" fn aoti_torch_cuda_et_attention(
     q: AtenTensorHandle,
     k_cache: AtenTensorHandle,
     v_cache: AtenTensorHandle,
@@ -196,7 +197,7 @@ pub unsafe extern "C" fn aoti_torch_cuda_et_decode_attention_window(
     window: i64,
     ret0: *mut AtenTensorHandle,
 ) -> AOTITorchError {
-    guard::<Aoti>("aoti_torch_cuda_et_decode_attention_window", || {
+    guard::<Aoti>("aoti_torch_cuda_et_attention", || {
         // SAFETY: forwarded contract.
         let (q, k, v, p) = unsafe {
             (
@@ -209,7 +210,15 @@ pub unsafe extern "C" fn aoti_torch_cuda_et_decode_attention_window(
         if ret0.is_null() {
             return invalid("ret0 is null");
         }
-        let y = attention::decode_attention(q, k, v, Positions::Device(p), scale, window)?;
+        let y = attention::decode_attention(
+            q,
+            k,
+            v,
+            Positions::Device(p),
+            scale,
+            window,
+            Layout::Bthd,
+        )?;
         // SAFETY: forwarded contract (checked non-null).
         unsafe { give(ret0, y) }
     })
@@ -241,7 +250,15 @@ pub unsafe extern "C" fn aoti_torch_cuda_et_decode_attention_len(
         if ret0.is_null() {
             return invalid("ret0 is null");
         }
-        let y = attention::decode_attention(q, k, v, Positions::ValidLen(valid_len), scale, 0)?;
+        let y = attention::decode_attention(
+            q,
+            k,
+            v,
+            Positions::ValidLen(valid_len),
+            scale,
+            0,
+            Layout::Bhtd,
+        )?;
         // SAFETY: forwarded contract (checked non-null).
         unsafe { give(ret0, y) }
     })

@@ -16,6 +16,10 @@ fn args_layout_matches_the_kernel() {
         std::mem::size_of::<Args>(),
         8 * (1 + 4 + 1 + 3 + 1 + 3 + 2) + 36 + 4 + 24 + 8
     );
+    assert_eq!(
+        std::mem::offset_of!(Args, out_bthd),
+        8 * 15 + 36 + 4 + 24 + 4
+    );
     assert_eq!(std::mem::offset_of!(Args, out), 8 * 15 + 36 + 4);
     assert_eq!(std::mem::offset_of!(Args, window), 8 * 15 + 36 + 4 + 24);
 }
