@@ -411,3 +411,39 @@ pub(super) fn time_graph(
     times.sort_by(f64::total_cmp);
     times[times.len() / 2]
 }
+
+/// The load-time check: a program whose `.so` names `aoti_torch_cuda_et_linear` passes it when
+/// cuBLASLt is there (and then fails at `dlopen`: the tiny `.so` needs a library that does not
+/// exist), and fails with cuBLASLt's error, naming the op, when it is not.
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
+fn loading_a_program_with_the_linear_ops_checks_for_cublaslt() {
+    assert!(
+        crate::cuda::device_count().is_ok_and(|n| n > 0),
+        "needs a CUDA device"
+    );
+    let so = crate::aoti::elf::tests_support::tiny_so_with_strings(b"aoti_torch_cuda_et_linear\0");
+    let p = crate::delegate::InitParams {
+        so: &so,
+        weights: crate::delegate::Weights::Blob(&[]),
+        method_name: "forward".into(),
+        so_key: None,
+        weights_key: None,
+        config: crate::MethodConfig::default(),
+    };
+    let e = match crate::delegate::CudaHandle::init(p) {
+        Ok(_) => panic!("the tiny .so cannot load"),
+        Err(e) => e.to_string(),
+    };
+    match require_cublaslt() {
+        Ok(()) => assert!(
+            e.contains("libet_cuda_no_such_library") && !e.contains("cuBLASLt"),
+            "{e}"
+        ),
+        Err(_) => assert!(
+            e.contains("aoti_torch_cuda_et_linear") && e.contains("libcublasLt"),
+            "{e}"
+        ),
+    }
+    println!("load error, as expected: {e}");
+}
