@@ -92,7 +92,7 @@ pub(crate) fn cached_plans() -> usize {
 }
 
 /// Destroys a descriptor with `destroy` when dropped.
-struct Owned<T: Copy> {
+pub(super) struct Owned<T: Copy> {
     raw: T,
     destroy: unsafe extern "C" fn(T) -> lib::Status,
 }
@@ -146,14 +146,14 @@ fn layout(
 }
 
 /// The descriptors of one call: the operation and the layouts of A (W), B (x) and D (out).
-struct Descs {
+pub(super) struct Descs {
     op: Owned<lt::cublasLtMatmulDesc_t>,
     a: Owned<lt::cublasLtMatrixLayout_t>,
     b: Owned<lt::cublasLtMatrixLayout_t>,
     d: Owned<lt::cublasLtMatrixLayout_t>,
 }
 
-fn descriptors(api: &Api, p: &Problem, bias: Option<u64>) -> Result<Descs> {
+pub(super) fn descriptors(api: &Api, p: &Problem, bias: Option<u64>) -> Result<Descs> {
     use lt::cublasLtMatmulDescAttributes_t as A;
     let mut raw: lt::cublasLtMatmulDesc_t = std::ptr::null_mut();
     let compute = lt::cublasComputeType_t::CUBLAS_COMPUTE_32F as u32;
@@ -208,7 +208,7 @@ fn descriptors(api: &Api, p: &Problem, bias: Option<u64>) -> Result<Descs> {
 
 /// The preference of a heuristic query: at most [`MAX_WORKSPACE`], and the pointers'
 /// alignments (cuBLASLt assumes 256 bytes otherwise).
-fn preference(api: &Api, key: &Key) -> Result<Owned<lt::cublasLtMatmulPreference_t>> {
+pub(super) fn preference(api: &Api, key: &Key) -> Result<Owned<lt::cublasLtMatmulPreference_t>> {
     use lt::cublasLtMatmulPreferenceAttributes_t as P;
     let mut raw: lt::cublasLtMatmulPreference_t = std::ptr::null_mut();
     // SAFETY: out-pointer to a local.

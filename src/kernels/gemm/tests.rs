@@ -257,6 +257,25 @@ fn a_real_cublaslt_resolves_every_function() {
     println!("cuBLASLt {} from {}", api.version, api.path);
     assert!(api.version >= 11_000, "{}", api.version);
     assert!(api.path.contains("libcublasLt"), "{}", api.path);
+    // The descriptors and the preference need no device: every attribute's id and size is
+    // one this library accepts (a wrong one is CUBLAS_STATUS_INVALID_VALUE).
+    for (dt, bias) in [(dtype::BFLOAT16, Some(0x1000u64)), (dtype::FLOAT16, None)] {
+        let mut p = problem(33, 2048, vec![33, 2048]);
+        p.dtype = dt;
+        super::matmul::descriptors(&api, &p, bias).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let key = Key {
+        device: 0,
+        dtype: dtype::BFLOAT16,
+        m: 33,
+        n: 2048,
+        k: 64,
+        ldx: 64,
+        ldw: 64,
+        bias: false,
+        align: [2, 16, 256],
+    };
+    super::matmul::preference(&api, &key).unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
