@@ -18,7 +18,9 @@
 //!
 //! Per device: one cuBLASLt handle, kept for the process. Per problem (shape,
 //! strides, dtype, bias, pointer alignments): the algorithm cuBLASLt's
-//! heuristic picks, cached, so a repeated shape costs no heuristic query. The
+//! heuristic picks, cached, so a repeated shape costs no heuristic query: of
+//! its eight fastest, the first that does not split K or adds the parts in
+//! fp32 (so the result is rounded once), else its fastest. The
 //! workspace the chosen algorithm needs (at most `matmul::MAX_WORKSPACE`) is
 //! allocated on the current stream for the call and freed after it,
 //! stream-ordered: no workspace is shared between streams, and inside a graph

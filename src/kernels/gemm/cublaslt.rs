@@ -102,6 +102,13 @@ pub(crate) struct Api {
     pub(crate) pref_create: unsafe extern "C" fn(*mut Pref) -> Status,
     pub(crate) pref_destroy: unsafe extern "C" fn(Pref) -> Status,
     pub(crate) pref_set: unsafe extern "C" fn(Pref, u32, *const c_void, usize) -> Status,
+    pub(crate) algo_get: unsafe extern "C" fn(
+        *const lt::cublasLtMatmulAlgo_t,
+        u32,
+        *mut c_void,
+        usize,
+        *mut usize,
+    ) -> Status,
     #[allow(clippy::type_complexity)]
     pub(crate) heuristic: unsafe extern "C" fn(
         Handle,
@@ -346,6 +353,7 @@ unsafe fn resolve(h: *mut c_void) -> std::result::Result<Api, String> {
             pref_create: sym(h, c"cublasLtMatmulPreferenceCreate")?,
             pref_destroy: sym(h, c"cublasLtMatmulPreferenceDestroy")?,
             pref_set: sym(h, c"cublasLtMatmulPreferenceSetAttribute")?,
+            algo_get: sym(h, c"cublasLtMatmulAlgoConfigGetAttribute")?,
             heuristic: sym(h, c"cublasLtMatmulAlgoGetHeuristic")?,
             matmul: sym(h, c"cublasLtMatmul")?,
         };

@@ -22,6 +22,11 @@ use std::sync::{LazyLock, Mutex};
 /// The most workspace an algorithm may ask for (NVIDIA's suggestion for Hopper). Only what
 /// the chosen algorithm needs is allocated, per call, on the call's stream.
 pub(crate) const MAX_WORKSPACE: u64 = 32 << 20;
+/// `CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE`: split-K parts are kept and added in fp32 (the
+/// other schemes add them in the output type, rounding each part).
+const COMPUTE_TYPE_REDUCTION: u32 = 2;
+/// Heuristic results asked for: the choice among them prefers fp32 split-K reductions.
+const CANDIDATES: usize = 8;
 /// Cached algorithm choices kept at most (the cache starts over beyond it).
 const MAX_PLANS: usize = 4096;
 /// `CUBLAS_OP_N`, `CUBLAS_OP_T` (`cublasOperation_t`).
@@ -81,15 +86,11 @@ pub(crate) fn alignment(addr: u64) -> u32 {
 struct Choice {
     algo: lt::cublasLtMatmulAlgo_t,
     workspace: usize,
+    /// Split-K count and reduction scheme, as cuBLASLt reports them.
+    reduction: (Option<u32>, Option<u32>),
 }
 
 static PLANS: LazyLock<Mutex<HashMap<Key, Choice>>> = LazyLock::new(Default::default);
-
-/// Number of cached algorithm choices (tests).
-#[cfg(test)]
-pub(crate) fn cached_plans() -> usize {
-    PLANS.lock().unwrap_or_else(|p| p.into_inner()).len()
-}
 
 /// Destroys a descriptor with `destroy` when dropped.
 pub(super) struct Owned<T: Copy> {
@@ -249,15 +250,34 @@ pub(super) fn preference(api: &Api, key: &Key) -> Result<Owned<lt::cublasLtMatmu
     Ok(pref)
 }
 
-/// The cached algorithm for `key`, or cuBLASLt's best heuristic choice (then cached).
+/// The cached algorithm for `key`, or cuBLASLt's choice (then cached; see [`query`]).
 fn choose(api: &Api, h: lt::cublasLtHandle_t, key: &Key, ds: &Descs) -> Result<Choice> {
     if let Some(c) = PLANS.lock().unwrap_or_else(|p| p.into_inner()).get(key) {
         return Ok(*c);
     }
+    let c = query(api, h, key, ds)?;
+    log::debug!(
+        "cuBLASLt for {}: workspace {} bytes, split-K {:?}, reduction scheme {:?}",
+        describe(key),
+        c.workspace,
+        c.reduction.0,
+        c.reduction.1
+    );
+    let mut plans = PLANS.lock().unwrap_or_else(|p| p.into_inner());
+    if plans.len() >= MAX_PLANS {
+        plans.clear();
+    }
+    plans.insert(*key, c);
+    Ok(c)
+}
+
+/// cuBLASLt's fastest algorithms for `key` ([`CANDIDATES`] of them, best first): the first
+/// that adds its split-K parts, if any, in fp32 ([`fp32_reduction`]), else the fastest.
+fn query(api: &Api, h: lt::cublasLtHandle_t, key: &Key, ds: &Descs) -> Result<Choice> {
     let pref = preference(api, key)?;
-    let mut result = HeuristicResult::zeroed();
+    let mut results = [HeuristicResult::zeroed(); CANDIDATES];
     let mut found: i32 = 0;
-    // SAFETY: live handle and descriptors; room for the one result asked for.
+    // SAFETY: live handle and descriptors; room for the CANDIDATES results asked for.
     let st = unsafe {
         (api.heuristic)(
             h,
@@ -267,31 +287,86 @@ fn choose(api: &Api, h: lt::cublasLtHandle_t, key: &Key, ds: &Descs) -> Result<C
             ds.d.raw,
             ds.d.raw,
             pref.raw,
-            1,
-            &mut result,
+            CANDIDATES as i32,
+            results.as_mut_ptr(),
             &mut found,
         )
     };
     lib::check(st, || {
         format!("cublasLtMatmulAlgoGetHeuristic ({})", describe(key))
     })?;
-    if found < 1 || result.state != lib::SUCCESS {
+    let usable: Vec<&HeuristicResult> = results
+        .iter()
+        .take(found.clamp(0, CANDIDATES as i32) as usize)
+        .filter(|r| r.state == lib::SUCCESS)
+        .collect();
+    let Some(best) = usable
+        .iter()
+        .find(|r| fp32_reduction(reduction(api, &r.algo)))
+        .or(usable.first())
+    else {
         return Err(Error::cuda(format!(
-            "cuBLASLt has no algorithm for {} ({})",
-            describe(key),
-            lib::status_name(result.state)
+            "cuBLASLt has no algorithm for {}",
+            describe(key)
         )));
-    }
-    let c = Choice {
-        algo: result.algo,
-        workspace: result.workspace_size,
     };
-    let mut plans = PLANS.lock().unwrap_or_else(|p| p.into_inner());
-    if plans.len() >= MAX_PLANS {
-        plans.clear();
-    }
-    plans.insert(*key, c);
-    Ok(c)
+    Ok(Choice {
+        algo: best.algo,
+        workspace: best.workspace_size,
+        reduction: reduction(api, &best.algo),
+    })
+}
+
+/// `algo`'s split-K count and reduction scheme (`None` when cuBLASLt does not say).
+fn reduction(api: &Api, algo: &lt::cublasLtMatmulAlgo_t) -> (Option<u32>, Option<u32>) {
+    use lt::cublasLtMatmulAlgoConfigAttributes_t as C;
+    let get = |attr: C| -> Option<u32> {
+        let mut v: u32 = 0;
+        let mut written: usize = 0;
+        // SAFETY: an algorithm from the heuristic; a 4-byte buffer for a uint32_t/int32_t
+        // attribute and an out-pointer to a local.
+        let st = unsafe {
+            (api.algo_get)(
+                algo,
+                attr as u32,
+                (&mut v as *mut u32).cast(),
+                4,
+                &mut written,
+            )
+        };
+        (st == lib::SUCCESS && written == 4).then_some(v)
+    };
+    (
+        get(C::CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+        get(C::CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
+    )
+}
+
+/// Whether an algorithm with this split-K count and reduction scheme does not split K or adds
+/// the parts in the compute type, fp32 (the other schemes add them in the output type).
+fn fp32_reduction((splits, scheme): (Option<u32>, Option<u32>)) -> bool {
+    matches!(splits, Some(0 | 1)) || matches!(scheme, Some(0 | COMPUTE_TYPE_REDUCTION))
+}
+
+/// The cached choices in words (tests): the problem, the workspace, the split-K count and the
+/// reduction scheme.
+#[cfg(test)]
+pub(crate) fn plans_summary() -> Vec<String> {
+    let plans = PLANS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut v: Vec<String> = plans
+        .iter()
+        .map(|(k, c)| {
+            format!(
+                "{}: workspace {} bytes, split-K {:?}, reduction scheme {:?}",
+                describe(k),
+                c.workspace,
+                c.reduction.0,
+                c.reduction.1
+            )
+        })
+        .collect();
+    v.sort();
+    v
 }
 
 /// The problem in words, for errors.
