@@ -92,9 +92,9 @@ fn from_bits(h: u16, dt: i32) -> f32 {
     }
 }
 
-/// A device tensor view (`sizes`, `strides`, element `offset`) whose elements are `vals`
-/// (in the view's row-major order); the rest of its storage is zero.
-pub(super) fn upload(vals: &[f32], dt: i32, sizes: &[i64], strides: &[i64], offset: i64) -> Tensor {
+/// The bits of a storage holding `vals` (in row-major order) at the view `sizes`, `strides`,
+/// element `offset`; zero elsewhere.
+fn scatter(vals: &[f32], dt: i32, sizes: &[i64], strides: &[i64], offset: i64) -> Vec<u16> {
     let len = tensor::required_bytes(sizes, strides, offset, 2).expect("view") / 2;
     let mut flat = vec![0u16; len.max(1)];
     let mut idx = vec![0i64; sizes.len()];
@@ -109,6 +109,13 @@ pub(super) fn upload(vals: &[f32], dt: i32, sizes: &[i64], strides: &[i64], offs
             idx[d] = 0;
         }
     }
+    flat
+}
+
+/// A device tensor view (`sizes`, `strides`, element `offset`) whose elements are `vals`
+/// (in the view's row-major order); the rest of its storage is zero.
+pub(super) fn upload(vals: &[f32], dt: i32, sizes: &[i64], strides: &[i64], offset: i64) -> Tensor {
+    let flat = scatter(vals, dt, sizes, strides, offset);
     let host = cpu_tensor(dt, &[flat.len() as i64]);
     // SAFETY: the host tensor holds flat.len() 2-byte elements.
     unsafe { std::ptr::copy_nonoverlapping(flat.as_ptr(), host.data_ptr().cast(), flat.len()) };
@@ -123,6 +130,28 @@ pub(super) fn upload(vals: &[f32], dt: i32, sizes: &[i64], strides: &[i64], offs
         offset,
     )
     .expect("view")
+}
+
+#[test]
+fn test_helpers_encode_exactly_and_place_elements_by_stride() {
+    for dt in [BF16, F16] {
+        for j in -32..=32 {
+            let v = j as f32 / 32.0;
+            assert_eq!(from_bits(to_bits(v, dt), dt), v, "{v} dtype {dt}");
+        }
+    }
+    assert_eq!(to_bits(1.0, F16), 0x3c00);
+    assert_eq!(to_bits(-0.5, F16), 0xb800);
+    assert_eq!(to_bits(1.0 / 32.0, F16), 0x2800);
+    assert_eq!(to_bits(1.0, BF16), 0x3f80);
+    assert_eq!(from_bits(0x7c00, F16), f32::INFINITY);
+    assert_eq!(from_bits(0x0001, F16), 2f32.powi(-24));
+    assert_eq!(from_bits(0x3555, F16), 0.333_251_95);
+    let v = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0].map(|x| x / 8.0);
+    let flat = scatter(&v, BF16, &[2, 3], &[4, 1], 1);
+    let want = [0.0, 1.0, 2.0, 3.0, 0.0, 4.0, 5.0, 6.0].map(|x: f32| to_bits(x / 8.0, BF16));
+    assert_eq!(flat, want);
+    assert_eq!(scatter(&[], BF16, &[0, 4], &[4, 1], 0), [0]);
 }
 
 /// A contiguous device tensor's elements as f32 (waits for the current stream).
