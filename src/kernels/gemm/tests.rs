@@ -319,3 +319,40 @@ fn alignments_and_descriptions() {
         "M=128 N=2048 K=8192 fp16, x row stride 8200, W row stride 8192, bias, alignments x/W/out [16, 256, 256] bytes"
     );
 }
+
+/// `ET_CUDA_CUBLASLT` as the process reads it: this test runs itself in a child process with
+/// the variable naming a file that does not exist; there `require_cublaslt` must fail with a
+/// `LoadFailed` error naming it (the parent's cuBLASLt state is untouched).
+#[test]
+fn the_variable_is_what_the_process_loads() {
+    const CHILD: &str = "ET_CUDA_TEST_CUBLASLT_CHILD";
+    const BOGUS: &str = "/nonexistent/et-cuda-test/libcublasLt.so.13";
+    if std::env::var_os(CHILD).is_some() {
+        let e = require_cublaslt().expect_err("the variable names no library");
+        assert_eq!(e.kind(), ErrorKind::LoadFailed);
+        let m = e.to_string();
+        assert!(m.contains(&format!("{LIB_ENV}={BOGUS}")), "{m}");
+        // Asked again: the same answer, from the process's cache.
+        assert_eq!(require_cublaslt().expect_err("cached"), e);
+        println!("child saw: {m}");
+        return;
+    }
+    let exe = std::env::current_exe().expect("test binary");
+    let name = "kernels::gemm::tests::the_variable_is_what_the_process_loads";
+    let out = std::process::Command::new(exe)
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(LIB_ENV, BOGUS)
+        .env(CHILD, "1")
+        .output()
+        .expect("run the child");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("1 passed") && text.contains("child saw"),
+        "{text}"
+    );
+}
