@@ -231,8 +231,16 @@ fn check_device(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<i32> {
     }
 }
 
-/// `out` fits the problem: same dtype and device, contiguous, sizes `p.out_sizes` or `[M, N]`.
-fn check_out(p: &Problem, out: &Tensor) -> Result<()> {
+/// The device (or host) byte range a view touches.
+fn byte_range(t: &Tensor) -> Result<(u64, u64)> {
+    let (start, end) = t.span()?;
+    let base = t.storage.base_ptr() as u64;
+    Ok((base + start as u64, base + end as u64))
+}
+
+/// `out` fits the problem: same dtype and device, contiguous, sizes `p.out_sizes` or `[M, N]`,
+/// no byte shared with one of `inputs`.
+fn check_out(p: &Problem, out: &Tensor, inputs: [(Option<&Tensor>, &str); 3]) -> Result<()> {
     if out.dtype != p.dtype {
         return Err(err(format!(
             "out is {}, x is {}",
@@ -248,6 +256,15 @@ fn check_out(p: &Problem, out: &Tensor) -> Result<()> {
     }
     if (out.data_ptr() as usize) % 2 != 0 {
         return Err(err("out is not aligned to its 2-byte elements"));
+    }
+    let o = byte_range(out)?;
+    for (t, what) in inputs {
+        if let Some(t) = t {
+            let r = byte_range(t)?;
+            if o.0 < o.1 && r.0 < r.1 && o.0 < r.1 && r.0 < o.1 {
+                return Err(err(format!("out overlaps {what}")));
+            }
+        }
     }
     if out.device() != Device::Cuda(p.device) {
         return Err(err(format!(
@@ -280,7 +297,8 @@ pub fn gemm(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
 #[allow(dead_code)]
 pub fn gemm_into(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, out: &Tensor) -> Result<()> {
     let p = check(x, w, bias)?;
-    check_out(&p, out)?;
+    let inputs = [(Some(x), "x"), (Some(w), "the weight"), (bias, "the bias")];
+    check_out(&p, out, inputs)?;
     run(&p, x, w, bias, out)
 }
 
