@@ -84,7 +84,11 @@ impl CudaHandle {
         // The CUDA check comes before dlopen: without a driver the .so cannot run, and
         // opening it may need a newer C library than a CPU-only machine has.
         let device = cuda::device(cfg.device)?;
-        // A library the program's ops need (cuBLASLt) is missing: fail now, naming it.
+        // A library the program's ops need (cuBLASLt) is missing: fail now, naming it. The CUDA
+        // runtime is loaded first: cuBLASLt is also looked for in its folder.
+        if !elf.companion_imports.is_empty() {
+            aoti::loader::prepare_process()?;
+        }
         crate::kernels::gemm::require_for_imports(
             elf.companion_imports.iter().map(String::as_str),
         )?;
