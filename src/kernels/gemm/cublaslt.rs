@@ -225,11 +225,14 @@ fn loaded_cuda_dirs() -> Vec<String> {
         }
         // SAFETY: non-null NUL-terminated string owned by the loader.
         let path = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        if let Some(dir) = cuda_dir_of(&path) {
-            if !dirs.iter().any(|d| d == dir) {
-                dirs.push(dir.to_string());
+        // Nothing here panics short of running out of memory; a panic must not cross into C.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if let Some(dir) = cuda_dir_of(&path) {
+                if !dirs.iter().any(|d| d == dir) {
+                    dirs.push(dir.to_string());
+                }
             }
-        }
+        }));
         0
     }
     let mut dirs: Vec<String> = Vec::new();
