@@ -287,6 +287,10 @@ fn a_real_cublaslt_resolves_every_function() {
     println!("cuBLASLt {} from {}", api.version, api.path);
     assert!(api.version >= 11_000, "{}", api.version);
     assert!(api.path.contains("libcublasLt"), "{}", api.path);
+    // Now loaded in this process: its folder is among the places searched.
+    let (dir, _) = api.path.rsplit_once('/').expect("a path");
+    let c = cublaslt::candidates(None);
+    assert!(c.contains(&format!("{dir}/libcublasLt.so.12")), "{c:?}");
     // The descriptors and the preference need no device: every attribute's id and size is
     // one this library accepts (a wrong one is CUBLAS_STATUS_INVALID_VALUE).
     for (dt, bias) in [(dtype::BFLOAT16, Some(0x1000u64)), (dtype::FLOAT16, None)] {
