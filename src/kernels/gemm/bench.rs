@@ -5,10 +5,12 @@
 //! of an eager call. Run it like the GPU tests (see `gpu_tests`), filtered to
 //! `kernels::gemm::bench`.
 
-use super::gpu_tests::{require_gpu, time_graph, upload, Rng, BF16};
+use super::gpu_tests::{require_gpu, upload, Rng, BF16};
 use super::*;
 use crate::cuda::copy::clone_contiguous;
+use crate::cuda::graph::Capture;
 use crate::cuda::stream::{CudaStream, StreamScope};
+use cudarc::driver::sys;
 use std::time::Instant;
 
 /// (N, K) of the benchmarked layers: Llama-1B q/o, k/v, gate/up, down; Qwen3-0.6B gate/up, down.
@@ -102,4 +104,48 @@ fn gemm_bench() {
             );
         }
     }
+}
+
+/// GPU time per call (µs) of `reps` calls of `f` captured into one graph on `stream`,
+/// from CUDA events around replays (the first replay is a warm-up).
+fn time_graph(stream: &std::sync::Arc<CudaStream>, reps: usize, f: &mut dyn FnMut(usize)) -> f64 {
+    let device = stream.device.clone();
+    let _ctx = crate::cuda::ContextGuard::device(&device).expect("context");
+    let capture = Capture::begin(device.clone(), stream.raw()).expect("begin capture");
+    (0..reps).for_each(&mut *f);
+    let exec = capture.finish().expect("capture");
+    let (mut e0, mut e1) = (std::ptr::null_mut(), std::ptr::null_mut());
+    let ok = |r: sys::CUresult, what: &str| assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "{what}");
+    // SAFETY: out-pointers to locals; the device's context is current on this thread.
+    unsafe {
+        ok(sys::cuEventCreate(&mut e0, 0), "cuEventCreate");
+        ok(sys::cuEventCreate(&mut e1, 0), "cuEventCreate");
+    }
+    let mut times = Vec::new();
+    for it in 0..6 {
+        // SAFETY: live events, graph and stream.
+        unsafe { ok(sys::cuEventRecord(e0, stream.raw()), "cuEventRecord") };
+        exec.launch(stream.raw()).expect("launch");
+        // SAFETY: as above.
+        unsafe {
+            ok(sys::cuEventRecord(e1, stream.raw()), "cuEventRecord");
+            ok(sys::cuEventSynchronize(e1), "cuEventSynchronize");
+        }
+        let mut ms = 0f32;
+        // SAFETY: both events completed.
+        ok(
+            unsafe { sys::cuEventElapsedTime_v2(&mut ms, e0, e1) },
+            "cuEventElapsedTime",
+        );
+        if it > 0 {
+            times.push(f64::from(ms) * 1000.0 / reps as f64);
+        }
+    }
+    // SAFETY: nothing uses them any more.
+    unsafe {
+        sys::cuEventDestroy_v2(e0);
+        sys::cuEventDestroy_v2(e1);
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
 }

@@ -21,7 +21,6 @@ use crate::cuda::copy::copy_tensor;
 use crate::cuda::graph::Capture;
 use crate::cuda::stream::{CudaStream, StreamScope};
 use crate::kernels::cpu_tensor;
-use cudarc::driver::sys;
 
 pub(super) const BF16: i32 = dtype::BFLOAT16;
 const F16: i32 = dtype::FLOAT16;
@@ -398,60 +397,15 @@ fn cublaslt_is_found_on_the_gpu_machine() {
     println!("cuBLASLt {} from {}", api.version, api.path);
 }
 
-/// GPU time per call (µs) of `reps` calls of `f` captured into one graph on `stream`,
-/// from CUDA events around replays (the first replay is a warm-up).
-pub(super) fn time_graph(
-    stream: &std::sync::Arc<CudaStream>,
-    reps: usize,
-    f: &mut dyn FnMut(usize),
-) -> f64 {
-    let device = stream.device.clone();
-    let _ctx = crate::cuda::ContextGuard::device(&device).expect("context");
-    let capture = Capture::begin(device.clone(), stream.raw()).expect("begin capture");
-    (0..reps).for_each(&mut *f);
-    let exec = capture.finish().expect("capture");
-    let (mut e0, mut e1) = (std::ptr::null_mut(), std::ptr::null_mut());
-    let ok = |r: sys::CUresult, what: &str| assert_eq!(r, sys::CUresult::CUDA_SUCCESS, "{what}");
-    // SAFETY: out-pointers to locals; the device's context is current on this thread.
-    unsafe {
-        ok(sys::cuEventCreate(&mut e0, 0), "cuEventCreate");
-        ok(sys::cuEventCreate(&mut e1, 0), "cuEventCreate");
-    }
-    let mut times = Vec::new();
-    for it in 0..6 {
-        // SAFETY: live events, graph and stream.
-        unsafe { ok(sys::cuEventRecord(e0, stream.raw()), "cuEventRecord") };
-        exec.launch(stream.raw()).expect("launch");
-        // SAFETY: as above.
-        unsafe {
-            ok(sys::cuEventRecord(e1, stream.raw()), "cuEventRecord");
-            ok(sys::cuEventSynchronize(e1), "cuEventSynchronize");
-        }
-        let mut ms = 0f32;
-        // SAFETY: both events completed.
-        ok(
-            unsafe { sys::cuEventElapsedTime_v2(&mut ms, e0, e1) },
-            "cuEventElapsedTime",
-        );
-        if it > 0 {
-            times.push(f64::from(ms) * 1000.0 / reps as f64);
-        }
-    }
-    // SAFETY: nothing uses them any more.
-    unsafe {
-        sys::cuEventDestroy_v2(e0);
-        sys::cuEventDestroy_v2(e1);
-    }
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
-}
-
 /// The load-time check: a program whose `.so` names `aoti_torch_cuda_et_linear` passes it when
-/// cuBLASLt is there (and then fails at `dlopen`: the tiny `.so` needs a library that does not
-/// exist), and fails with cuBLASLt's error, naming the op, when it is not.
+/// cuBLASLt is there (and then fails later: the tiny `.so` cannot open), and fails with
+/// cuBLASLt's error, naming the op, when it is not: this test runs itself again in a child
+/// process with `ET_CUDA_CUBLASLT` naming no library.
 #[test]
 #[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
 fn loading_a_program_with_the_linear_ops_checks_for_cublaslt() {
+    const CHILD: &str = "ET_CUDA_TEST_CUBLASLT_LOAD_CHILD";
+    const BOGUS: &str = "/nonexistent/et-cuda-test/libcublasLt.so.13";
     assert!(
         crate::cuda::device_count().is_ok_and(|n| n > 0),
         "needs a CUDA device"
@@ -467,17 +421,49 @@ fn loading_a_program_with_the_linear_ops_checks_for_cublaslt() {
     };
     let e = match crate::delegate::CudaHandle::init(p) {
         Ok(_) => panic!("the tiny .so cannot load"),
-        Err(e) => e.to_string(),
+        Err(e) => e,
     };
+    let m = e.to_string();
+    if std::env::var_os(CHILD).is_some() {
+        assert_eq!(e.kind(), crate::ErrorKind::LoadFailed, "{m}");
+        for s in ["aoti_torch_cuda_et_linear", "libcublasLt", BOGUS] {
+            assert!(m.contains(s), "{m:?} lacks {s}");
+        }
+        println!("child saw: {m}");
+        return;
+    }
     match require_cublaslt() {
-        Ok(()) => assert!(
-            e.contains("libet_cuda_no_such_library") && !e.contains("cuBLASLt"),
-            "{e}"
-        ),
+        Ok(()) => assert!(!m.contains("cuBLASLt"), "{m}"),
         Err(_) => assert!(
-            e.contains("aoti_torch_cuda_et_linear") && e.contains("libcublasLt"),
-            "{e}"
+            m.contains("aoti_torch_cuda_et_linear") && m.contains("libcublasLt"),
+            "{m}"
         ),
     }
-    println!("load error, as expected: {e}");
+    println!("with this process's cuBLASLt: {m}");
+    let exe = std::env::current_exe().expect("test binary");
+    let name =
+        "kernels::gemm::gpu_tests::loading_a_program_with_the_linear_ops_checks_for_cublaslt";
+    let out = std::process::Command::new(exe)
+        .args([
+            name,
+            "--exact",
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(super::cublaslt::LIB_ENV, BOGUS)
+        .env(CHILD, "1")
+        .output()
+        .expect("run the child");
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("1 passed") && text.contains("child saw"),
+        "{text}"
+    );
 }
