@@ -178,7 +178,7 @@ pub(crate) fn load(env: Option<&str>) -> std::result::Result<Api, String> {
             tried.join("; ")
         ),
         None => format!(
-            "cuBLASLt (libcublasLt) is missing; the export companion's linear ops need it for their tensor-core GEMM. Tried: {} (and pip's nvidia/cu13/lib, nvidia/cublas/lib under $VIRTUAL_ENV, $CONDA_PREFIX, ~/.local, /usr/local and /usr: none there). Install cuBLAS (the CUDA toolkit, or pip nvidia-cublas) or set {LIB_ENV} to the library's path, e.g. <site-packages>/nvidia/cu13/lib/libcublasLt.so.13",
+            "cuBLASLt (libcublasLt) is missing; the export companion's linear ops need it for their tensor-core GEMM. Tried: {} (pip's nvidia/cu13/lib and nvidia/cublas/lib under $VIRTUAL_ENV, $CONDA_PREFIX, ~/.local, /usr/local and /usr are tried where they exist). Install cuBLAS (the CUDA toolkit, or pip nvidia-cublas) or set {LIB_ENV} to the library's path, e.g. <site-packages>/nvidia/cu13/lib/libcublasLt.so.13",
             tried.join("; ")
         ),
     })
