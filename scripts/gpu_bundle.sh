@@ -57,6 +57,9 @@ for line in sys.stdin:
         continue
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("gpu", "gpu_features", "bad_input", "sort_rand_gpu", "decode_gpu", "sample_gpu"):
         shutil.copy(m["executable"], sys.argv[1] + "/" + m["target"]["name"])
+    # The library unit tests (their GPU ones: src/kernels/gemm/gpu_tests.rs, bench.rs).
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "executorch_cuda":
+        shutil.copy(m["executable"], sys.argv[1] + "/lib_unit")
 ' "$out/rs/deps"
 strip --strip-debug -o "$out/rs/libexecutorch_cuda.so" "$ROOT/target/release/libexecutorch_cuda.so"
 cc -shared -fPIC -O1 -o "$out/rs/fake_aoti.so" "$ROOT/c_tests/fake_aoti.c"

@@ -33,6 +33,8 @@ check ./rs/deps/bad_input --include-ignored --test-threads=1 --nocapture
 check ./rs/deps/sort_rand_gpu --include-ignored --test-threads=1 --nocapture
 check ./rs/deps/decode_gpu --include-ignored --test-threads=1 --nocapture
 check ./rs/deps/sample_gpu --include-ignored --test-threads=1 --nocapture
+# The GEMM's GPU tests (src/kernels/gemm/gpu_tests.rs) in the library's unit-test binary.
+check ./rs/deps/lib_unit kernels::gemm::gpu_tests --include-ignored --test-threads=1 --nocapture
 # The hottest shim pair, this build against the baseline build when it came along.
 for lib in rs/libexecutorch_cuda.so rs/libexecutorch_cuda_baseline.so; do
   [ -f "$lib" ] && check ./shim_alloc "$lib" 1000000

@@ -84,6 +84,15 @@ impl CudaHandle {
         // The CUDA check comes before dlopen: without a driver the .so cannot run, and
         // opening it may need a newer C library than a CPU-only machine has.
         let device = cuda::device(cfg.device)?;
+        // A library the program's ops need (cuBLASLt) is missing: fail now, naming it. The CUDA
+        // runtime is loaded first where it can be (cuBLASLt is also looked for in its folder;
+        // when it cannot, `open` below reports why).
+        if !elf.companion_imports.is_empty() {
+            let _ = aoti::loader::prepare_process();
+        }
+        crate::kernels::gemm::require_for_imports(
+            elf.companion_imports.iter().map(String::as_str),
+        )?;
         // The generated code's loading may use the legacy default stream.
         let gate = device.clone();
         let _legacy = gate.legacy_use();

@@ -28,6 +28,7 @@
 
 pub mod attention;
 mod cumodule;
+pub mod gemm;
 pub mod gemv;
 pub mod int4mm;
 pub mod linear;

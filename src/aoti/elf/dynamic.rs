@@ -9,8 +9,9 @@ use super::table::{check_string, read_entries, tag_name, Dyn};
 use super::*;
 use crate::error::Result;
 
-/// Walk the dynamic section and check every table it names.
-pub(super) fn check_dynamic(img: &Image<'_>, d: &Seg) -> Result<()> {
+/// Walk the dynamic section and check every table it names; returns the companion's op
+/// names found in the string table (`ElfInfo::companion_imports`).
+pub(super) fn check_dynamic(img: &Image<'_>, d: &Seg) -> Result<Vec<String>> {
     let dy = read_entries(img.b, d)?;
     let textrel = dy.get(DT_TEXTREL).is_some() || dy.get(DT_FLAGS).unwrap_or(0) & DF_TEXTREL != 0;
 
@@ -31,7 +32,17 @@ pub(super) fn check_dynamic(img: &Image<'_>, d: &Seg) -> Result<()> {
     if let Some(a) = dy.get(DT_PLTGOT) {
         img.need_mapped(a, 8, "DT_PLTGOT")?;
     }
-    Ok(())
+    Ok(companion_names(strtab.unwrap_or_default()))
+}
+
+/// The distinct NUL-terminated strings of `strtab` that start with [`COMPANION_PREFIX`], sorted.
+fn companion_names(strtab: &[u8]) -> Vec<String> {
+    let names: std::collections::BTreeSet<String> = strtab
+        .split(|&c| c == 0)
+        .filter(|s| s.starts_with(COMPANION_PREFIX.as_bytes()))
+        .map(|s| String::from_utf8_lossy(s).into_owned())
+        .collect();
+    names.into_iter().collect()
 }
 
 /// The string table (`DT_STRTAB`, `DT_STRSZ`), after checking every string the loader reads from it.

@@ -50,7 +50,13 @@ pub(crate) struct ElfInfo {
     pub(crate) has_dynamic: bool,
     /// `PT_GNU_STACK` asks for an executable stack (newer C libraries refuse to open such files).
     pub(crate) wants_exec_stack: bool,
+    /// The names in the dynamic string table that start with [`COMPANION_PREFIX`]: the export
+    /// companion's ops the `.so` imports (the loader checks what they need before `dlopen`).
+    pub(crate) companion_imports: Vec<String>,
 }
+
+/// The prefix of the export companion's shim names (`aoti_torch_cuda_et_*`).
+pub(crate) const COMPANION_PREFIX: &str = "aoti_torch_cuda_et_";
 
 fn bad(msg: impl Into<String>) -> Error {
     Error::invalid_program(format!(
@@ -175,8 +181,11 @@ pub(crate) fn validate(b: &[u8]) -> Result<ElfInfo> {
             dynamic.vaddr, dyn_load.flags
         )));
     }
-    check_dynamic(&img, &dynamic)?;
-    Ok(info)
+    let companion_imports = check_dynamic(&img, &dynamic)?;
+    Ok(ElfInfo {
+        companion_imports,
+        ..info
+    })
 }
 
 /// Where the program header table is: its file offset, entry size and entry count.

@@ -28,6 +28,7 @@ pub(super) fn read_program_headers(b: &[u8], table: &PhTable) -> Result<ProgramH
         loadable_segments: 0,
         has_dynamic: false,
         wants_exec_stack: false,
+        companion_imports: Vec::new(),
     };
     let mut loads: Vec<Seg> = Vec::new();
     // Segments the loader or the unwinder read through their addresses.

@@ -1,6 +1,6 @@
 //! Unit tests of the ELF validation: a tiny shared object, the fixtures' libraries and their mutations.
 
-use super::tests_support::tiny_so;
+use super::tests_support::{tiny_so, tiny_so_with_strings};
 use super::*;
 
 #[test]
@@ -8,6 +8,18 @@ fn accepts_a_minimal_shared_object() {
     let info = validate(&tiny_so()).unwrap();
     assert_eq!(info.loadable_segments, 1);
     assert!(info.has_dynamic);
+}
+
+#[test]
+fn reports_the_companion_ops_the_so_names() {
+    assert!(validate(&tiny_so()).unwrap().companion_imports.is_empty());
+    let so = tiny_so_with_strings(
+        b"aoti_torch_cuda_et_linear\0aoti_torch_empty_strided\0aoti_torch_cuda_et_gemv_bias\0aoti_torch_cuda_et_linear\0",
+    );
+    assert_eq!(
+        validate(&so).unwrap().companion_imports,
+        ["aoti_torch_cuda_et_gemv_bias", "aoti_torch_cuda_et_linear"]
+    );
 }
 
 #[test]

@@ -6,9 +6,14 @@ use super::*;
 /// the whole file, a dynamic section naming a library that does not exist
 /// (so `dlopen` fails cleanly) and its string table.
 pub(crate) fn tiny_so() -> Vec<u8> {
+    tiny_so_with_strings(b"")
+}
+
+/// [`tiny_so`] with `extra` (NUL-terminated strings) appended to its string table.
+pub(crate) fn tiny_so_with_strings(extra: &[u8]) -> Vec<u8> {
     const DYN: usize = 64 + 2 * 56;
     const STR: usize = DYN + 4 * 16;
-    let names = b"\0libet_cuda_no_such_library.so\0";
+    let names = [b"\0libet_cuda_no_such_library.so\0".as_slice(), extra].concat();
     let mut b = vec![0u8; STR + names.len()];
     b[..4].copy_from_slice(b"\x7fELF");
     b[4] = 2;
@@ -46,6 +51,6 @@ pub(crate) fn tiny_so() -> Vec<u8> {
         put(DYN + 16 * k, tag);
         put(DYN + 16 * k + 8, val);
     }
-    b[STR..].copy_from_slice(names);
+    b[STR..].copy_from_slice(&names);
     b
 }
