@@ -44,7 +44,7 @@ use crate::error::{Error, Result};
 use crate::tensor::{self, Device, Tensor};
 
 /// Prefixes of the companion's op names whose programs need cuBLASLt (checked at load).
-const CUBLASLT_OPS: [&str; 2] = ["aoti_torch_cuda_et_linear", "aoti_torch_cuda_et_gemv"];
+const CUBLASLT_OPS: [&str; 1] = ["aoti_torch_cuda_et_linear"];
 
 /// Whether a program importing the shim `import` needs cuBLASLt (the loader's check).
 pub fn needs_cublaslt(import: &str) -> bool {
@@ -231,55 +231,8 @@ fn check_device(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<i32> {
     }
 }
 
-/// The device (or host) byte range a view touches.
-fn byte_range(t: &Tensor) -> Result<(u64, u64)> {
-    let (start, end) = t.span()?;
-    let base = t.storage.base_ptr() as u64;
-    Ok((base + start as u64, base + end as u64))
-}
-
-/// `out` fits the problem: same dtype and device, contiguous, sizes `p.out_sizes` or `[M, N]`,
-/// no byte shared with one of `inputs`.
-fn check_out(p: &Problem, out: &Tensor, inputs: [(Option<&Tensor>, &str); 3]) -> Result<()> {
-    if out.dtype != p.dtype {
-        return Err(err(format!(
-            "out is {}, x is {}",
-            describe(out.dtype),
-            describe(p.dtype)
-        )));
-    }
-    if (out.sizes != p.out_sizes && out.sizes != [p.m, p.n]) || !out.is_contiguous() {
-        return Err(err(format!(
-            "out must be a contiguous {:?} tensor, not sizes {:?} strides {:?}",
-            p.out_sizes, out.sizes, out.strides
-        )));
-    }
-    if (out.data_ptr() as usize) % 2 != 0 {
-        return Err(err("out is not aligned to its 2-byte elements"));
-    }
-    let o = byte_range(out)?;
-    for (t, what) in inputs {
-        if let Some(t) = t {
-            let r = byte_range(t)?;
-            if o.0 < o.1 && r.0 < r.1 && o.0 < r.1 && r.0 < o.1 {
-                return Err(err(format!("out overlaps {what}")));
-            }
-        }
-    }
-    if out.device() != Device::Cuda(p.device) {
-        return Err(err(format!(
-            "out is on {:?}, the inputs on CUDA device {}",
-            out.device(),
-            p.device
-        )));
-    }
-    Ok(())
-}
-
 /// Check, allocate the result on the device's current stream (stream-ordered pool)
 /// and enqueue the GEMM there. No host wait.
-// The companion's linear shim (issue 28) calls `gemm`/`gemm_into`; drop the allows then.
-#[allow(dead_code)]
 pub fn gemm(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     let p = check(x, w, bias)?;
     let out = crate::cuda::memory::empty_strided(
@@ -290,16 +243,6 @@ pub fn gemm(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     )?;
     run(&p, x, w, bias, &out)?;
     Ok(out)
-}
-
-/// As [`gemm`], into `out` (contiguous, `x`'s leading sizes and `N`, or `[M, N]`). `out`
-/// must not overlap `x`, the weight or the bias.
-#[allow(dead_code)]
-pub fn gemm_into(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, out: &Tensor) -> Result<()> {
-    let p = check(x, w, bias)?;
-    let inputs = [(Some(x), "x"), (Some(w), "the weight"), (bias, "the bias")];
-    check_out(&p, out, inputs)?;
-    run(&p, x, w, bias, out)
 }
 
 fn run(p: &Problem, x: &Tensor, w: &Tensor, bias: Option<&Tensor>, out: &Tensor) -> Result<()> {

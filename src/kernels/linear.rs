@@ -13,7 +13,8 @@
 //! == 0`, unit stride along `K`, 16-byte aligned `x`, `W` and norm weight) take one fused
 //! tensor-core GEMV kernel, launched as a programmatic dependent launch (its first weight
 //! loads overlap the kernel before it; `ET_CUDA_PDL=0` turns that off); anything else (a
-//! prefill) runs the parts in turn: the norm kernel, the product, the act/residual kernel.
+//! prefill) runs the parts in turn: the norm kernel, the product (cuBLASLt's GEMM above 16
+//! rows, [`super::gemm`]; the GEMV for layouts it does not take), the act/residual kernel.
 
 use super::gemv::{self, Problem};
 use super::{module, Module};
@@ -380,7 +381,14 @@ fn composite(l: &Linear, x: &Tensor, w: &Tensor, f: &Fusion, y: Tensor) -> Resul
             Some(xn)
         }
     };
-    let product = gemv::gemv(normed.as_ref().unwrap_or(x), w, f.bias)?;
+    let xin = normed.as_ref().unwrap_or(x);
+    // Above the fused kernel's rows, a tensor-core GEMM (cuBLASLt) reads the weights once;
+    // layouts it does not take stay with the GEMV, which takes any.
+    let product = if p.m > MAX_FUSED_ROWS && super::gemm::check(xin, w, f.bias).is_ok() {
+        super::gemm::gemm(xin, w, f.bias)?
+    } else {
+        gemv::gemv(xin, w, f.bias)?
+    };
     if f.act == Act::None && f.residual.is_none() {
         return Ok(product);
     }

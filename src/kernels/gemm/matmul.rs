@@ -388,7 +388,7 @@ pub(crate) fn describe(k: &Key) -> String {
     )
 }
 
-/// The device addresses of one call (`bias` 16-byte aligned, see `super::gemm_into`).
+/// The device addresses of one call (`bias` 16-byte aligned, see `super::gemm`).
 pub(crate) struct Operands {
     pub(crate) x: u64,
     pub(crate) w: u64,
