@@ -357,7 +357,11 @@ fn composite(l: &Linear, x: &Tensor, w: &Tensor, f: &Fusion, y: Tensor) -> Resul
     let normed = match &f.norm {
         None => None,
         Some(_) => {
-            let sizes = vec![p.m, p.k];
+            // x's leading sizes, so that the product (and the result) keeps x's rank.
+            let mut sizes = l.out_sizes.clone();
+            if let Some(last) = sizes.last_mut() {
+                *last = p.k;
+            }
             let xn = crate::cuda::memory::empty_strided(
                 sizes.clone(),
                 tensor::contiguous_strides(&sizes),
@@ -390,6 +394,7 @@ fn composite(l: &Linear, x: &Tensor, w: &Tensor, f: &Fusion, y: Tensor) -> Resul
         gemv::gemv(xin, w, f.bias)?
     };
     if f.act == Act::None && f.residual.is_none() {
+        debug_assert_eq!(product.sizes, l.out_sizes);
         return Ok(product);
     }
     let total =

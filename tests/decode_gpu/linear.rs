@@ -19,10 +19,12 @@ type Linear = unsafe extern "C" fn(
     *mut *mut c_void,
 ) -> i32;
 type Toggle = extern "C" fn(i32) -> i32;
+type GetDim = unsafe extern "C" fn(*mut c_void, *mut i64) -> i32;
 
 struct Lin {
     linear: Linear,
     pdl: Toggle,
+    dim: GetDim,
 }
 
 fn lin() -> &'static Lin {
@@ -47,6 +49,7 @@ fn lin() -> &'static Lin {
                     "aoti_torch_cuda_et_linear",
                 )),
                 pdl: std::mem::transmute::<*mut c_void, Toggle>(sym("et_cuda_debug_pdl")),
+                dim: std::mem::transmute::<*mut c_void, GetDim>(sym("aoti_torch_get_dim")),
             }
         }
     })
@@ -164,11 +167,20 @@ fn run_spec(s: &Spec, seed: u64) -> (f32, bool) {
         DevBuf::from_host(&encode(&r, BF16)),
     );
     let (m, n, k) = (s.m as i64, s.n as i64, s.k as i64);
-    let xh = wrap(&xd, 0, &[m, k], &[row, 1], BF16);
+    // Even M: x as [2, M/2, K], so the result must keep the rank.
+    let xh = if s.m % 2 == 0 {
+        wrap(&xd, 0, &[2, m / 2, k], &[m / 2 * row, row, 1], BF16)
+    } else {
+        wrap(&xd, 0, &[m, k], &[row, 1], BF16)
+    };
     let wh = wrap(&wd, 0, &[nw as i64, k], &[k, 1], BF16);
     let bh = wrap(&bd, 0, &[nw as i64], &[1], BF16);
     let gh = wrap(&gd, 0, &[k], &[1], BF16);
-    let rh = wrap(&rd, 0, &[m, n], &[n, 1], BF16);
+    let rh = if s.m % 2 == 0 {
+        wrap(&rd, 0, &[2, m / 2, n], &[m / 2 * n, n, 1], BF16)
+    } else {
+        wrap(&rd, 0, &[m, n], &[n, 1], BF16)
+    };
     let y = call(
         &xh,
         &wh,
@@ -177,6 +189,14 @@ fn run_spec(s: &Spec, seed: u64) -> (f32, bool) {
         s.residual.then_some(&rh),
         s.norm,
         s.act,
+    );
+    let mut rank = 0i64;
+    // SAFETY: a live handle; out-pointer to a local.
+    assert_eq!(unsafe { (lin().dim)(y.0, &mut rank) }, 0);
+    assert_eq!(
+        rank,
+        if s.m % 2 == 0 { 3 } else { 2 },
+        "the result keeps x's rank"
     );
     let got = read(&y, s.m * s.n, BF16);
     check_close(&got, &lin_ref(s, &x, &w, &b, &g, &r, 1e-5), BF16)
