@@ -151,7 +151,7 @@ read -r -a XARGS <<<"${HFS_DECODE_ARGS:-}"
 COMMON=(--prompt-len "$PROMPT" --steps "$STEPS" --max-t "$MAX_T" --max-cache "$MAX_CACHE" "${XARGS[@]}")
 NCPU=$(nproc 2>/dev/null || echo 8)
 NEXP=$(($(wc -w <<<"$MS") * $(wc -w <<<"$VS")))
-THREADS=$((NCPU / NEXP > 2 ? NCPU / NEXP : 2))
+THREADS=$(((NCPU + NEXP - 1) / NEXP > 2 ? (NCPU + NEXP - 1) / NEXP : 2)) # 16 CPUs, 6 exports: 3 each
 spawn() { # name nice threads args...
   local name=$1 nice=$2 threads=$3
   shift 3

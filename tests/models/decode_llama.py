@@ -3,6 +3,10 @@
            SwiGLU 8192, vocab 128256, untied head, static KV cache 1024), bf16;
   qwen06b  Qwen3-0.6B-shaped (28 layers, hidden 1024, 16/8 heads x 128, q/k norm, SwiGLU 3072,
            vocab 151936, tied embeddings, static KV cache 1024), bf16.
+  hf_llama1b, hf_qwen06b, hf_gemma1b  HuggingFace transformers' own modeling code in the shapes of
+           Llama-3.2-1B, Qwen3-0.6B and Gemma-3-1B (tests/models/hf_models.py), exported through
+           TorchExportableModuleForDecoderOnlyLM (static cache --max-cache 512, prefill T in
+           1..--max-t 128), bf16 (bench/hf_scale.sh); --tiny: small sizes for the CPU tests.
 The weights come from real_init.py's recipe (random, with a planted next-token permutation so
 that every greedy step has a wide top-1/top-2 margin; tests/models/margin_check.py checks the
 margins with numpy, no torch).
@@ -22,6 +26,10 @@ else <model>_<variant>) for `et_cuda_run --manifest ... --generate N`.
                    compiled and warmed up, then, when the file --go exists (the caller's timing
                    slot), decode tok/s of eager and compiled and the pinned host-to-device
                    bandwidth; OUT/ref_<model>.json again, then OUT/ref_<model>.done
+    --mode margins margin_check.py's check with torch on the CPU (float32 on bf16-rounded weights):
+                   OUT/margins_<model>.json
+  --device cpu and --fake-aoti (tests/models/fake_aoti.py) let the export and the reference run
+  on a machine without a GPU (tests/models/test_hf_cpu.py); such programs cannot run.
 """
 
 import argparse
