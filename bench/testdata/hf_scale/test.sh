@@ -4,7 +4,7 @@
 # (testdata/real_scale/fake_{decode,runner,ncu}.py, which know the hf_* models): the results file's
 # rows, targets, census and exports tables; a second run into the same $OUT (a fresh name, the first
 # file untouched) with a failed export and a token mismatch; exports past the deadline.
-# Ends with "hf_scale: N passed, N failed".
+# Ends with "hf_scale: N passed, N failed". KEEP=1 keeps the temporary folder (its path: the results lines).
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
