@@ -137,18 +137,12 @@ report() {
 }
 
 # ---------------------------------------------------------------- 1. exports and the reference, in parallel
-declare -A PID
-HAVE_SETSID=1
-command -v setsid >/dev/null || HAVE_SETSID=0
-spawn() { # name nice threads args...: one process group per job (stop/continue/kill as a group)
+source "$ROOT/bench/jobs.sh" # PID, job_start, alive, signal_group, end_job
+spawn() { # name nice threads args...: decode_llama.py as a job (its own process group)
   local name=$1 nice=$2 threads=$3
   shift 3
-  local pre=()
-  [ "$HAVE_SETSID" = 1 ] && pre=(setsid)
   ARGS[$name]="$nice $threads $*"
-  PYTHONPATH=${SPAWN_SITE:-$SITE}${PYTHONPATH:+:$PYTHONPATH} TORCHINDUCTOR_COMPILE_THREADS=$threads \
-    "${pre[@]}" nice -n "$nice" "$PY" "$DECODE" "$@" >>"$W/logs/$name.log" 2>&1 &
-  PID[$name]=$!
+  job_start "$name" "$nice" "$threads" "$W/logs/$name.log" "${SPAWN_SITE:-$SITE}" "$PY" "$DECODE" "$@"
 }
 # An ExecuTorch 1.5.1 export that fails before REAL_FALLBACK_BY seconds (default 200) is
 # exported again, once, with ExecuTorch 1.2 (packed blob), so that a 1.5.1-specific failure
@@ -172,18 +166,8 @@ retry_et12() { # name: 0 when respawned
   echo et12 >"$W/site_$n"
   say "fallback: $n exported again with ExecuTorch 1.2 (the 1.5.1 export failed)"
 }
-alive() { [ -n "${PID[$1]:-}" ] && kill -0 "${PID[$1]}" 2>/dev/null; }
-signal_group() { # SIG name...
-  local sig=$1 n
-  shift
-  for n in "$@"; do
-    alive "$n" || continue
-    if [ "$HAVE_SETSID" = 1 ]; then kill "-$sig" -- "-${PID[$n]}" 2>/dev/null; else kill "-$sig" "${PID[$n]}" 2>/dev/null; fi
-  done
-}
 stop_extras() { [ -n "$EXTRA_JOBS" ] && signal_group STOP $EXTRA_JOBS && sleep 1; }
 cont_extras() { [ -n "$EXTRA_JOBS" ] && signal_group CONT $EXTRA_JOBS; }
-end_job() { signal_group CONT "$1"; signal_group TERM "$1"; sleep 2; signal_group KILL "$1"; }
 
 COMMON=(--prompt-len "$PROMPT" --steps "$STEPS")
 # Exports leave the logits on the device (ExecuTorch >= 1.4), so the runner picks each token there

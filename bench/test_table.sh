@@ -11,6 +11,8 @@
 #     end with SBS_TEST_CPU=1 (fake runner, programs and upstream builds);
 #  3d. bench/real_scale.sh and real_scale_table.py: flags, the ncu census on a canned CSV, the driver end to
 #     end with fakes (testdata/real_scale/test.sh);
+#  3e. bench/hf_scale.sh and hf_scale_table.py (the HF transformers decoders): flags, the driver end to
+#     end with the same fakes (testdata/hf_scale/test.sh);
 #  4. et_cuda_run --mem against a stand-in libcuda.so.1, when a built runner is there
 #     (ET_CUDA_RUN=path, default build/et_cuda_run) and cc works; skipped otherwise.
 # Ends with "N passed, N failed"; exit status 1 when anything failed.
@@ -339,6 +341,13 @@ if bash "$HERE/testdata/real_scale/test.sh" >"$T/real_scale.log" 2>&1; then
   ok "$(tail -1 "$T/real_scale.log") (bench/testdata/real_scale/test.sh)"
 else
   bad "bench/testdata/real_scale/test.sh: $(grep -E '^FAIL|real_scale:' "$T/real_scale.log" | head -6 | tr '\n' ' ')"
+fi
+
+# ------------------------------------------------------------------ 3e. HF decoders (bench/hf_scale.sh)
+if bash "$HERE/testdata/hf_scale/test.sh" >"$T/hf_scale.log" 2>&1; then
+  ok "$(tail -1 "$T/hf_scale.log") (bench/testdata/hf_scale/test.sh)"
+else
+  bad "bench/testdata/hf_scale/test.sh: $(grep -E '^FAIL|hf_scale:' "$T/hf_scale.log" | head -6 | tr '\n' ' ')"
 fi
 
 # ------------------------------------------------------------------ 4. et_cuda_run --mem

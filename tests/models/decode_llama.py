@@ -3,6 +3,10 @@
            SwiGLU 8192, vocab 128256, untied head, static KV cache 1024), bf16;
   qwen06b  Qwen3-0.6B-shaped (28 layers, hidden 1024, 16/8 heads x 128, q/k norm, SwiGLU 3072,
            vocab 151936, tied embeddings, static KV cache 1024), bf16.
+  hf_llama1b, hf_qwen06b, hf_gemma1b  HuggingFace transformers' own modeling code in the shapes of
+           Llama-3.2-1B, Qwen3-0.6B and Gemma-3-1B (tests/models/hf_models.py), exported through
+           TorchExportableModuleForDecoderOnlyLM (static cache --max-cache 512, prefill T in
+           1..--max-t 128), bf16 (bench/hf_scale.sh); --tiny: small sizes for the CPU tests.
 The weights come from real_init.py's recipe (random, with a planted next-token permutation so
 that every greedy step has a wide top-1/top-2 margin; tests/models/margin_check.py checks the
 margins with numpy, no torch).
@@ -22,6 +26,10 @@ else <model>_<variant>) for `et_cuda_run --manifest ... --generate N`.
                    compiled and warmed up, then, when the file --go exists (the caller's timing
                    slot), decode tok/s of eager and compiled and the pinned host-to-device
                    bandwidth; OUT/ref_<model>.json again, then OUT/ref_<model>.done
+    --mode margins margin_check.py's check with torch on the CPU (float32 on bf16-rounded weights):
+                   OUT/margins_<model>.json
+  --device cpu and --fake-aoti (tests/models/fake_aoti.py) let the export and the reference run
+  on a machine without a GPU (tests/models/test_hf_cpu.py); such programs cannot run.
 """
 
 import argparse
@@ -38,6 +46,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import torch  # noqa: E402
 
+import hf_models  # noqa: E402
 import models as M  # noqa: E402
 import real_init  # noqa: E402
 import suite_lib  # noqa: E402
@@ -46,9 +55,10 @@ QWEN06B_CFG = real_init.QWEN06B
 assert real_init.LLAMA1B == M.LLAMA1B_CFG, "real_init.LLAMA1B and models.LLAMA1B_CFG differ"
 # name: (config, tied embeddings, recipe knobs) (real_init.py)
 MODELS = real_init.MODELS
-# The dynamic T bound (prefill length) of the exported forward: 128 by default (REAL_MAX_T), as
-# exports for chat use 128-2048; the companion no longer depends on it.
+# The dynamic T bound (prefill length) of the exported forward of the hand-written models: 128 by
+# default (REAL_MAX_T), as exports for chat use 128-2048; the companion no longer depends on it.
 MAX_T = int(os.environ.get("REAL_MAX_T", "128"))
+HF_MAX_T, HF_MAX_CACHE = 128, 512  # the HF models' defaults (--max-t, --max-cache)
 
 
 class TorchBackend:
@@ -90,8 +100,56 @@ def make(model, seed):
     return m
 
 
-def make_prompt(model, seed, n):
-    return torch.randint(3, MODELS[model][0]["vocab"], (1, n), generator=M.seeded(seed + 1))
+def make_prompt(model, seed, n, vocab=None):
+    vocab = vocab or MODELS[model][0]["vocab"]
+    return torch.randint(3, vocab, (1, n), generator=M.seeded(seed + 1))
+
+
+class Spec:
+    """What the exporter and the reference need of a model: one of real_init.MODELS
+    (models.Qwen3Decoder) or one of hf_models.CONFIGS (HF transformers' modeling code through
+    TorchExportableModuleForDecoderOnlyLM). a: the command line (--model, --max-t, --max-cache,
+    --tiny)."""
+
+    def __init__(self, a):
+        self.name, self.hf = a.model, a.model in hf_models.CONFIGS
+        self.tiny = self.hf and a.tiny
+        if self.hf:
+            self.max_t = a.max_t or HF_MAX_T
+            self.max_seq = a.max_cache or HF_MAX_CACHE
+            cfg = hf_models.CONFIGS[a.model]
+            self.vocab = hf_models.TINY[a.model]["vocab_size"] if self.tiny else cfg["vocab_size"]
+        else:
+            self.max_t, self.max_seq, self.vocab = a.max_t or MAX_T, MODELS[a.model][0]["max_seq"], None
+
+    def module(self, seed, device="cuda", dtype=torch.bfloat16, round_to=None):
+        """A fresh module (zero cache): forward(input_ids [1, T], cache_position [T]) -> logits;
+        round_to: the weights rounded to that dtype first (the margin check)."""
+        if self.hf:
+            return hf_models.make(self.name, TorchBackend(M.seeded(seed)), self.max_seq, dtype, device, self.tiny,
+                                  round_to)
+        return make(self.name, seed).to(round_to or dtype).to(dtype).to(device)
+
+    def prompt(self, seed, n):
+        return make_prompt(self.name, seed, n, self.vocab)
+
+    def describe(self, m):
+        if not self.hf:
+            return describe(self.name, m)
+        cfg = hf_models.shape_cfg(self.name, m.hf.config, self.max_seq)
+        return {"model": self.name, "config": cfg, "tied_embeddings": cfg["tied"], "tiny": self.tiny,
+                "transformers_class": type(m.hf).__name__, "max_t": self.max_t,
+                "weights_recipe": dict(hf_models.knobs(self.name), version=hf_models.RECIPE_VERSION,
+                                       real_init=real_init.RECIPE_VERSION),
+                "parameters": sum(p.numel() for p in m.hf.parameters()), "read_bytes_per_token_weights": read_bytes(m.hf)}
+
+    def export(self, m, prompt):
+        """torch.export of m on prompt with T dynamic in 1..max_t (strict)."""
+        if self.hf:
+            return m.export(prompt, self.max_t)
+        T = torch.export.Dim("T", min=1, max=self.max_t)
+        return torch.export.export(m, (prompt, torch.arange(prompt.shape[1], device=prompt.device)),
+                                   dynamic_shapes=({1: T}, {0: T}), strict=True)
 
 
 def tensor_bytes(t):
@@ -108,7 +166,7 @@ def read_bytes(m):
     is counted once, as the head (named_parameters lists it under both names)."""
     total, seen = 0, set()
     for name, t in list(m.named_parameters(remove_duplicate=False)) + list(m.named_buffers()):
-        if name == "embed_tokens.weight" or name.endswith(("k_cache", "v_cache", "rope_cos", "rope_sin", "key_pos")):
+        if name.endswith("embed_tokens.weight") or name.endswith(("k_cache", "v_cache", "rope_cos", "rope_sin", "key_pos")):
             continue
         plain = type(t) in (torch.Tensor, torch.nn.Parameter)
         key = t.data_ptr() if plain else id(t)
@@ -133,7 +191,7 @@ def describe(model, m):
 def cache_key(model):
     """Covers the weights (real_init.py, models.py), this script and the companion package."""
     h = hashlib.sha256(model.encode())
-    files = [os.path.abspath(__file__), os.path.join(HERE, "real_init.py"), os.path.join(HERE, "models.py")]
+    files = [os.path.abspath(__file__)] + [os.path.join(HERE, f) for f in ("real_init.py", "models.py", "hf_models.py")]
     pkg = os.path.join(ROOT, "python", "executorch_cuda")
     files += sorted(os.path.join(pkg, f) for f in os.listdir(pkg) if f.endswith(".py"))
     for f in files:
@@ -177,7 +235,7 @@ def backend_config(device_logits):
 
 
 def export(variant, out, model, a, tokens, key):
-    """model: the bf16 module on the GPU; a: the command line (a.model names the shape)."""
+    """model: the bf16 module on a.device (Spec.module); a: the command line (a.spec)."""
     d = variant_dir(out, a.model, variant)
     man_path = os.path.join(d, "manifest.json")
     if os.path.exists(man_path):
@@ -187,20 +245,20 @@ def export(variant, out, model, a, tokens, key):
                 return d
     os.makedirs(d, exist_ok=True)
     t0 = time.time()
-    prompt = make_prompt(a.model, a.seed, a.prompt_len)
-    info = describe(a.model, model)
+    prompt = a.spec.prompt(a.seed, a.prompt_len).to(a.device)
+    info = a.spec.describe(model)
+    # a second prompt as long as the prefill bound allows, up to 128 (bench/hf_scale.sh times its prefill)
+    info["prefill_ids"] = [int(x) for x in a.spec.prompt(a.seed + 7, min(128, a.spec.max_t))[0]]
     margins = None
     if variant == "int4":
         model = quantize_int4(model)
         info["read_bytes_per_token_weights"] = read_bytes(model)
         info["quantization"] = "Int4WeightOnlyConfig(group_size=128, int4_packing_format='tile_packed_to_4d')"
-        tokens, margins = suite_lib.greedy(model, prompt, a.steps, torch.bfloat16, "cuda")
+        tokens, margins = suite_lib.greedy(model, prompt, a.steps, torch.bfloat16, a.device)
         info["eager_min_margin"] = min(margins)
         print(f"{variant}: eager int4 greedy, {a.steps} tokens, min margin {min(margins):.3f}", flush=True)
-    T = torch.export.Dim("T", min=1, max=MAX_T)
     with torch.no_grad():
-        ep = torch.export.export(model, (prompt.cuda(), torch.arange(a.prompt_len, device="cuda")),
-                                 dynamic_shapes=({1: T}, {0: T}), strict=True)
+        ep = a.spec.export(model, prompt)
     t_export = time.time() - t0
     report = {}
     if variant == "companion":
@@ -214,7 +272,7 @@ def export(variant, out, model, a, tokens, key):
         f.write(et.buffer)
     et.write_tensor_data_to_file(d)
     gen = {"prefill_method": "forward", "decode_method": "forward",
-           "prompt_ids": [int(x) for x in prompt[0]], "max_seq_len": MODELS[a.model][0]["max_seq"]}
+           "prompt_ids": [int(x) for x in prompt[0]], "max_seq_len": a.spec.max_seq}
     if tokens is not None:
         gen["tokens"] = tokens
     man = {
@@ -242,11 +300,11 @@ def export(variant, out, model, a, tokens, key):
 # ----------------------------------------------------------------------------- PyTorch's rows
 
 
-def decode_loop(fn, prompt, steps):
+def decode_loop(fn, prompt, steps, dev="cuda"):
     """Greedy loop as the runner does it (one host read per token): (tokens, ttft_s, decode_s)."""
     T = prompt.shape[1]
-    dev = "cuda"
-    torch.cuda.synchronize()
+    if dev == "cuda":
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
     logits = fn(prompt.to(dev), torch.arange(T, device=dev))
     toks = [int(logits[0, -1].argmax())]
@@ -290,12 +348,12 @@ def ref(a):
     path = os.path.join(a.out, f"ref_{a.model}.json")
     os.makedirs(a.out, exist_ok=True)
     t0 = time.time()
-    prompt = make_prompt(a.model, a.seed, a.prompt_len)
-    m = make(a.model, a.seed).to(torch.bfloat16).cuda()
-    r = describe(a.model, m)
+    prompt = a.spec.prompt(a.seed, a.prompt_len)
+    m = a.spec.module(a.seed, a.device)
+    r = a.spec.describe(m)
     r.update(prompt_ids=[int(x) for x in prompt[0]], steps=a.steps, build_s=round(time.time() - t0, 1))
     with torch.no_grad():
-        toks, margins = suite_lib.greedy(m, prompt, a.steps, torch.bfloat16, "cuda")
+        toks, margins = suite_lib.greedy(m, prompt, a.steps, torch.bfloat16, a.device)
     r.update(tokens=toks, min_margin=min(margins), distinct_tokens=len(set(toks)),
              eager_tokens_s=round(time.time() - t0, 1))
     write_json(path, r)
@@ -309,7 +367,7 @@ def ref(a):
             compiled = torch.compile(m, mode="reduce-overhead", dynamic=False)
             with torch.no_grad():
                 for _ in range(3):  # compile both shapes, record the graphs, warm up
-                    ctoks, _, _ = decode_loop(compiled, prompt, a.steps)
+                    ctoks, _, _ = decode_loop(compiled, prompt, a.steps, a.device)
             skips = dict(dutils.counters.get("inductor", {}))
             skips = {k: v for k, v in skips.items() if "cudagraph" in k}
             status = "ok"
@@ -334,27 +392,51 @@ def ref(a):
         if compiled is not None:
             best = None
             for _ in range(a.rounds):
-                ctoks, ttft, dec = decode_loop(compiled, prompt, a.steps)
+                ctoks, ttft, dec = decode_loop(compiled, prompt, a.steps, a.device)
                 best = (ttft, dec) if best is None or dec < best[1] else best
             slot["compile"] = {"decode_tok_s": round((a.steps - 1) / best[1], 1), "ttft_ms": round(best[0] * 1e3, 2),
                                "tokens_match": ctoks == toks, "rounds": a.rounds}
-        etoks, ttft, dec = decode_loop(m, prompt, a.steps)
+        etoks, ttft, dec = decode_loop(m, prompt, a.steps, a.device)
         slot["eager"] = {"decode_tok_s": round((a.steps - 1) / dec, 1), "ttft_ms": round(ttft * 1e3, 2),
                          "tokens_match": etoks == toks}
     del compiled
-    slot["h2d"] = h2d_bandwidth()
+    if a.device == "cuda":
+        slot["h2d"] = h2d_bandwidth()
     r["slot"] = slot
     write_json(path, r)
     open(os.path.join(a.out, f"ref_{a.model}.done"), "w").close()
     print(f"ref {a.model}: {json.dumps(slot)}", flush=True)
 
 
+def check_margins(a):
+    """--mode margins (margin_check.py's check, for any model here, on the CPU with torch):
+    eager float32 on bf16-rounded weights, the smallest top-1/top-2 margin (absolute and in bf16
+    ulps of the top logit there) and the number of distinct tokens; OUT/margins_<model>.json."""
+    import margin_check
+
+    t0 = time.time()
+    m = a.spec.module(a.seed, "cpu", torch.float32, round_to=torch.bfloat16)
+    build = time.time() - t0
+    tops = []
+    toks, mg = suite_lib.greedy(m, a.spec.prompt(a.seed, a.prompt_len), a.steps, torch.float32, "cpu", tops)
+    ulps = [x / margin_check.ulp_bf16(t) for x, t in zip(mg, tops)]
+    i = ulps.index(min(ulps))
+    r = {"model": a.model, "tiny": a.spec.tiny, "prompt_len": a.prompt_len, "steps": a.steps,
+         "min_margin": round(min(mg), 3), "min_margin_ulps": round(ulps[i], 1), "at_step": i,
+         "top_logit_there": round(tops[i], 2), "margin_there": round(mg[i], 3),
+         "top_logit_range": [round(min(tops), 2), round(max(tops), 2)], "distinct_tokens": len(set(toks)),
+         "tokens_head": toks[:12], "build_s": round(build, 1), "decode_s": round(time.time() - t0 - build, 1)}
+    os.makedirs(a.out, exist_ok=True)
+    write_json(os.path.join(a.out, f"margins_{a.model}.json"), dict(r, tokens=toks, margins=mg))
+    print(f"margins {a.model}: {json.dumps(r)}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--model", default="llama1b", choices=sorted(MODELS))
+    ap.add_argument("--model", default="llama1b", choices=sorted(MODELS) + sorted(hf_models.CONFIGS))
     ap.add_argument("--variants", default="base,companion")
-    ap.add_argument("--mode", default="all", choices=("all", "export", "ref"))
+    ap.add_argument("--mode", default="all", choices=("all", "export", "ref", "margins"))
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--prompt-len", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1234)
@@ -364,14 +446,32 @@ def main():
     ap.add_argument("--no-compile", dest="compile", action="store_false")
     ap.add_argument("--device-logits", action="store_true",
                     help="export: leave the logits on the device (ExecuTorch >= 1.4), for sampling there")
+    ap.add_argument("--max-t", type=int, default=0,
+                    help=f"the exported prefill bound T (default {MAX_T}; HF models {HF_MAX_T})")
+    ap.add_argument("--max-cache", type=int, default=0, help=f"HF models: static cache length (default {HF_MAX_CACHE})")
+    ap.add_argument("--tiny", action="store_true", help="HF models: hf_models.TINY's small sizes (CPU tests)")
+    ap.add_argument("--device", default="cuda", help="cpu: run on the CPU (tests; the timings mean nothing)")
+    ap.add_argument("--fake-aoti", action="store_true",
+                    help="export: AOTInductor stubbed (tests/models/fake_aoti.py): a program that cannot run")
     a = ap.parse_args()
-    if a.prompt_len > MAX_T:
-        ap.error(f"--prompt-len is at most {MAX_T}")
+    a.spec = Spec(a)
+    if a.prompt_len > a.spec.max_t:
+        ap.error(f"--prompt-len is at most the prefill bound {a.spec.max_t}")
+    if a.spec.hf and a.prompt_len + a.steps > a.spec.max_seq:
+        ap.error(f"--prompt-len + --steps must fit the cache ({a.spec.max_seq})")
     torch.backends.cuda.matmul.allow_tf32 = False
     if a.mode == "ref":
         return ref(a)
+    if a.mode == "margins":
+        return check_margins(a)
     suite_lib.ensure_flatc()
+    if a.fake_aoti:
+        import fake_aoti
+
+        fake_aoti.install()
     key = cache_key(a.model) + ("-device-logits" if a.device_logits else "")
+    if a.spec.hf:
+        key += f"-t{a.spec.max_t}-c{a.spec.max_seq}" + ("-tiny" if a.spec.tiny else "")
     tokens = None
     if a.mode == "all":
         # Eager greedy tokens (bf16, GPU), from a fresh model (zero cache).
@@ -382,9 +482,9 @@ def main():
             if saved.get("cache_key") == key and len(saved["tokens"]) >= a.steps:
                 tokens = saved["tokens"][: a.steps]
         if tokens is None:
-            m = make(a.model, a.seed).to(torch.bfloat16).cuda()
-            tokens, margins = suite_lib.greedy(m, make_prompt(a.model, a.seed, a.prompt_len), a.steps,
-                                               torch.bfloat16, "cuda")
+            m = a.spec.module(a.seed, a.device)
+            tokens, margins = suite_lib.greedy(m, a.spec.prompt(a.seed, a.prompt_len), a.steps,
+                                               torch.bfloat16, a.device)
             os.makedirs(a.out, exist_ok=True)
             with open(tok_path, "w") as f:
                 json.dump({"cache_key": key, "tokens": tokens, "min_margin": min(margins)}, f)
@@ -392,7 +492,7 @@ def main():
             del m
             torch.cuda.empty_cache()
     for v in a.variants.split(","):
-        model = make(a.model, a.seed).to(torch.bfloat16).cuda()
+        model = a.spec.module(a.seed, a.device)
         export(v, a.out, model, a, None if v == "int4" else tokens, key)
         del model
         torch.cuda.empty_cache()

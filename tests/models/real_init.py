@@ -64,11 +64,24 @@ def swap_silu(z):
     return z / (1.0 + math.exp(-z))
 
 
+def swap_act(k, z):
+    """The MLP's activation at z: SiLU, or (k["act"] == "gelu_tanh", Gemma) GELU's tanh form."""
+    if k.get("act", "silu") == "gelu_tanh":
+        return 0.5 * z * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z ** 3)))
+    return swap_silu(z)
+
+
 def weights(model, names_shapes, B):
     """Yields (name, array) for each (name, shape) in names_shapes (the embedding first, the
     head last), float32 arrays of backend B. For a tied model the head's array is the
     embedding's (the caller ties them)."""
     cfg, tied, k = MODELS[model]
+    return weights_for(cfg, tied, k, names_shapes, B)
+
+
+def weights_for(cfg, tied, k, names_shapes, B):
+    """weights() for a config and knobs given directly (tests/models/hf_models.py: the HF
+    shapes, their parameter names without the "model." prefix)."""
     d, V = cfg["hidden"], cfg["vocab"]
     s, std = k["s"], k["std"]
     E = U = None
@@ -129,5 +142,5 @@ def _swap(name, W, d, k, B):
     else:  # down [d, ffn]: unit j writes channel j only
         W[:, :h] = 0.0
         # x[h+j] after the norm is s*u/rms ~ u; the output should be gamma*s*u
-        W[j, j] = k["gamma"] * s / swap_silu(k["gate_z"])
+        W[j, j] = k["gamma"] * s / swap_act(k, k["gate_z"])
     return W

@@ -626,8 +626,9 @@ def export_program(p: Program, outdir, backend_config_fn, dry_run=False, exporte
 # ----------------------------------------------------------------------------- decoders: seeds, greedy tokens, cases
 
 
-def greedy(module, prompt, n, dtype, device):
-    """Eager greedy decoding with the module's own cache: (tokens, margins)."""
+def greedy(module, prompt, n, dtype, device, tops=None):
+    """Eager greedy decoding with the module's own cache: (tokens, margins); each step's top
+    logit is appended to the list tops when one is given."""
     toks, margins = [], []
     T = prompt.shape[1]
     with torch.no_grad():
@@ -636,6 +637,8 @@ def greedy(module, prompt, n, dtype, device):
             row = logits[0, -1].float()
             top = torch.topk(row, 2).values
             margins.append(float(top[0] - top[1]))
+            if tops is not None:
+                tops.append(float(top[0]))
             toks.append(int(row.argmax()))
             if i + 1 < n:
                 logits = module(torch.tensor([[toks[-1]]], device=device), torch.tensor([T + i], device=device))

@@ -1,7 +1,8 @@
 """Stands in for tests/models/decode_llama.py in bench/real_scale.sh's CPU test (REAL_DECODE):
 same flags; writes what the real one writes, with made-up numbers. FAKE_EXPORT_FAIL=<variant>
 makes that export fail (with FAKE_EXPORT_FAIL_ONLY_WITH=<dir>: only when <dir> is on PYTHONPATH);
-FAKE_EXPORT_S its time (default 0.3 s)."""
+FAKE_EXPORT_S its time (default 0.3 s). Also stands in for the HF models (--model hf_*) in
+bench/hf_scale.sh's CPU test (testdata/hf_scale/test.sh); FAKE_REF_S: the reference's eager time."""
 import argparse
 import json
 import os
@@ -9,9 +10,15 @@ import sys
 import time
 
 CFG = {"llama1b": dict(vocab=128256, hidden=2048, layers=16, heads=32, kv_heads=8, head_dim=64, ffn=8192, max_seq=1024),
-       "qwen06b": dict(vocab=151936, hidden=1024, layers=28, heads=16, kv_heads=8, head_dim=128, ffn=3072, max_seq=1024)}
-WEIGHTS = {"llama1b": 2471493632, "qwen06b": 1192230912}
-PARAMS = {"llama1b": 1498482688, "qwen06b": 596049920}
+       "qwen06b": dict(vocab=151936, hidden=1024, layers=28, heads=16, kv_heads=8, head_dim=128, ffn=3072, max_seq=1024),
+       "hf_llama1b": dict(vocab=128256, hidden=2048, layers=16, heads=32, kv_heads=8, head_dim=64, ffn=8192, max_seq=512),
+       "hf_qwen06b": dict(vocab=151936, hidden=1024, layers=28, heads=16, kv_heads=8, head_dim=128, ffn=3072, max_seq=512),
+       "hf_gemma1b": dict(vocab=262144, hidden=1152, layers=26, heads=4, kv_heads=1, head_dim=256, ffn=6912, max_seq=512,
+                          sliding_window=512, layer_types={"full_attention": 4, "sliding_attention": 22})}
+WEIGHTS = {"llama1b": 2471493632, "qwen06b": 1192230912, "hf_llama1b": 2471557120, "hf_qwen06b": 1192232960,
+           "hf_gemma1b": 1999811840}
+PARAMS = {"llama1b": 1498482688, "qwen06b": 596049920, "hf_llama1b": 1235814400, "hf_qwen06b": 596049920,
+          "hf_gemma1b": 999885952}
 TOKENS = [(7 * i + 3) % 1000 for i in range(128)]
 
 
@@ -30,16 +37,19 @@ ap.add_argument("--go", default="")
 ap.add_argument("--go-timeout", type=float, default=900)
 ap.add_argument("--no-compile", action="store_true")
 ap.add_argument("--device-logits", action="store_true")
-a = ap.parse_args()
+ap.add_argument("--max-t", type=int, default=64)
+ap.add_argument("--max-cache", type=int, default=0)
+a, _ = ap.parse_known_args()  # the HF path's other flags (--tiny, --device, ...) change nothing here
 os.makedirs(a.out, exist_ok=True)
 prompt = list(range(10, 10 + a.prompt_len))
-base = {"model": a.model, "config": CFG[a.model], "tied_embeddings": a.model == "qwen06b",
+base = {"model": a.model, "config": CFG[a.model], "tied_embeddings": a.model != "llama1b",
         "parameters": PARAMS[a.model], "read_bytes_per_token_weights": WEIGHTS[a.model]}
 if a.mode == "ref":
     r = dict(base, prompt_ids=prompt, steps=a.steps, tokens=TOKENS[:a.steps], min_margin=1.25, distinct_tokens=a.steps,
              compile_status="not tried" if a.no_compile else "ok", compile_s=1.0, compile_tokens_match=True,
              compile_cudagraph_counters={})
     path = os.path.join(a.out, f"ref_{a.model}.json")
+    time.sleep(float(os.environ.get("FAKE_REF_S", "0")))
     json.dump(r, open(path, "w"))
     print(f"ref {a.model}: eager tokens written", flush=True)
     time.sleep(0.5)
@@ -74,6 +84,7 @@ for v in a.variants.split(","):
               open(os.path.join(d, "manifest.json"), "w"))
     e = dict(base, variant=v, export_s=100.0, torch_export_s=20.0, lower_s=70.0, ptd_bytes=3e9 if a.model == "llama1b" else 1.5e9,
              companion={"gemv": 113, "attention": 16, "skipped_attention": []} if v == "companion" else {})
+    e["prefill_ids"] = list(range(3, 3 + min(128, a.max_t)))
     if v == "int4":
         e["read_bytes_per_token_weights"] = 800000000
         e["eager_min_margin"] = 0.9

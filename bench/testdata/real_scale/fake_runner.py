@@ -3,7 +3,9 @@
 lines the real runner prints, with figures that depend on the program and on CUDA graphs.
 FAKE_RUNNER_FAIL=<tag> makes that program's run fail like a failed load. The library's load_phases line
 (on stderr, as a library's log line may be) is left out for the tags in FAKE_NO_LOAD_PHASES (default int4:
-an older library)."""
+an older library). HF tags (hf_<model>_<variant>, bench/hf_scale.sh's test): the rate follows the variant
+and the shared stream; FAKE_RUNNER_MISMATCH=<tag> changes that program's token 5; --prompt-ids sets
+prompt_tokens."""
 import os
 import sys
 import time
@@ -24,11 +26,19 @@ if tag not in os.environ.get("FAKE_NO_LOAD_PHASES", "int4").split(","):
 exp = args[args.index("--expect-tokens") + 1].split(",") if "--expect-tokens" in args else None
 toks = (exp or [str(7 * i % 1000) for i in range(n)])[:n]
 rate = {"base": 430.0, "companion": 1100.0, "int4": 2000.0}.get(tag, 900.0) * (1.1 if graphs else 1.0)
+if tag.startswith("hf_"):
+    shared = "use_shared_cuda_stream=true" in args
+    rate = {"base": 400.0, "companion": 1600.0}[tag.rsplit("_", 1)[1]] * (1.2 if graphs else 1.0) * (1.05 if shared else 1.0)
+got = list(toks)
+if tag == os.environ.get("FAKE_RUNNER_MISMATCH") and len(got) > 5:
+    got[5] = "99999"
+plen = len(args[args.index("--prompt-ids") + 1].split(",")) if "--prompt-ids" in args else 32
 for r in range(1, rounds + 1):
     pre = f"generate (round {r} of {rounds})" if r < rounds else "generate"
-    print(f"{pre}: prefill=forward decode=forward prompt_tokens=32 new_tokens={n} ttft_ms={(250.0 if r == 1 else 12.5):.3f} "
-          f"prefill_tok_s=2560.0 decode_tok_s={rate:.1f} host_waits_per_token=1.00 rounds={rounds} tokens={','.join(toks)} "
-          f"expected={','.join(toks) if exp else 'none'} {'MATCH' if exp else 'UNCHECKED'}")
+    ttft = (250.0 if r == 1 else 12.5) * (plen / 32 if plen != 32 else 1)
+    print(f"{pre}: prefill=forward decode=forward prompt_tokens={plen} new_tokens={n} ttft_ms={ttft:.3f} "
+          f"prefill_tok_s=2560.0 decode_tok_s={rate:.1f} host_waits_per_token=1.00 rounds={rounds} tokens={','.join(got)} "
+          f"expected={','.join(toks) if exp else 'none'} {('MATCH' if got == toks else 'MISMATCH') if exp else 'UNCHECKED'}")
     lib = "generate-lib" + (f" (round {r} of {rounds})" if r < rounds else "")
     us = 9.5 if graphs else 140.0
     print(f"{lib}: decode_executes={n - 1} lib_execute_us={us:.2f} run_us={us - 3:.2f} "

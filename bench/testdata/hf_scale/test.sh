@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# CPU test of bench/hf_scale.sh and bench/hf_scale_table.py (no GPU, no torch), run by
+# bench/test_table.sh: the flags, then the driver end to end with the real-scale fakes
+# (testdata/real_scale/fake_{decode,runner,ncu}.py, which know the hf_* models): the results file's
+# rows, targets, census and exports tables; a second run into the same $OUT (a fresh name, the first
+# file untouched) with a failed export and a token mismatch; exports past the deadline.
+# Ends with "hf_scale: N passed, N failed". KEEP=1 keeps the temporary folder (its path: the results lines).
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
+FK=$ROOT/bench/testdata/real_scale
+T=$(mktemp -d)
+trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
+source "$HERE/../checks.sh"
+S=$ROOT/bench/hf_scale.sh
+
+# flags
+bash "$S" --dry-run >"$T/plan" 2>&1 && ok "--dry-run exits 0" || bad "--dry-run: $(cat "$T/plan")"
+has "$T/plan" "plan: exports in parallel: hf_llama1b_base hf_llama1b_companion hf_qwen06b_base hf_qwen06b_companion hf_gemma1b_base hf_gemma1b_companion" "six exports by default"
+has "$T/plan" "static cache 512, prefill T in 1..128" "defaults: cache 512, T <= 128"
+has "$T/plan" "then ours: base/graphs companion/graphs base/shared companion/shared base/plain companion/plain then a 128-token prefill" "run order"
+bash "$S" --dry-run --max-t 512 --models gemma1b --ncu none >"$T/plan2" 2>&1 && has "$T/plan2" "prefill T in 1..512" "--max-t 512"
+has "$T/plan2" "plan: census: off" "--ncu none"
+for args in "--models llama3" "--variants int4" "--prompt 200" "--max-cache 64" "--variants companion --ncu base" \
+  "--export-deadline 600" "--budget x" "--steps 0" "--bogus"; do
+  # shellcheck disable=SC2086
+  bash "$S" --dry-run $args >"$T/err" 2>&1
+  [ $? = 2 ] && ok "usage error: $args" || bad "no usage error for $args: $(cat "$T/err")"
+done
+
+run() { # out work [VAR=value...] [-- hf_scale.sh flags...]
+  local out=$1 work=$2 envs=()
+  shift 2
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  mkdir -p "$T/bundle" "$T/site"
+  echo abc1234 >"$T/bundle/COMMIT"
+  env OUT="$out" HFS_WORK="$work" HFS_BUNDLE_DIR="$T/bundle" HFS_SITE_DIR="$T/site" HFS_DECODE="$FK/fake_decode.py" \
+    HFS_RUNNER="$FK/fake_runner.py" HFS_NCU_BIN="$FK/fake_ncu.py" HFS_BUDGET=150 HFS_EXPORT_DEADLINE=60 "${envs[@]}" \
+    bash "$S" "$@" >"$work.log" 2>&1
+}
+run "$T/out" "$T/w1" || bad "hf_scale.sh with fakes: exit status $?"
+R=$(ls "$T"/out/*-abc1234-hf-scale.md 2>/dev/null | head -1)
+if [ -z "$R" ]; then
+  bad "no results file in $T/out: $(tail -5 "$T/w1.log")"
+else
+  ok "results file $(basename "$R")"
+  has "$R" "| ours, companion + graphs | 1920.0 | 98.9 % | 3.31x |  | 250.0 / 12.5 | 9.5 / 6.5 | 1.00 | 63 | MATCH |" "Llama companion + graphs row"
+  has "$R" "| ours, companion + graphs + shared stream | 2016.0 |" "shared stream row"
+  has "$R" "| ours, base | 400.0 | 20.6 % | 0.69x | 50.00 (128) | 250.0 / 12.5 | 140.0 / 137.0 | 1.00 | 0 | MATCH |" "plain row with the 128-token prefill"
+  has "$R" "| torch.compile(mode=\"reduce-overhead\") | 580.0 | 29.9 % | 1.00x |" "torch.compile row"
+  has "$R" "| floor ((weights + KV) / 4.8 TB/s) | 1940 | 100 % |" "Llama floor"
+  has "$R" "| Llama-1B companion + graphs >= 80 % of the floor | 1920.0 tok/s = 98.9 % | **PASS** |" "floor target met"
+  has "$R" "| Qwen3-0.6B companion + graphs >= 65 % of the floor | 1920.0 tok/s = 48.0 % | **MISS** |" "floor target missed"
+  has "$R" "| Gemma-3-1B companion + graphs >= 3x torch.compile | 1920.0 vs 580.0 tok/s (3.31x) | **PASS** |" "3x target"
+  has "$R" "| Llama-1B prefill (128 tokens): companion no slower than base | 50.00 vs 50.00 ms | **PASS** |" "prefill target"
+  has "$R" "| Llama-1B companion: host time per replayed decode execute <= 10 µs | 9.5 µs (63 replays of 63 executes) | **PASS** |" "host time target"
+  has "$R" "| Llama-1B: tokens equal to eager's (64 greedy) in every mode | 6 of 6 runs MATCH | **PASS** |" "tokens target"
+  has "$R" "sliding window 512 on {'full_attention': 4, 'sliding_attention': 22}" "Gemma's sliding window described"
+  has "$R" "| hf_gemma1b_companion | 27 | 387 |" "census row"
+  has "$R" "| hf_qwen06b_companion | 100.0 (20.0 / 70.0) | 1.500 | {\"gemv\": 113," "exports row with the companion report"
+  has "$R" "<!-- figure: hf.llama1b.companion.graphs.decode_tok_s | 1920 | tok/s | higher |" "figure line"
+  [ -f "${R%.md}-census.md" ] && ok "census file" || bad "no census file"
+  [ -f "$T/out/logs.tar.xz" ] && [ -f "$T/out/raw/ref_hf_gemma1b.json" ] && [ -f "$T/out/raw/export_hf_qwen06b_base.json" ] &&
+    ok "logs and raw JSON" || bad "logs or raw JSON missing: $(ls "$T/out" "$T/out/raw" | tr '\n' ' ')"
+  grep -q "timing hf_llama1b (stopped: " "$T/w1/timeline.txt" && ok "other jobs stopped while a model is timed" ||
+    bad "no stopped jobs in the timeline: $(grep timing "$T/w1/timeline.txt" | head -3 | tr '\n' ' ')"
+  n=$(grep -c "^\[.*\] run hf_" "$T/w1/timeline.txt")
+  [ "$n" = 18 ] && ok "18 runs (3 models x 2 variants x 3 modes)" || bad "$n runs, not 18"
+fi
+cp "$R" "$T/first.md" 2>/dev/null
+# a second run into the same $OUT: fresh name; a failed export; a token mismatch
+run "$T/out" "$T/w2" FAKE_EXPORT_FAIL=companion FAKE_RUNNER_MISMATCH=hf_qwen06b_base -- --models llama1b,qwen06b ||
+  bad "second run: exit status $?"
+R2=$(ls "$T"/out/*-abc1234-hf-scale-2.md 2>/dev/null | head -1)
+if [ -z "$R2" ]; then
+  bad "second run: no -2 file ($(ls "$T/out" | tr '\n' ' '))"
+else
+  ok "second run: $(basename "$R2")"
+  cmp -s "$R" "$T/first.md" && ok "first results file unchanged" || bad "first results file changed"
+  has "$R2" "| hf_llama1b_companion | not exported: \`companion: RuntimeError: planted export failure\` | | |" "failed export reported"
+  has "$R2" "| ours, base + graphs | 480.0 | 12.0 % | 0.83x |  | 250.0 / 12.5 | 9.5 / 6.5 | 1.00 | 63 | MISMATCH at 5 |" "mismatch row"
+  has "$R2" "| Qwen3-0.6B: tokens equal to eager's (64 greedy) in every mode | 0 of 3 runs MATCH; base/graphs: MISMATCH at 5, base/plain: MISMATCH at 5, base/shared: MISMATCH at 5 | **MISS** |" "mismatch target"
+  has "$R2" "| Llama-1B companion + graphs >= 80 % of the floor | n/a tok/s = n/a % | n/a |" "target n/a without the program"
+fi
+# every export past the deadline: ended, reported, the references still timed
+run "$T/out3" "$T/w3" FAKE_EXPORT_S=60 HFS_EXPORT_DEADLINE=4 HFS_BUDGET=60 -- --models qwen06b || bad "third run: exit status $?"
+R3=$(ls "$T"/out3/*-hf-scale.md 2>/dev/null | head -1)
+grep -q "export deadline (4s): ending export_hf_" "$T/w3/timeline.txt" 2>/dev/null && ok "exports ended at the deadline" ||
+  bad "no deadline in the timeline: $(tail -3 "$T/w3/timeline.txt" 2>/dev/null | tr '\n' ' ')"
+[ -n "$R3" ] && grep -q "| torch.compile(mode=\"reduce-overhead\") | 580.0 |" "$R3" && ok "torch rows without exports" ||
+  bad "third run: no torch row in ${R3:-no results file}"
+grep -q "| hf_qwen06b_base | not exported: " "${R3:-/dev/null}" && ok "not-exported row" || bad "third run: no not-exported row"
+echo "hf_scale: $pass passed, $fail failed"
+[ "$fail" = 0 ]
