@@ -146,3 +146,12 @@ fn args_layout_matches_the_kernel() {
     assert_eq!(std::mem::offset_of!(Args, eps), 72);
     assert_eq!(std::mem::offset_of!(Args, norm_mode), 92);
 }
+
+#[test]
+fn a_norm_before_a_vocabulary_head_is_not_fused() {
+    assert!(takes_fused(true, true, 16384, 1));
+    assert!(takes_fused(true, false, 128256, 1));
+    assert!(!takes_fused(true, true, 128256, 1));
+    assert!(!takes_fused(true, false, 2048, MAX_FUSED_ROWS + 1));
+    assert!(!takes_fused(false, false, 2048, 1));
+}
