@@ -100,11 +100,15 @@ UNIT = {"ns": 1e-9, "nsecond": 1e-9, "us": 1e-6, "usecond": 1e-6, "ms": 1e-3, "m
         "second": 1.0, "byte": 1, "b": 1, "kbyte": 1e3, "kb": 1e3, "mbyte": 1e6, "mb": 1e6, "gbyte": 1e9,
         "gb": 1e9, "kib": 1024, "mib": 1 << 20, "gib": 1 << 30}
 METRICS = {"gpu__time_duration.sum": "s", "dram__bytes_read.sum": "rd", "dram__bytes_write.sum": "wr"}
-GEMM_RE = re.compile(r"gemv|gemm|int4mm|addmm|bmm|matmul|xmma|cutlass|(^|_)mm(_|$)|_mm_|fused_mm", re.I)
+GEMM_RE = re.compile(r"gemv|gemm|et_lin_[a-z0-9]+_v\d|int4mm|addmm|bmm|matmul|xmma|cutlass|(^|_)mm(_|$)|_mm_|fused_mm", re.I)
+# Inductor's pointwise/reduction kernels are not matrix products whatever ops their names list.
+POINTWISE_RE = re.compile(r"^triton_(poi|per|red)_")
 ATTN_RE = re.compile(r"attn|attention|sdpa|flash|softmax", re.I)
 
 
 def kind_of(name):
+    if POINTWISE_RE.search(name):
+        return "other"
     if GEMM_RE.search(name):
         return "GEMM"
     if ATTN_RE.search(name):
