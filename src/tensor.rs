@@ -31,7 +31,7 @@ pub(crate) mod device_type {
 }
 
 /// Where a tensor's memory lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Device {
     /// Host memory.
     Cpu,

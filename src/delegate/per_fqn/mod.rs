@@ -13,7 +13,7 @@
 //! bytes; buffers under the rules of [`super::sharing`]) uses that tensor
 //! instead, so prefill and decode of one program hold their weights once.
 
-use super::sharing::{self, SharePolicy, SharedConstants, View};
+use super::sharing::{self, SharePolicy, Settled, SharedConstants, View};
 use crate::aoti::container::ConstantInfo;
 use crate::aoti::payload::FqnEntry;
 use crate::aoti::{self, Container};
@@ -21,6 +21,7 @@ use crate::cuda::copy::StagedUpload;
 use crate::cuda::{memory, stream::CudaStream, DeviceState};
 use crate::error::{Error, Result};
 use crate::tensor::{device_type, Device, HostAlloc, Memory, Storage, Tensor};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Looks up named data by key: the bytes, valid until the load releases the key (or ends).
@@ -30,12 +31,12 @@ pub type NamedDataLookup<'a> = dyn Fn(&str) -> Option<&'a [u8]> + 'a;
 /// time and released (`release`, when the caller gives one) as soon as it is uploaded, so
 /// the weights never need to be in host memory all at once. Without `release` the bytes
 /// stay valid for the whole load anyway: they are then read (and checked) before any
-/// device work, into `read`.
+/// device work, into `read` (by key).
 #[derive(Clone)]
 pub(crate) struct Source<'a> {
     pub(crate) lookup: &'a NamedDataLookup<'a>,
     pub(crate) release: Option<&'a dyn Fn(&str)>,
-    pub(crate) read: Vec<(String, &'a [u8])>,
+    pub(crate) read: HashMap<String, &'a [u8]>,
     /// Nanoseconds spent in `lookup` so far (the upload's time excludes them).
     pub(crate) fetch_ns: std::cell::Cell<u64>,
 }
@@ -47,7 +48,7 @@ pub(crate) struct Source<'a> {
 pub(crate) fn fetch<'a>(
     lookup: &NamedDataLookup<'a>,
     key: &str,
-    what: &str,
+    what: &dyn Fn() -> String,
 ) -> Result<(&'a [u8], u64)> {
     let t = std::time::Instant::now();
     let found = lookup(key);
@@ -55,7 +56,8 @@ pub(crate) fn fetch<'a>(
     crate::stats::record(crate::stats::Event::LoadFetch(ns));
     let bytes = found.ok_or_else(|| {
         Error::invalid_program(format!(
-            "the program has no named data {key:?} ({what}); was the .ptd file passed?"
+            "the program has no named data {key:?} ({}); was the .ptd file passed?",
+            what()
         ))
     })?;
     Ok((bytes, ns))
@@ -76,10 +78,10 @@ impl Source<'_> {
     pub(crate) fn with<R>(
         &self,
         key: &str,
-        what: &str,
+        what: &dyn Fn() -> String,
         f: impl FnOnce(&[u8]) -> Result<R>,
     ) -> Result<R> {
-        if let Some((_, bytes)) = self.read.iter().find(|(k, _)| k == key) {
+        if let Some(bytes) = self.read.get(key) {
             return f(bytes);
         }
         let (bytes, ns) = fetch(self.lookup, key, what)?;
@@ -113,18 +115,24 @@ pub(crate) fn match_entries<'a>(
         .collect())
 }
 
-/// [`match_entries`] over any items that carry an entry: each constant and its item.
+/// [`match_entries`] over any items that carry an entry: each constant and its item (the
+/// first item of that FQN; one hash-map lookup per constant).
 fn match_items<'a, T>(
     infos: &'a [ConstantInfo],
     items: &'a [T],
     entry_of: fn(&T) -> &FqnEntry,
 ) -> Result<Vec<(&'a ConstantInfo, &'a T)>> {
+    let mut by_fqn: HashMap<&str, &T> = HashMap::with_capacity(items.len());
+    for item in items {
+        by_fqn.entry(entry_of(item).fqn.as_str()).or_insert(item);
+    }
     let mut out = Vec::with_capacity(infos.len());
     for info in infos.iter().filter(|c| !c.from_folded) {
-        let found = items
-            .iter()
-            .find(|e| !info.original_fqn.is_empty() && entry_of(e).fqn == info.original_fqn)
-            .or_else(|| items.iter().find(|e| entry_of(e).fqn == info.name));
+        let found = (!info.original_fqn.is_empty())
+            .then(|| by_fqn.get(info.original_fqn.as_str()))
+            .flatten()
+            .or_else(|| by_fqn.get(info.name.as_str()))
+            .copied();
         let Some(item) = found else {
             return Err(Error::invalid_program(format!(
                 "the program has no weights for constant {} (FQN {:?})",
@@ -172,10 +180,9 @@ fn match_items<'a, T>(
 /// The bytes read for a matched constant's storage agree with what its entry declares
 /// (the size [`match_entries`] checked the view and the model against).
 pub(crate) fn check_bytes(m: &Matched<'_>, bytes: &[u8]) -> Result<()> {
-    m.entry.check_storage(
-        bytes.len(),
-        &format!("constant {} (storage {})", m.info.name, m.entry.storage_key),
-    )
+    m.entry.check_storage(bytes.len(), &|| {
+        format!("constant {} (storage {})", m.info.name, m.entry.storage_key)
+    })
 }
 
 /// [`match_entries`] and [`check_bytes`] over storages given as bytes (tests, fuzzing).
@@ -243,19 +250,20 @@ struct Group<'m> {
 /// The storages of `matched` in first-use order (one per key and placement).
 fn storage_groups<'m>(matched: &'m [Matched<'m>], device: &DeviceState) -> Vec<Group<'m>> {
     let mut groups: Vec<Group<'m>> = Vec::new();
+    let mut index: HashMap<(&'m str, bool), usize> = HashMap::with_capacity(matched.len());
     for (i, m) in matched.iter().enumerate() {
         let at = place(m, device);
-        match groups
-            .iter_mut()
-            .find(|g| g.key == m.entry.storage_key && g.at == at)
-        {
-            Some(g) => g.members.push(i),
-            None => groups.push(Group {
-                key: &m.entry.storage_key,
+        let key = m.entry.storage_key.as_str();
+        // One device per load: the placement is the CPU or that device.
+        let g = *index.entry((key, at == Device::Cpu)).or_insert_with(|| {
+            groups.push(Group {
+                key,
                 at,
-                members: vec![i],
-            }),
-        }
+                members: Vec::new(),
+            });
+            groups.len() - 1
+        });
+        groups[g].members.push(i);
     }
     groups
 }
@@ -292,7 +300,7 @@ fn read_storages(
         loaded: 0,
     };
     for g in groups {
-        let what = format!("the weights of {}", matched[g.members[0]].entry.fqn);
+        let what = || format!("the weights of {}", matched[g.members[0]].entry.fqn);
         source.with(g.key, &what, |bytes| {
             let mut storage: Option<Arc<Storage>> = None;
             let digest = share.map(|_| aoti::loader::sha256(bytes));
@@ -339,6 +347,37 @@ fn read_storages(
     Ok(l)
 }
 
+/// Register the load's own constants for later methods, under one hold of the registry
+/// with a last look-up: a constant another load of the program registered since this one
+/// looked (a concurrent load of the same share group) is taken from it instead, so the
+/// program keeps one copy of each shared buffer.
+fn settle(
+    matched: &[Matched<'_>],
+    l: &mut Loaded,
+    policy: SharePolicy,
+    container: &Arc<Container>,
+    held: &mut SharedConstants,
+) -> Result<()> {
+    let mut own = Vec::with_capacity(matched.len());
+    for ((m, t), d) in matched.iter().zip(&l.tensors).zip(&l.digests) {
+        let t = t
+            .clone()
+            .ok_or_else(|| Error::internal("a matched constant got no tensor"))?;
+        own.push((m.info, t, *d));
+    }
+    let mine = sharing::held_of(&own, policy, &l.shared);
+    let settled = sharing::registry().settle(&mine, policy.mutable_buffers, container, true);
+    if let Settled::Found(found) = settled {
+        for (i, t, owner) in found {
+            held.keep_owner(&owner);
+            l.shared_bytes += matched[i].entry.storage_nbytes;
+            l.shared[i] = true;
+            l.tensors[i] = Some(t);
+        }
+    }
+    Ok(())
+}
+
 /// Give `container` its constants from the per-FQN `entries`, reading each storage from
 /// `source` once (constants that view one storage share its upload), and sharing with
 /// other methods under `share`. Returns the container and what keeps its constants alive.
@@ -382,24 +421,19 @@ pub(super) fn load(
         bytes: report.bytes,
         staging: report.staging_bytes,
     });
-    let tensors: Vec<Tensor> = l
-        .tensors
-        .into_iter()
-        .map(|t| t.ok_or_else(|| Error::internal("a matched constant got no tensor")))
-        .collect::<Result<_>>()?;
-    for (m, t) in matched.iter().zip(&tensors) {
-        held.add(&m.info.name, t.clone())?;
+    let mut l = l;
+    if let Some(policy) = share {
+        settle(&matched, &mut l, policy, &container, &mut held)?;
+    }
+    for (m, t) in matched.iter().zip(&l.tensors) {
+        let t = t
+            .clone()
+            .ok_or_else(|| Error::internal("a matched constant got no tensor"))?;
+        held.add(&m.info.name, t)?;
     }
     // SAFETY: `held` goes to the caller, which keeps it until after the container is deleted.
     unsafe { held.install(&container)? };
-    if let Some(policy) = share {
-        let entries: Vec<_> = matched
-            .iter()
-            .zip(tensors)
-            .zip(l.digests)
-            .map(|((m, t), d)| (m.info, t, d))
-            .collect();
-        sharing::register(&entries, policy, &container, &l.shared);
+    if share.is_some() {
         crate::stats::record(crate::stats::Event::SharedConstants(l.shared_bytes));
         log::info!(
             "weight sharing: {} of {} constants ({} bytes) served from other methods",

@@ -152,19 +152,19 @@ fn source_releases_each_lookup_after_use_and_never_read_bytes() {
     let streamed = Source {
         lookup: &lookup,
         release: Some(&release),
-        read: Vec::new(),
+        read: HashMap::new(),
         fetch_ns: Default::default(),
     };
     // The key is released after `f`, whatever `f` returns.
     let n = streamed
-        .with("a", "the weights of x", |bytes| {
+        .with("a", &|| "the weights of x".into(), |bytes| {
             assert!(released.borrow().is_empty(), "released before use");
             Ok(bytes.len())
         })
         .unwrap();
     assert_eq!(n, 4);
     let e = streamed
-        .with("b", "the weights of y", |_| -> Result<()> {
+        .with("b", &|| "the weights of y".into(), |_| -> Result<()> {
             Err(Error::invalid_program("bad"))
         })
         .unwrap_err();
@@ -172,7 +172,7 @@ fn source_releases_each_lookup_after_use_and_never_read_bytes() {
     assert_eq!(*released.borrow(), ["a", "b"]);
     // A missing key: a clear error, nothing to release.
     let e = streamed
-        .with("c", "the weights of z", |_| Ok(()))
+        .with("c", &|| "the weights of z".into(), |_| Ok(()))
         .unwrap_err();
     assert!(
         e.to_string()
@@ -184,11 +184,11 @@ fn source_releases_each_lookup_after_use_and_never_read_bytes() {
     let held = Source {
         lookup: &lookup,
         release: None,
-        read: vec![("b".to_string(), &b[..])],
+        read: HashMap::from([("b".to_string(), &b[..])]),
         fetch_ns: Default::default(),
     };
     let before = lookups.borrow().len();
-    held.with("b", "w", |bytes| {
+    held.with("b", &|| "w".into(), |bytes| {
         assert_eq!(bytes, &b[..]);
         Ok(())
     })
