@@ -171,9 +171,7 @@ impl Image<'_> {
     fn holder(&self, addr: u64, len: u64, size: fn(&Seg) -> u64) -> Option<&Seg> {
         let end = addr.checked_add(len)?;
         let i = self.loads.partition_point(|l| l.vaddr + size(l) < end);
-        self.loads
-            .get(i)
-            .filter(|l| l.contains(addr, len, size(l)))
+        self.loads.get(i).filter(|l| l.contains(addr, len, size(l)))
     }
 
     /// The loadable segment whose memory holds `len` bytes at `addr`.

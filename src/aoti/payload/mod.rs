@@ -8,9 +8,8 @@
 //!   data entry, shared by every method of the program that uses it.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::tensor::{self, device_type, Device, Memory, Storage, Tensor};
+use crate::tensor::{self, device_type};
 use std::collections::HashSet;
-use std::sync::Arc;
 
 /// The magic that starts a binary payload.
 pub(crate) const FQN_MAGIC: &[u8] = b"ETCUDAFQN3";
@@ -69,24 +68,17 @@ impl FqnEntry {
     }
 
     /// Whether this entry's view (dtype, sizes, strides, offset) fits `nbytes`
-    /// storage bytes: the very check the upload's [`Tensor::view`] makes on a
-    /// storage of that size, so a view accepted here is accepted there.
+    /// storage bytes: the very check the upload's [`tensor::Tensor::view`] makes on a
+    /// storage of that size ([`tensor::check_view`]), so a view accepted here is
+    /// accepted there.
     pub(crate) fn check_view(&self, nbytes: usize) -> Result<()> {
-        // A probe storage of the same size: no memory, dropped right after the check,
-        // never handed out (nothing reads through it).
-        let probe = Arc::new(Storage {
-            memory: Memory::Empty,
-            nbytes,
-            device: Device::Cpu,
-        });
-        Tensor::view(
-            probe,
+        tensor::check_view(
             self.dtype,
-            self.sizes.clone(),
-            self.strides.clone(),
+            &self.sizes,
+            &self.strides,
             self.storage_offset,
+            nbytes,
         )
-        .map(drop)
         .map_err(|e| {
             Error::invalid_program(format!(
                 "constant {} (storage {}): its view (dtype {}, sizes {:?}, strides {:?}, offset {}) does not fit {nbytes} bytes: {}",
@@ -242,7 +234,6 @@ fn parse_fqn(payload: &[u8]) -> Result<Payload> {
         return Err(bad(format!("{n} entries")));
     }
     let mut entries = Vec::new();
-    let mut seen = HashSet::new();
     for i in 0..n {
         let fqn = r.string(&|| format!("entry {i}'s FQN"))?;
         let storage_key = r.string(&|| format!("entry {i}'s storage key"))?;
@@ -269,9 +260,6 @@ fn parse_fqn(payload: &[u8]) -> Result<Payload> {
         let strides = (0..ndim)
             .map(|_| r.i64(&|| format!("entry {i}'s strides")))
             .collect::<Result<Vec<_>>>()?;
-        if !seen.insert(fqn.clone()) {
-            return Err(bad(format!("entry {i} repeats the FQN {fqn}")));
-        }
         let e = FqnEntry {
             fqn,
             storage_key,
@@ -291,6 +279,12 @@ fn parse_fqn(payload: &[u8]) -> Result<Payload> {
             "{} bytes left after {n} entries",
             payload.len() - r.at
         )));
+    }
+    let mut seen = HashSet::with_capacity(entries.len());
+    for (i, e) in entries.iter().enumerate() {
+        if !seen.insert(e.fqn.as_str()) {
+            return Err(bad(format!("entry {i} repeats the FQN {}", e.fqn)));
+        }
     }
     Ok(Payload::PerFqn { so_key, entries })
 }

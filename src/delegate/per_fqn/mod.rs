@@ -13,7 +13,7 @@
 //! bytes; buffers under the rules of [`super::sharing`]) uses that tensor
 //! instead, so prefill and decode of one program hold their weights once.
 
-use super::sharing::{self, SharePolicy, Settled, SharedConstants, View};
+use super::sharing::{self, Settled, SharePolicy, SharedConstants, View};
 use crate::aoti::container::ConstantInfo;
 use crate::aoti::payload::FqnEntry;
 use crate::aoti::{self, Container};
@@ -201,11 +201,11 @@ pub(crate) fn match_storages<'a>(
 }
 
 /// Where a matched constant lives.
-fn place(m: &Matched<'_>, device: &DeviceState) -> Device {
+fn place(m: &Matched<'_>, ordinal: i32) -> Device {
     if m.entry.device_type == device_type::CPU {
         Device::Cpu
     } else {
-        Device::Cuda(device.ordinal)
+        Device::Cuda(ordinal)
     }
 }
 
@@ -248,11 +248,11 @@ struct Group<'m> {
 }
 
 /// The storages of `matched` in first-use order (one per key and placement).
-fn storage_groups<'m>(matched: &'m [Matched<'m>], device: &DeviceState) -> Vec<Group<'m>> {
+fn storage_groups<'m>(matched: &'m [Matched<'m>], ordinal: i32) -> Vec<Group<'m>> {
     let mut groups: Vec<Group<'m>> = Vec::new();
     let mut index: HashMap<(&'m str, bool), usize> = HashMap::with_capacity(matched.len());
     for (i, m) in matched.iter().enumerate() {
-        let at = place(m, device);
+        let at = place(m, ordinal);
         let key = m.entry.storage_key.as_str();
         // One device per load: the placement is the CPU or that device.
         let g = *index.entry((key, at == Device::Cpu)).or_insert_with(|| {
@@ -396,7 +396,7 @@ pub(super) fn load(
     }
     let infos = container.constants()?;
     let matched = match_entries(&infos, entries)?;
-    let groups = storage_groups(&matched, device);
+    let groups = storage_groups(&matched, device.ordinal);
     // Only sizes the staging (declared sizes are checked against the bytes as they are read).
     let total = groups.iter().fold(0usize, |t, g| {
         t.saturating_add(

@@ -195,3 +195,79 @@ fn source_releases_each_lookup_after_use_and_never_read_bytes() {
     .unwrap();
     assert_eq!(lookups.borrow().len(), before);
 }
+
+/// With two items of one FQN (the fuzz body makes such), the first one is matched; a
+/// constant without FQN metadata is matched by name.
+#[test]
+fn the_first_item_of_an_fqn_is_matched() {
+    let infos = vec![info("w", "w", 4, false), info("n", "", 4, false)];
+    let (a, b, c) = ([1u8; 4], [2u8; 4], [3u8; 4]);
+    let storages = vec![
+        (entry("w", 4), &a[..]),
+        (entry("w", 4), &b[..]),
+        (entry("n", 4), &c[..]),
+    ];
+    let m = match_storages(&infos, &storages).unwrap();
+    assert_eq!(m[0].1[0], 1);
+    assert_eq!(m[1].1[0], 3);
+}
+
+/// Issue 31: 2^18 constants, listed in the opposite order of their entries, are matched
+/// and grouped by storage in linear time (the matcher used to scan the entries for each
+/// constant, and the grouping its groups for each match: 2^35 comparisons). The work runs
+/// on a thread with a deadline (wall time, generous: a busy machine) so that a quadratic
+/// path fails instead of hanging.
+#[test]
+fn matching_and_grouping_are_linear() {
+    const N: usize = 1 << 18;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let bytes = [0u8; 4];
+        let mut storages = Vec::with_capacity(N);
+        for i in 0..N {
+            let mut e = entry(&format!("c{i}"), 4);
+            e.storage_key = format!("s{}", i / 4);
+            e.device_type = if i % 8 < 4 { 1 } else { 0 };
+            storages.push((e, &bytes[..]));
+        }
+        let infos: Vec<ConstantInfo> = (0..N)
+            .rev()
+            .map(|i| info(&format!("k{i}"), &format!("c{i}"), 4, false))
+            .collect();
+        let m = match_storages(&infos, &storages).unwrap();
+        let matched: Vec<Matched<'_>> = m.into_iter().map(|(m, _)| m).collect();
+        let groups = storage_groups(&matched, 0);
+        let sizes: Vec<usize> = groups.iter().map(|g| g.members.len()).collect();
+        let _ = tx.send((matched.len(), groups.len(), sizes));
+    });
+    let (matched, groups, sizes) = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("matching 2^18 constants did not finish in 120 s");
+    assert_eq!(matched, N);
+    // Four constants per storage key, all on one side (CPU or CUDA).
+    assert_eq!(groups, N / 4);
+    assert!(sizes.iter().all(|&s| s == 4));
+}
+
+/// One storage key read for constants on the CPU and on the device is two groups.
+#[test]
+fn a_storage_on_both_sides_is_two_groups() {
+    let infos = vec![
+        info("a", "a", 4, false),
+        info("b", "b", 4, false),
+        info("c", "c", 4, false),
+    ];
+    let bytes = [0u8; 4];
+    let mut storages = Vec::new();
+    for (fqn, dev) in [("a", 1), ("b", 0), ("c", 1)] {
+        let mut e = entry(fqn, 4);
+        e.storage_key = "s".into();
+        e.device_type = dev;
+        storages.push((e, &bytes[..]));
+    }
+    let m = match_storages(&infos, &storages).unwrap();
+    let matched: Vec<Matched<'_>> = m.into_iter().map(|(m, _)| m).collect();
+    let groups = storage_groups(&matched, 3);
+    let got: Vec<(Device, Vec<usize>)> = groups.iter().map(|g| (g.at, g.members.clone())).collect();
+    assert_eq!(got, [(Device::Cuda(3), vec![0, 2]), (Device::Cpu, vec![1])]);
+}

@@ -30,8 +30,8 @@ use crate::aoti::{self, AtenTensorHandle, Container, Library};
 use crate::cuda::{copy, memory, stream::CudaStream, DeviceState};
 use crate::error::{Error, Result};
 use crate::tensor::{Device, HostAlloc, Memory, Tensor};
-use std::ffi::CString;
 use std::collections::HashSet;
+use std::ffi::CString;
 use std::sync::{Arc, LazyLock, Mutex};
 
 /// How a method takes part in sharing.
@@ -361,7 +361,8 @@ pub(crate) fn load(
             }
             continue;
         }
-        let (second, held, own, shared_bytes) = with_shared(lib, device, stream, &constants, &found)?;
+        let (second, held, own, shared_bytes) =
+            with_shared(lib, device, stream, &constants, &found)?;
         let registered: Vec<_> = constants
             .iter()
             .zip(own)

@@ -69,7 +69,10 @@ fn a_load_that_settles_second_takes_the_first_ones_buffer() {
     for h in load_a.iter().chain(&load_b) {
         assert!(reg.find(h.key.as_ref().unwrap()).is_none());
     }
-    assert!(matches!(reg.settle(&load_a, true, &a, true), Settled::Registered));
+    assert!(matches!(
+        reg.settle(&load_a, true, &a, true),
+        Settled::Registered
+    ));
     let Settled::Found(found) = reg.settle(&load_b, true, &b, true) else {
         panic!("the second load registered its own buffer");
     };
@@ -92,12 +95,18 @@ fn settle_without_adopt_registers_nothing_when_it_finds() {
     let mut reg = Registry::<u32>::default();
     let (a, b) = (Arc::new(1u32), Arc::new(2u32));
     let load_a = vec![held(key(true, "kv", 0, 7))];
-    assert!(matches!(reg.settle(&load_a, true, &a, false), Settled::Registered));
+    assert!(matches!(
+        reg.settle(&load_a, true, &a, false),
+        Settled::Registered
+    ));
     let load_b = vec![held(key(true, "kv", 0, 7)), held(key(false, "w", 1, 7))];
     assert!(matches!(reg.settle(&load_b, true, &b, false), Settled::Found(f) if f.len() == 1));
     assert_eq!(reg.len(), 1);
     // Not sharing mutable buffers: its own buffer is registered beside A's.
-    assert!(matches!(reg.settle(&load_b, false, &b, false), Settled::Registered));
+    assert!(matches!(
+        reg.settle(&load_b, false, &b, false),
+        Settled::Registered
+    ));
     assert_eq!(reg.len(), 3);
 }
 
@@ -109,11 +118,17 @@ fn shared_constants_and_dead_owners() {
     let a = Arc::new(1u32);
     let mut h = held(key(false, "w", 1, 0));
     h.shared = true;
-    assert!(matches!(reg.settle(&[h], true, &a, true), Settled::Registered));
+    assert!(matches!(
+        reg.settle(&[h], true, &a, true),
+        Settled::Registered
+    ));
     assert_eq!(reg.len(), 0);
     let h = held(key(false, "w", 1, 0));
     let k = h.key.clone().unwrap();
-    assert!(matches!(reg.settle(&[h], true, &a, true), Settled::Registered));
+    assert!(matches!(
+        reg.settle(&[h], true, &a, true),
+        Settled::Registered
+    ));
     assert!(reg.find(&k).is_some());
     drop(a);
     assert!(reg.find(&k).is_none());
@@ -153,7 +168,10 @@ fn concurrent_loads_of_one_program_keep_one_buffer() {
                 .collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         });
-        assert!(used.iter().all(|t| same(t, &used[0])), "two copies of one buffer");
+        assert!(
+            used.iter().all(|t| same(t, &used[0])),
+            "two copies of one buffer"
+        );
         assert_eq!(reg.lock().unwrap().len(), 1);
     }
 }
