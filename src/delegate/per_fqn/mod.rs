@@ -18,7 +18,7 @@ use crate::aoti::container::ConstantInfo;
 use crate::aoti::payload::FqnEntry;
 use crate::aoti::{self, Container};
 use crate::cuda::copy::StagedUpload;
-use crate::cuda::{memory, stream::CudaStream, DeviceState};
+use crate::cuda::{memory, stream::CudaStream, DeviceState, GatedDrop};
 use crate::error::{Error, Result};
 use crate::tensor::{device_type, Device, HostAlloc, Memory, Storage, Tensor};
 use std::collections::HashMap;
@@ -50,6 +50,7 @@ pub(crate) fn fetch<'a>(
     key: &str,
     what: &dyn Fn() -> String,
 ) -> Result<(&'a [u8], u64)> {
+    no_lock_held("named-data lookup")?;
     let t = std::time::Instant::now();
     let found = lookup(key);
     let ns = crate::stats::nanos(t.elapsed());
@@ -61,6 +62,17 @@ pub(crate) fn fetch<'a>(
         ))
     })?;
     Ok((bytes, ns))
+}
+
+/// A user callback is about to run: this thread must hold no library lock (the callback
+/// may call back into the library; see `cuda::gate`).
+fn no_lock_held(what: &str) -> Result<()> {
+    match crate::logging::holds() {
+        0 => Ok(()),
+        n => Err(Error::internal(format!(
+            "a {what} callback would run while this thread holds {n} library locks"
+        ))),
+    }
 }
 
 impl std::fmt::Debug for Source<'_> {
@@ -88,6 +100,7 @@ impl Source<'_> {
         self.fetch_ns.set(self.fetch_ns.get() + ns);
         let r = f(bytes);
         if let Some(release) = self.release {
+            no_lock_held("named-data release")?;
             release(key);
         }
         r
@@ -381,6 +394,11 @@ fn settle(
 /// Give `container` its constants from the per-FQN `entries`, reading each storage from
 /// `source` once (constants that view one storage share its upload), and sharing with
 /// other methods under `share`. Returns the container and what keeps its constants alive.
+///
+/// The device's legacy-stream gate is held only around the generated code's calls (and
+/// the drops of containers on error paths), never while `source` calls the caller's
+/// named-data functions: a callback may call back into the library, and a capture on
+/// another thread may be waiting for the gate.
 pub(super) fn load(
     container: Container,
     device: &Arc<DeviceState>,
@@ -389,12 +407,19 @@ pub(super) fn load(
     source: &Source<'_>,
     share: Option<SharePolicy>,
 ) -> Result<(Arc<Container>, SharedConstants)> {
+    // Declared first, dropped last: on an error path the container goes before the
+    // tensors it may have been given (and the other methods' containers kept for them).
+    let mut held = GatedDrop::new(device.clone(), SharedConstants::default());
+    let container = GatedDrop::new(device.clone(), Arc::new(container));
     if !container.has_constants_api() {
         return Err(Error::invalid_program(
             "the program stores its weights per FQN but the .so has no constant-management entry points (AOTInductorModelContainerGetNumConstants...)",
         ));
     }
-    let infos = container.constants()?;
+    let infos = {
+        let _legacy = device.legacy_use();
+        container.constants()?
+    };
     let matched = match_entries(&infos, entries)?;
     let groups = storage_groups(&matched, device.ordinal);
     // Only sizes the staging (declared sizes are checked against the bytes as they are read).
@@ -403,10 +428,6 @@ pub(super) fn load(
             usize::try_from(matched[g.members[0]].entry.storage_nbytes).unwrap_or(usize::MAX),
         )
     });
-    // Declared first, dropped last: on an error path the container goes before the
-    // tensors it may have been given.
-    let mut held = SharedConstants::default();
-    let container = Arc::new(container);
     let mut up = StagedUpload::new(device.clone(), stream.raw(), total)?;
     let fetch_before = source.fetch_ns.get();
     let l = read_storages(
@@ -431,8 +452,12 @@ pub(super) fn load(
             .ok_or_else(|| Error::internal("a matched constant got no tensor"))?;
         held.add(&m.info.name, t)?;
     }
-    // SAFETY: `held` goes to the caller, which keeps it until after the container is deleted.
-    unsafe { held.install(&container)? };
+    {
+        let _legacy = device.legacy_use();
+        // SAFETY: `held` goes to the caller, which keeps it until after the container is
+        // deleted.
+        unsafe { held.install(&container)? };
+    }
     if share.is_some() {
         crate::stats::record(crate::stats::Event::SharedConstants(l.shared_bytes));
         log::info!(
@@ -451,7 +476,7 @@ pub(super) fn load(
         report.staging_bytes,
         l.shared_bytes
     );
-    Ok((container, held))
+    Ok((container.into_inner(), held.into_inner()))
 }
 
 #[cfg(any(test, feature = "fuzzing"))]

@@ -271,3 +271,30 @@ fn a_storage_on_both_sides_is_two_groups() {
     let got: Vec<(Device, Vec<usize>)> = groups.iter().map(|g| (g.at, g.members.clone())).collect();
     assert_eq!(got, [(Device::Cuda(3), vec![0, 2]), (Device::Cpu, vec![1])]);
 }
+
+/// Issue 31: the caller's named-data functions run with no library lock held on the
+/// thread (each one records how many it saw); a lookup or a release that would run
+/// under one is refused with an error instead.
+#[test]
+fn named_data_callbacks_run_without_a_library_lock() {
+    let a = [1u8; 4];
+    let seen = std::cell::RefCell::new(Vec::new());
+    let lookup = |_: &str| -> Option<&[u8]> {
+        seen.borrow_mut().push(crate::logging::holds());
+        Some(&a[..])
+    };
+    let release = |_: &str| seen.borrow_mut().push(crate::logging::holds());
+    let source = Source {
+        lookup: &lookup,
+        release: Some(&release),
+        read: HashMap::new(),
+        fetch_ns: Default::default(),
+    };
+    source.with("a", &|| "w".into(), |_| Ok(())).unwrap();
+    assert_eq!(*seen.borrow(), [0, 0]);
+    // Under a lock (what the load used to do: the legacy-stream gate held throughout).
+    let _locked = crate::logging::Hold::new();
+    let e = source.with("a", &|| "w".into(), |_| Ok(())).unwrap_err();
+    assert!(e.to_string().contains("library locks"), "{e}");
+    assert_eq!(seen.borrow().len(), 2, "a callback ran under the lock");
+}
