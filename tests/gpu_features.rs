@@ -817,3 +817,91 @@ fn replay_checks_inputs_read_in_place() {
     drop(h);
     reset_options();
 }
+
+static REENTERED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A log callback that calls back into the library: an allocation and a free of the
+/// device allocator, which take the device's legacy-stream gate.
+///
+/// # Safety
+/// Called by the library with a NUL-terminated message.
+unsafe extern "C" fn reentering_log(
+    _level: i32,
+    _msg: *const std::ffi::c_char,
+    _user: *mut c_void,
+) {
+    let mut p = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local; the pointer is freed once.
+    unsafe {
+        if (api().device_allocate)(0, 256, 256, &mut p) == ET_CUDA_STATUS_OK {
+            (api().device_deallocate)(p);
+        }
+    }
+    REENTERED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Issue 31: a log callback re-enters the library (taking the legacy-stream gate) during
+/// loads that log under the gate (weight sharing with a `.so` that has no constants API
+/// warns), while another thread captures CUDA graphs without pause (two shapes and a
+/// graph cache of one: every execute captures, taking the gate exclusively). With the
+/// callback run under the load's hold of the gate, std's writer-preferring lock makes
+/// the callback wait for the capture, which waits for the load: a deadlock, reported here
+/// after 120 s instead of a hang.
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored --test-threads=1 on a GPU machine"]
+fn a_callback_reentering_during_a_load_while_another_thread_captures() {
+    require_gpu("a_callback_reentering_during_a_load_while_another_thread_captures");
+    let Some(so) = fake_model() else {
+        panic!("no C compiler to build the fake model");
+    };
+    reset_options();
+    set_str("enable_cuda_graph_for_method", "forward");
+    set_int("cuda_graph_cache_size", 1);
+    let capturing = load_with_options(&so, &[0; 16], 0);
+    reset_options();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let raw = RawHandle(capturing.0);
+    let st = stop.clone();
+    let captures = std::thread::spawn(move || {
+        let raw = raw;
+        let h = std::mem::ManuallyDrop::new(Handle(raw.0));
+        let mut k = 0;
+        while !st.load(std::sync::atomic::Ordering::SeqCst) {
+            fake_run(&h, if k % 2 == 0 { 16 } else { 32 }, k as f32, "float32").unwrap();
+            k += 1;
+        }
+        k
+    });
+    // SAFETY: a function with the callback's signature, callable from any thread.
+    let set = unsafe { (api().set_log_callback)(Some(reentering_log), std::ptr::null_mut(), 3) };
+    assert_eq!(set, ET_CUDA_STATUS_OK, "{}", last_error());
+    REENTERED.store(0, std::sync::atomic::Ordering::SeqCst);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let so2 = so.clone();
+    std::thread::spawn(move || {
+        for _ in 0..50 {
+            set_bool("weight_sharing_across_methods", true);
+            drop(load_with_options(&so2, &[0; 16], 7));
+        }
+        let _ = tx.send(());
+    });
+    let done = rx.recv_timeout(std::time::Duration::from_secs(120));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    if done.is_err() {
+        // The threads are stuck: destroying the handle would wait for them too.
+        std::mem::forget(capturing);
+        panic!("deadlock: 50 loads did not finish in 120 s while another thread captured");
+    }
+    let runs = captures.join().unwrap();
+    // SAFETY: clearing the callback.
+    unsafe { (api().set_log_callback)(None, std::ptr::null_mut(), 2) };
+    reset_options();
+    let s = stats(capturing.0);
+    let reentered = REENTERED.load(std::sync::atomic::Ordering::SeqCst);
+    println!(
+        "{runs} executes, {} captures; the callback re-entered {reentered} times",
+        s.graph_captures
+    );
+    assert!(reentered >= 50, "the loads did not log: {reentered}");
+    assert!(s.graph_captures >= 2, "no captures: {}", s.graph_captures);
+}
