@@ -430,7 +430,7 @@ pub(super) fn load(
     });
     let mut up = StagedUpload::new(device.clone(), stream.raw(), total)?;
     let fetch_before = source.fetch_ns.get();
-    let l = read_storages(
+    let mut l = read_storages(
         &matched, &groups, source, share, device, stream, &mut up, &mut held,
     )?;
     let report = up.finish()?;
@@ -442,7 +442,6 @@ pub(super) fn load(
         bytes: report.bytes,
         staging: report.staging_bytes,
     });
-    let mut l = l;
     if let Some(policy) = share {
         settle(&matched, &mut l, policy, &container, &mut held)?;
     }
