@@ -200,6 +200,32 @@ fn checks_name_what_is_wrong() {
             },
             "temperature",
         ),
+        (Sampling { top_p: 0.0, ..ok }, "top_p"),
+        (Sampling { top_p: 1.5, ..ok }, "top_p"),
+        (Sampling { uniform: 1.0, ..ok }, "uniform"),
+    ] {
+        let e = bad.check().unwrap_err();
+        assert!(e.to_string().contains(word), "{e}");
+    }
+    assert!(check_row(codes::INT64, 10)
+        .unwrap_err()
+        .to_string()
+        .contains("int64"));
+    assert!(check_row(codes::FLOAT32, 0).is_err());
+    assert!(check_row(codes::FLOAT32, MAX_VOCAB + 1).is_err());
+    assert!(check_row(codes::BFLOAT16, MAX_VOCAB).is_ok());
+}
+
+/// Issue 31: temperature 0 is greedy; any other must be within [1e-6, 1e6], else a clear
+/// error naming it and the range.
+#[test]
+fn temperatures_outside_the_range_are_refused() {
+    let ok = Sampling {
+        temperature: 0.7,
+        top_p: 0.9,
+        uniform: 0.5,
+    };
+    for (bad, word) in [
         (
             Sampling {
                 temperature: f64::INFINITY,
@@ -237,9 +263,6 @@ fn checks_name_what_is_wrong() {
             },
             "temperature 3e-39 is outside",
         ),
-        (Sampling { top_p: 0.0, ..ok }, "top_p"),
-        (Sampling { top_p: 1.5, ..ok }, "top_p"),
-        (Sampling { uniform: 1.0, ..ok }, "uniform"),
     ] {
         let e = bad.check().unwrap_err();
         assert!(e.to_string().contains(word), "{e}");
@@ -254,13 +277,6 @@ fn checks_name_what_is_wrong() {
         let inv = how.inv_temp();
         assert!(inv.is_finite() && (t == 0.0) == (inv == 0.0), "{t}: {inv}");
     }
-    assert!(check_row(codes::INT64, 10)
-        .unwrap_err()
-        .to_string()
-        .contains("int64"));
-    assert!(check_row(codes::FLOAT32, 0).is_err());
-    assert!(check_row(codes::FLOAT32, MAX_VOCAB + 1).is_err());
-    assert!(check_row(codes::BFLOAT16, MAX_VOCAB).is_ok());
 }
 
 #[test]
