@@ -97,6 +97,8 @@ typedef struct EtCudaInitArgs {
   // reads those bytes (before `et_cuda_init` returns); the caller may free them then. The
   // weights are read one storage at a time, so with this set they need not all be in host
   // memory at once. Lookups it is not called for stay valid until `et_cuda_init` returns.
+  // `named_data` and this function run while the library holds no lock: they may call back
+  // into the library.
   EtCudaNamedDataReleaseFn named_data_release;
 } EtCudaInitArgs;
 
@@ -503,7 +505,9 @@ EtCudaStatus et_cuda_reset_options(void);
 // Send the library's log records (its warnings, and the generated code's `aoti_torch_warn`) at
 // `max_level` (`ET_CUDA_LOG_*`) and more severe to `callback`; a null callback sends warnings and
 // errors to stderr again (the default). A callback may call the library, this function
-// included; records logged while it runs go to stderr. Once this function returns, the
+// included; records logged while it runs go to stderr. It never runs while the library holds
+// a lock: records logged under one are kept (up to 256 a thread) and delivered once the lock
+// is released. Once this function returns, the
 // replaced callback is not running on any thread and is not called again (its `user` may be
 // freed).
 //
