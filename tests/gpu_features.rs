@@ -879,18 +879,24 @@ fn a_callback_reentering_during_a_load_while_another_thread_captures() {
     let (tx, rx) = std::sync::mpsc::channel();
     let so2 = so.clone();
     std::thread::spawn(move || {
-        for _ in 0..50 {
+        let loads = std::panic::catch_unwind(|| {
             set_bool("weight_sharing_across_methods", true);
-            drop(load_with_options(&so2, &[0; 16], 7));
-        }
-        let _ = tx.send(());
+            for _ in 0..50 {
+                drop(load_with_options(&so2, &[0; 16], 7));
+            }
+        });
+        let _ = tx.send(loads.is_ok());
     });
     let done = rx.recv_timeout(std::time::Duration::from_secs(120));
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    if done.is_err() {
-        // The threads are stuck: destroying the handle would wait for them too.
-        std::mem::forget(capturing);
-        panic!("deadlock: 50 loads did not finish in 120 s while another thread captured");
+    match done {
+        Ok(true) => {}
+        Ok(false) => panic!("a load failed (its message is above)"),
+        Err(_) => {
+            // The threads are stuck: destroying the handle would wait for them too.
+            std::mem::forget(capturing);
+            panic!("deadlock: 50 loads did not finish in 120 s while another thread captured");
+        }
     }
     let runs = captures.join().unwrap();
     // SAFETY: clearing the callback.
