@@ -97,6 +97,8 @@ typedef struct EtCudaInitArgs {
   // reads those bytes (before `et_cuda_init` returns); the caller may free them then. The
   // weights are read one storage at a time, so with this set they need not all be in host
   // memory at once. Lookups it is not called for stay valid until `et_cuda_init` returns.
+  // `named_data` and this function run while the library holds no lock: they may call back
+  // into the library.
   EtCudaNamedDataReleaseFn named_data_release;
 } EtCudaInitArgs;
 
@@ -392,10 +394,13 @@ EtCudaStatus et_cuda_copy_device_to_host(void *dst, const void *src, size_t nbyt
 // 15 bfloat16, 5 float16; 1 <= `vocab` <= 2^22). Runs after all work queued before on the
 // device's streams, then waits for its own kernel: one host wait, 8 bytes read back.
 // `temperature` 0 is greedy (the first maximum, NaN counting as the largest, as `torch.argmax`);
-// a positive `temperature` samples from softmax(logits / temperature) restricted to the
-// smallest set of most likely tokens whose mass reaches `top_p` (in (0, 1]; ties by lower id),
-// with the uniform number of `step` in the sequence seeded by `seed` (counter-based: the same
-// seed and step give the same token, whatever came before).
+// any other `temperature` must be within [1e-6, 1e6] (else `INVALID_ARGUMENT`, checked before
+// anything reaches the device), and samples from softmax(logits / temperature) restricted to
+// the smallest set of most likely tokens whose mass reaches `top_p` (in (0, 1]; ties by lower
+// id), with the uniform number of `step` in the sequence seeded by `seed` (counter-based: the
+// same seed and step give the same token, whatever came before). The first call on a device
+// allocates a page-locked token slot and 8,448 bytes of device scratch, kept for later calls
+// and freed by `et_cuda_sample_release`, or when the last method of the device is destroyed.
 //
 // # Safety
 // `logits` must be device memory of `device` readable for `vocab` elements of `dtype`;
@@ -409,6 +414,13 @@ EtCudaStatus et_cuda_sample(const void *logits,
                             uint64_t seed,
                             uint64_t step,
                             int64_t *out_token);
+
+// Free the memory `et_cuda_sample` keeps for `device` (its first call there makes it; the
+// next call makes it again). The last `et_cuda_destroy` of a method on the device does this
+// too: call it before exiting when sampling with no method loaded (e.g. for a leak checker).
+// OK without doing anything (and without a driver) when the sampler holds nothing for
+// `device`; `INVALID_ARGUMENT` for a negative `device`.
+EtCudaStatus et_cuda_sample_release(int32_t device);
 
 // The uniform number in [0, 1) that `et_cuda_sample` draws with at `step` of the sequence
 // seeded by `seed` (splitmix64 of the pair, 53 bits), for a host-side sampler that wants the
@@ -493,7 +505,9 @@ EtCudaStatus et_cuda_reset_options(void);
 // Send the library's log records (its warnings, and the generated code's `aoti_torch_warn`) at
 // `max_level` (`ET_CUDA_LOG_*`) and more severe to `callback`; a null callback sends warnings and
 // errors to stderr again (the default). A callback may call the library, this function
-// included; records logged while it runs go to stderr. Once this function returns, the
+// included; records logged while it runs go to stderr. It never runs while the library holds
+// a lock: records logged under one are kept (up to 256 a thread) and delivered once the lock
+// is released. Once this function returns, the
 // replaced callback is not running on any thread and is not called again (its `user` may be
 // freed).
 //

@@ -9,8 +9,14 @@
 //! `et_cuda_set_log_callback`): no lock is held while it runs. A record the
 //! sink itself causes (it logs, or calls a function that warns) goes to
 //! stderr instead of into the sink again, so a sink never recurses.
+//!
+//! No library lock is held while a sink runs either: code that logs while
+//! holding one holds a [`Hold`] with it (the device's legacy-stream gate, a
+//! method's state, a stream's work lock), and the records of that thread are
+//! kept (up to [`MAX_HELD`]) and handed to the sink once its last `Hold` is
+//! dropped, after the lock.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Condvar, Mutex, Once, RwLock};
 
 /// Severity, most severe first (the `log` crate's order).
@@ -81,6 +87,92 @@ thread_local! {
     static IN_SINK: Cell<Option<usize>> = const { Cell::new(None) };
 }
 
+/// Most records one thread keeps while it holds a library lock; more are counted, and the
+/// count is reported when the kept ones are delivered.
+pub(crate) const MAX_HELD: usize = 256;
+
+thread_local! {
+    /// How many [`Hold`]s this thread has.
+    static HOLDS: Cell<usize> = const { Cell::new(0) };
+    /// The records kept meanwhile, and how many did not fit.
+    static HELD: RefCell<(Vec<(Level, String)>, usize)> = const { RefCell::new((Vec::new(), 0)) };
+}
+
+/// While a `Hold` lives, this thread's records for the sink are kept, and delivered
+/// when its last `Hold` is dropped: held beside every library lock around code that
+/// logs, and dropped after that lock, so that a sink never runs while this thread
+/// holds a lock of the library (a sink may call back into the library).
+#[derive(Debug)]
+pub(crate) struct Hold(std::marker::PhantomData<*const ()>);
+
+impl Hold {
+    pub(crate) fn new() -> Hold {
+        let _ = HOLDS.try_with(|h| h.set(h.get() + 1));
+        Hold(std::marker::PhantomData)
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let left = HOLDS
+            .try_with(|h| {
+                let n = h.get().saturating_sub(1);
+                h.set(n);
+                n
+            })
+            .unwrap_or(0);
+        if left > 0 {
+            return;
+        }
+        let Ok((kept, lost)) = HELD.try_with(|k| std::mem::take(&mut *k.borrow_mut())) else {
+            return;
+        };
+        if std::thread::panicking() {
+            // A sink that panicked now would abort the process.
+            for (level, msg) in kept {
+                to_stderr(level, &msg);
+            }
+            return;
+        }
+        if lost > 0 {
+            emit(
+                Level::Warn,
+                format!(
+                    "{lost} log records were dropped (more than {MAX_HELD} while a lock was held)"
+                ),
+            );
+        }
+        for (level, msg) in kept {
+            emit(level, msg);
+        }
+    }
+}
+
+/// How many [`Hold`]s this thread has: the library locks it holds (0 is what every call
+/// of a user callback expects).
+pub(crate) fn holds() -> usize {
+    HOLDS.try_with(Cell::get).unwrap_or(0)
+}
+
+/// Keep a record while this thread holds a [`Hold`]; gives it back otherwise.
+fn keep(level: Level, msg: String) -> Option<(Level, String)> {
+    if HOLDS.try_with(Cell::get).unwrap_or(0) == 0 {
+        return Some((level, msg));
+    }
+    let mut msg = Some(msg);
+    let _ = HELD.try_with(|k| {
+        let mut k = k.borrow_mut();
+        if k.0.len() < MAX_HELD {
+            k.0.extend(msg.take().map(|m| (level, m)));
+        } else {
+            msg = None;
+            k.1 += 1;
+        }
+    });
+    // Not kept only while this thread's locals are being destroyed.
+    msg.map(|m| (level, m))
+}
+
 fn addr(s: &Shared) -> usize {
     Arc::as_ptr(s).cast::<()>() as usize
 }
@@ -99,44 +191,65 @@ impl log::Log for Logger {
 
     fn log(&self, r: &log::Record<'_>) {
         let level = Level::from_log(r.level());
-        let sink = {
+        let has_sink = {
             let c = CONFIG.read().unwrap_or_else(|p| p.into_inner());
             if level > c.max {
                 return;
             }
-            c.sink.clone()
+            c.sink.is_some()
         };
         let msg = r.args().to_string();
-        let Some(sink) = sink else {
-            return to_stderr(level, &msg);
-        };
-        if IN_SINK.try_with(Cell::get) != Ok(None) {
-            // Logged from inside the sink (calling it again could recurse without end), or
-            // while this thread's locals are being destroyed.
+        if !has_sink {
             return to_stderr(level, &msg);
         }
-        /// Clears the thread's mark and drops its clone even when the sink unwinds.
-        struct Running(Option<Shared>);
-        impl Drop for Running {
-            fn drop(&mut self) {
-                let _ = IN_SINK.try_with(|c| c.set(None));
-                drop(self.0.take());
-                let (m, cv) = &CALL_ENDED;
-                let _g = m.lock().unwrap_or_else(|p| p.into_inner());
-                cv.notify_all();
-            }
-        }
-        let _ = IN_SINK.try_with(|c| c.set(Some(addr(&sink))));
-        let run = Running(Some(sink));
-        if let Some(f) = &run.0 {
-            f(level, &msg);
+        if let Some((level, msg)) = keep(level, msg) {
+            emit(level, msg);
         }
     }
 
     fn flush(&self) {}
 }
 
+/// Hand a record to the sink (stderr without one, or from inside the sink).
+fn emit(level: Level, msg: String) {
+    let sink = {
+        let c = CONFIG.read().unwrap_or_else(|p| p.into_inner());
+        if level > c.max {
+            return;
+        }
+        c.sink.clone()
+    };
+    let Some(sink) = sink else {
+        return to_stderr(level, &msg);
+    };
+    if IN_SINK.try_with(Cell::get) != Ok(None) {
+        // Logged from inside the sink (calling it again could recurse without end), or
+        // while this thread's locals are being destroyed.
+        return to_stderr(level, &msg);
+    }
+    /// Clears the thread's mark and drops its clone even when the sink unwinds.
+    struct Running(Option<Shared>);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            let _ = IN_SINK.try_with(|c| c.set(None));
+            drop(self.0.take());
+            let (m, cv) = &CALL_ENDED;
+            let _g = m.lock().unwrap_or_else(|p| p.into_inner());
+            cv.notify_all();
+        }
+    }
+    let _ = IN_SINK.try_with(|c| c.set(Some(addr(&sink))));
+    let run = Running(Some(sink));
+    if let Some(f) = &run.0 {
+        f(level, &msg);
+    }
+}
+
 static LOGGER: Logger = Logger;
+
+/// The sink is process-wide: the tests that set one run one at a time.
+#[cfg(test)]
+pub(crate) static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Install the logger once (no-op when a logger exists already).
 pub(crate) fn install() {
@@ -179,9 +292,6 @@ mod tests {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::{mpsc, Arc, Mutex};
     use std::time::Duration;
-
-    /// The sink is process-wide: the tests that set one run one at a time.
-    static SERIAL: Mutex<()> = Mutex::new(());
 
     fn serial() -> std::sync::MutexGuard<'static, ()> {
         SERIAL.lock().unwrap_or_else(|p| p.into_inner())

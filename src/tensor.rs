@@ -31,7 +31,7 @@ pub(crate) mod device_type {
 }
 
 /// Where a tensor's memory lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Device {
     /// Host memory.
     Cpu,
@@ -267,6 +267,37 @@ pub(crate) fn required_bytes(
         .ok_or_else(overflow)
 }
 
+/// Whether a view of `dtype` with `sizes`, `strides` and `storage_offset` fits a storage
+/// of `nbytes` bytes: the checks of [`Tensor::view`], without making one.
+pub(crate) fn check_view(
+    dtype: DType,
+    sizes: &[i64],
+    strides: &[i64],
+    storage_offset: i64,
+    nbytes: usize,
+) -> Result<()> {
+    check_rank(sizes.len())?;
+    let elem = dtype::checked_element_size(dtype)?;
+    let need = required_bytes(sizes, strides, storage_offset, elem)?;
+    // The elements' bytes must be addressable too (views with zero strides repeat
+    // elements, so this can exceed the storage): keeps `nbytes()` from overflowing.
+    let numel = checked_numel(sizes)?;
+    if (numel as u64)
+        .checked_mul(elem as u64)
+        .is_none_or(|b| b > isize::MAX as u64)
+    {
+        return invalid(format!(
+            "sizes {sizes:?} describe more than isize::MAX bytes"
+        ));
+    }
+    if need > nbytes {
+        return invalid(format!(
+            "view sizes {sizes:?} strides {strides:?} offset {storage_offset} needs {need} bytes but the storage has {nbytes}"
+        ));
+    }
+    Ok(())
+}
+
 impl Tensor {
     /// A view over `storage`, validated to fit inside it.
     pub(crate) fn view(
@@ -276,26 +307,7 @@ impl Tensor {
         strides: Vec<i64>,
         storage_offset: i64,
     ) -> Result<Tensor> {
-        check_rank(sizes.len())?;
-        let elem = dtype::checked_element_size(dtype)?;
-        let need = required_bytes(&sizes, &strides, storage_offset, elem)?;
-        // The elements' bytes must be addressable too (views with zero strides repeat
-        // elements, so this can exceed the storage): keeps `nbytes()` from overflowing.
-        let numel = checked_numel(&sizes)?;
-        if (numel as u64)
-            .checked_mul(elem as u64)
-            .is_none_or(|b| b > isize::MAX as u64)
-        {
-            return invalid(format!(
-                "sizes {sizes:?} describe more than isize::MAX bytes"
-            ));
-        }
-        if need > storage.nbytes {
-            return invalid(format!(
-                "view sizes {sizes:?} strides {strides:?} offset {storage_offset} needs {need} bytes but the storage has {}",
-                storage.nbytes
-            ));
-        }
+        check_view(dtype, &sizes, &strides, storage_offset, storage.nbytes)?;
         Ok(Tensor {
             storage,
             dtype,

@@ -817,3 +817,263 @@ fn replay_checks_inputs_read_in_place() {
     drop(h);
     reset_options();
 }
+
+static REENTERED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A log callback that calls back into the library: an allocation and a free of the
+/// device allocator, which take the device's legacy-stream gate.
+///
+/// # Safety
+/// Called by the library with a NUL-terminated message.
+unsafe extern "C" fn reentering_log(
+    _level: i32,
+    _msg: *const std::ffi::c_char,
+    _user: *mut c_void,
+) {
+    let mut p = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local; the pointer is freed once.
+    unsafe {
+        if (api().device_allocate)(0, 256, 256, &mut p) == ET_CUDA_STATUS_OK {
+            (api().device_deallocate)(p);
+        }
+    }
+    REENTERED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Issue 31: a log callback re-enters the library (taking the legacy-stream gate) during
+/// loads that log under the gate (weight sharing with a `.so` that has no constants API
+/// warns), while another thread captures CUDA graphs without pause (two shapes and a
+/// graph cache of one: every execute captures, taking the gate exclusively). With the
+/// callback run under the load's hold of the gate, std's writer-preferring lock makes
+/// the callback wait for the capture, which waits for the load: a deadlock, reported here
+/// after 120 s instead of a hang.
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored --test-threads=1 on a GPU machine"]
+fn a_callback_reentering_during_a_load_while_another_thread_captures() {
+    require_gpu("a_callback_reentering_during_a_load_while_another_thread_captures");
+    let Some(so) = fake_model() else {
+        panic!("no C compiler to build the fake model");
+    };
+    reset_options();
+    set_str("enable_cuda_graph_for_method", "forward");
+    set_int("cuda_graph_cache_size", 1);
+    let capturing = load_with_options(&so, &[0; 16], 0);
+    reset_options();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let raw = RawHandle(capturing.0);
+    let st = stop.clone();
+    let captures = std::thread::spawn(move || {
+        let raw = raw;
+        let h = std::mem::ManuallyDrop::new(Handle(raw.0));
+        let mut k = 0;
+        while !st.load(std::sync::atomic::Ordering::SeqCst) {
+            fake_run(&h, if k % 2 == 0 { 16 } else { 32 }, k as f32, "float32").unwrap();
+            k += 1;
+        }
+        k
+    });
+    // SAFETY: a function with the callback's signature, callable from any thread.
+    let set = unsafe { (api().set_log_callback)(Some(reentering_log), std::ptr::null_mut(), 3) };
+    assert_eq!(set, ET_CUDA_STATUS_OK, "{}", last_error());
+    REENTERED.store(0, std::sync::atomic::Ordering::SeqCst);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let so2 = so.clone();
+    std::thread::spawn(move || {
+        let loads = std::panic::catch_unwind(|| {
+            set_bool("weight_sharing_across_methods", true);
+            for _ in 0..50 {
+                drop(load_with_options(&so2, &[0; 16], 7));
+            }
+        });
+        let _ = tx.send(loads.is_ok());
+    });
+    let done = rx.recv_timeout(std::time::Duration::from_secs(120));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    match done {
+        Ok(true) => {}
+        Ok(false) => panic!("a load failed (its message is above)"),
+        Err(_) => {
+            // The threads are stuck: destroying the handle would wait for them too.
+            std::mem::forget(capturing);
+            panic!("deadlock: 50 loads did not finish in 120 s while another thread captured");
+        }
+    }
+    let runs = captures.join().unwrap();
+    // SAFETY: clearing the callback.
+    unsafe { (api().set_log_callback)(None, std::ptr::null_mut(), 2) };
+    reset_options();
+    let s = stats(capturing.0);
+    let reentered = REENTERED.load(std::sync::atomic::Ordering::SeqCst);
+    println!(
+        "{runs} executes, {} captures; the callback re-entered {reentered} times",
+        s.graph_captures
+    );
+    assert!(reentered >= 50, "the loads did not log: {reentered}");
+    assert!(s.graph_captures >= 2, "no captures: {}", s.graph_captures);
+}
+
+/// The fake model with one per-FQN constant (`tests/fake_fqn_constants.c` appended).
+fn fake_fqn_model() -> Option<Vec<u8>> {
+    let src = format!(
+        "{}\n{}",
+        include_str!("../c_tests/fake_aoti.c"),
+        include_str!("fake_fqn_constants.c")
+    );
+    c_shared_object("fake_fqn_aoti", &src, "ET_CUDA_FAKE_FQN_AOTI")
+}
+
+/// An `ETCUDAFQN3` payload (the documented layout) for the fake's one constant: `.so` key
+/// "fake_so_blob", storage "w_storage", float32 [4] on CUDA.
+fn fake_fqn_payload() -> Vec<u8> {
+    let mut o = b"ETCUDAFQN3".to_vec();
+    let s = |o: &mut Vec<u8>, v: &str| {
+        o.extend((v.len() as u32).to_le_bytes());
+        o.extend(v.as_bytes());
+    };
+    s(&mut o, "fake_so_blob");
+    o.extend(1u32.to_le_bytes());
+    s(&mut o, "w");
+    s(&mut o, "w_storage");
+    o.extend(16u64.to_le_bytes());
+    o.extend(6i32.to_le_bytes());
+    o.extend(1i32.to_le_bytes());
+    o.extend(0i64.to_le_bytes());
+    o.extend(1u32.to_le_bytes());
+    o.extend(4i64.to_le_bytes());
+    o.extend(1i64.to_le_bytes());
+    o
+}
+
+struct FqnNamed {
+    so: Vec<u8>,
+    w: [u8; 16],
+}
+
+static NAMED_REENTERED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Re-enter the library as a callback: an allocation and a free of the device allocator,
+/// which take the device's legacy-stream gate.
+fn reenter() {
+    let mut p = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local; the pointer is freed once.
+    unsafe {
+        if (api().device_allocate)(0, 256, 256, &mut p) == ET_CUDA_STATUS_OK {
+            (api().device_deallocate)(p);
+        }
+    }
+    NAMED_REENTERED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// # Safety
+/// `user` is a live `FqnNamed`, `key` NUL-terminated, the out-pointers writable.
+unsafe extern "C" fn fqn_lookup(
+    user: *mut c_void,
+    key: *const std::ffi::c_char,
+    out_data: *mut *const u8,
+    out_len: *mut usize,
+) -> i32 {
+    reenter();
+    // SAFETY: the contract above.
+    let (n, k) = unsafe { (&*(user as *const FqnNamed), std::ffi::CStr::from_ptr(key)) };
+    let b: &[u8] = match k.to_bytes() {
+        b"fake_so_blob" => &n.so,
+        b"w_storage" => &n.w,
+        _ => return 1,
+    };
+    // SAFETY: writable out-pointers (the contract).
+    unsafe {
+        *out_data = b.as_ptr();
+        *out_len = b.len();
+    }
+    0
+}
+
+/// # Safety
+/// Called by the library with its user pointer and a NUL-terminated key.
+unsafe extern "C" fn fqn_release(_user: *mut c_void, _key: *const std::ffi::c_char) {
+    reenter();
+}
+
+/// Issue 31: the named-data functions of a per-FQN load re-enter the library (taking the
+/// legacy-stream gate) while another thread captures CUDA graphs without pause. The load
+/// used to hold the gate around them: with std's writer-preferring lock, the callback's
+/// second hold waited for the waiting capture, which waited for the load (a deadlock,
+/// reported here after 120 s).
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored --test-threads=1 on a GPU machine"]
+fn named_data_callbacks_reentering_while_another_thread_captures() {
+    require_gpu("named_data_callbacks_reentering_while_another_thread_captures");
+    let (Some(plain), Some(fqn)) = (fake_model(), fake_fqn_model()) else {
+        panic!("no C compiler to build the fake models");
+    };
+    reset_options();
+    set_str("enable_cuda_graph_for_method", "forward");
+    set_int("cuda_graph_cache_size", 1);
+    let capturing = load_with_options(&plain, &[0; 16], 0);
+    reset_options();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let raw = RawHandle(capturing.0);
+    let st = stop.clone();
+    let captures = std::thread::spawn(move || {
+        let raw = raw;
+        let h = std::mem::ManuallyDrop::new(Handle(raw.0));
+        let mut k = 0;
+        while !st.load(std::sync::atomic::Ordering::SeqCst) {
+            fake_run(&h, if k % 2 == 0 { 16 } else { 32 }, k as f32, "float32").unwrap();
+            k += 1;
+        }
+        k
+    });
+    NAMED_REENTERED.store(0, std::sync::atomic::Ordering::SeqCst);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let named = FqnNamed {
+            so: fqn,
+            w: [0; 16],
+        };
+        let payload = fake_fqn_payload();
+        let name = CString::new("forward").unwrap();
+        let loads = std::panic::catch_unwind(|| {
+            for _ in 0..50 {
+                let args = EtCudaInitArgs {
+                    payload_data: payload.as_ptr(),
+                    payload_len: payload.len(),
+                    named_data: Some(fqn_lookup),
+                    named_data_user: &named as *const FqnNamed as *mut c_void,
+                    named_data_release: Some(fqn_release),
+                    ..init_args(&[], &[], &name)
+                };
+                let mut h = std::ptr::null_mut();
+                // SAFETY: the payload, `named` and `name` outlive the call; the callbacks
+                // follow their contracts with `named` as their user pointer.
+                let st = unsafe { (api().init)(&args, &mut h) };
+                assert_eq!(st, ET_CUDA_STATUS_OK, "per-FQN init: {}", last_error());
+                drop(Handle(h));
+            }
+        });
+        let _ = tx.send(loads.is_ok());
+    });
+    let done = rx.recv_timeout(std::time::Duration::from_secs(120));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    match done {
+        Ok(true) => {}
+        Ok(false) => panic!("a load failed (its message is above)"),
+        Err(_) => {
+            // The threads are stuck: destroying the handle would wait for them too.
+            std::mem::forget(capturing);
+            panic!(
+                "deadlock: 50 per-FQN loads did not finish in 120 s while another thread captured"
+            );
+        }
+    }
+    let runs = captures.join().unwrap();
+    let s = stats(capturing.0);
+    let reentered = NAMED_REENTERED.load(std::sync::atomic::Ordering::SeqCst);
+    println!(
+        "{runs} executes, {} captures; the named-data callbacks re-entered {reentered} times",
+        s.graph_captures
+    );
+    // Per load: the .so and the storage looked up, the storage released.
+    assert!(reentered >= 150, "{reentered}");
+    assert!(s.graph_captures >= 2, "no captures: {}", s.graph_captures);
+}

@@ -153,7 +153,10 @@ impl Drop for CallerStreamGuard {
 /// float32, bfloat16 or float16) in device memory of `device`, chosen on the device after
 /// all work queued before on the device's streams; one host wait, 8 bytes read back.
 /// `temperature == 0` is greedy (the first maximum, NaN the largest); otherwise
-/// softmax(logits / temperature) within top-p, drawn with [`sample_uniform`]`(seed, step)`.
+/// softmax(logits / temperature) within top-p, drawn with [`sample_uniform`]`(seed, step)`,
+/// and `temperature` must be within [1e-6, 1e6] (an `InvalidArgument` error naming it,
+/// before anything reaches the device). The memory it keeps per device is freed by
+/// [`sample_release`], or when the device's last method is destroyed.
 /// `None` when sampling finds no weight (every logit NaN or -inf).
 ///
 /// # Safety
@@ -176,6 +179,15 @@ pub unsafe fn sample(
     };
     // SAFETY: forwarded contract.
     unsafe { sample::sample(logits, dtype, vocab, device, &how) }
+}
+
+/// Free the memory [`sample`] keeps for `device` (a page-locked token slot and a few KB of
+/// device scratch, made by its first call there; the next call makes them again). The
+/// device's last method frees them too when it is destroyed: this is for a caller that
+/// samples with no method loaded, before it exits. Nothing to do (and no driver needed)
+/// when the sampler holds nothing for `device`.
+pub fn sample_release(device: i32) -> Result<()> {
+    sample::release(device)
 }
 
 /// The greedy token of [`sample`] (temperature 0) chosen by the sampler's one-block kernel

@@ -7,6 +7,7 @@ use crate::aoti::payload::{self, Payload};
 use crate::delegate::{InitParams, Source, Weights};
 use crate::error::Result;
 use crate::MethodConfig;
+use std::collections::hash_map::{Entry, HashMap};
 
 pub use crate::delegate::NamedDataLookup;
 
@@ -32,7 +33,11 @@ pub enum Blobs<'a> {
     },
 }
 
-fn fetch<'a>(lookup: &NamedDataLookup<'a>, key: &str, what: &str) -> Result<&'a [u8]> {
+fn fetch<'a>(
+    lookup: &NamedDataLookup<'a>,
+    key: &str,
+    what: &dyn Fn() -> String,
+) -> Result<&'a [u8]> {
     crate::delegate::fetch_named(lookup, key, what).map(|(bytes, _)| bytes)
 }
 
@@ -63,27 +68,26 @@ pub(crate) fn init_params<'a>(
                 so_key,
                 weights_key,
             } => (
-                fetch(lookup, &so_key, "the .so")?,
-                Weights::Blob(fetch(lookup, &weights_key, "the weights")?),
+                fetch(lookup, &so_key, &|| "the .so".into())?,
+                Weights::Blob(fetch(lookup, &weights_key, &|| "the weights".into())?),
                 Some(so_key),
                 Some(weights_key),
             ),
             Payload::PerFqn { so_key, entries } => {
-                let so = fetch(lookup, &so_key, "the .so")?;
-                let mut read = Vec::new();
+                let so = fetch(lookup, &so_key, &|| "the .so".into())?;
+                let mut read = HashMap::new();
                 if release.is_none() {
-                    // Held until the load ends anyway: read and checked before any device work.
+                    // Held until the load ends anyway: read and checked before any device work,
+                    // each key once (a hash map: a payload may name 2^20 storages).
                     for e in &entries {
-                        if read.iter().any(|(k, _)| k == &e.storage_key) {
-                            continue;
+                        if let Entry::Vacant(slot) = read.entry(e.storage_key.clone()) {
+                            let what = || format!("the weights of {}", e.fqn);
+                            let bytes = fetch(lookup, &e.storage_key, &what)?;
+                            e.check_storage(bytes.len(), &|| {
+                                format!("{} (named data {:?})", what(), e.storage_key)
+                            })?;
+                            slot.insert(bytes);
                         }
-                        let what = format!("the weights of {}", e.fqn);
-                        let bytes = fetch(lookup, &e.storage_key, &what)?;
-                        e.check_storage(
-                            bytes.len(),
-                            &format!("{what} (named data {:?})", e.storage_key),
-                        )?;
-                        read.push((e.storage_key.clone(), bytes));
                     }
                 }
                 let source = Source {

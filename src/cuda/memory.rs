@@ -354,10 +354,13 @@ pub(crate) unsafe fn free_device_sync(p: *mut c_void) -> Result<()> {
 /// Largest alignment [`external_allocate`] guarantees (the pool's own).
 pub(crate) const EXTERNAL_MAX_ALIGN: usize = 256;
 
-/// Allocations handed out by [`external_allocate`], by address.
-static EXTERNAL: std::sync::Mutex<Vec<(usize, DeviceAlloc)>> = std::sync::Mutex::new(Vec::new());
+/// Allocations handed out by [`external_allocate`], by address (a hash map: a program may
+/// plan many buffers, each freed by address).
+type External = std::collections::HashMap<usize, DeviceAlloc>;
+static EXTERNAL: std::sync::LazyLock<std::sync::Mutex<External>> =
+    std::sync::LazyLock::new(Default::default);
 
-fn external() -> std::sync::MutexGuard<'static, Vec<(usize, DeviceAlloc)>> {
+fn external() -> std::sync::MutexGuard<'static, External> {
     EXTERNAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -383,7 +386,7 @@ pub(crate) fn external_allocate(
             "the pool returned {p:#x}, not aligned to {alignment}"
         )));
     }
-    external().push((p, a));
+    external().insert(p, a);
     Ok(p as *mut c_void)
 }
 
@@ -392,18 +395,11 @@ pub(crate) fn external_deallocate(p: *mut c_void) -> Result<()> {
     if p.is_null() {
         return Ok(());
     }
-    let a = {
-        let mut v = external();
-        let pos = v
-            .iter()
-            .position(|(k, _)| *k == p as usize)
-            .ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "{p:p} was not allocated by et_cuda_device_allocate (or was freed already)"
-                ))
-            })?;
-        v.swap_remove(pos).1
-    };
+    let a = external().remove(&(p as usize)).ok_or_else(|| {
+        Error::invalid_argument(format!(
+            "{p:p} was not allocated by et_cuda_device_allocate (or was freed already)"
+        ))
+    })?;
     // The free is ordered on the legacy default stream.
     let d = a.device.clone();
     let _legacy = d.legacy_use();

@@ -11,11 +11,14 @@
 pub(crate) mod arena;
 pub(crate) mod copy;
 pub(crate) mod event;
+mod gate;
 pub(crate) mod graph;
 pub(crate) mod host_register;
 pub(crate) mod memory;
 pub(crate) mod outside;
 pub(crate) mod stream;
+
+pub(crate) use gate::{Gate, GatedDrop, LegacyGate};
 
 use crate::error::{Error, ErrorKind, Result};
 use cudarc::driver::{result, sys};
@@ -107,22 +110,19 @@ pub(crate) struct DeviceState {
     /// `cudaMemcpy`/`cudaFree`) holds it shared; a stream capture holds it exclusively: the
     /// library's streams are blocking streams, so legacy-stream work on another thread
     /// during a capture would invalidate it (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`).
-    gate: std::sync::RwLock<()>,
+    gate: LegacyGate,
 }
 
 impl DeviceState {
     /// Shared use of the device for work that may touch the legacy default stream (none
-    /// needed on a thread that is capturing: it holds the device exclusively).
-    pub(crate) fn legacy_use(&self) -> Option<std::sync::RwLockReadGuard<'_, ()>> {
-        if graph::capturing() {
-            return None;
-        }
-        Some(self.gate.read().unwrap_or_else(|p| p.into_inner()))
+    /// needed on a thread that is capturing: it holds the device exclusively); see [`Gate`].
+    pub(crate) fn legacy_use(&self) -> Gate<std::sync::RwLockReadGuard<'_, ()>> {
+        self.gate.shared(graph::capturing())
     }
 
     /// Exclusive use of the device for one stream capture.
-    pub(crate) fn exclusive_capture(&self) -> std::sync::RwLockWriteGuard<'_, ()> {
-        self.gate.write().unwrap_or_else(|p| p.into_inner())
+    pub(crate) fn exclusive_capture(&self) -> Gate<std::sync::RwLockWriteGuard<'_, ()>> {
+        self.gate.exclusive()
     }
 }
 
@@ -150,7 +150,7 @@ fn create_device(ordinal: i32) -> Result<Arc<DeviceState>> {
         device: dev,
         ctx,
         pool,
-        gate: std::sync::RwLock::new(()),
+        gate: LegacyGate::default(),
     }))
 }
 

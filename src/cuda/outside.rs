@@ -33,12 +33,11 @@ pub(crate) fn block(
         unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) },
         "cuThreadExchangeStreamCaptureMode",
     );
-    let ptr = r.map_err(|e| driver_error(e, "cuMemAlloc").with_suffix(&format!(": {n} bytes")))?;
-    if let Err(e) = restored {
+    let r = r.map_err(|e| driver_error(e, "cuMemAlloc").with_suffix(&format!(": {n} bytes")));
+    let ptr = after_restore(r, restored, |ptr| {
         // SAFETY: allocated just above and never handed out; freed once.
         let _ = unsafe { result::free_sync(ptr) };
-        return Err(e);
-    }
+    })?;
     let block = OutsideBlock {
         ptr,
         device: device.clone(),
@@ -50,6 +49,28 @@ pub(crate) fn block(
         ptr,
         _keep: Box::new(SizedOutsideBlock(block, n)),
     })
+}
+
+/// The allocation made with this thread's capture mode exchanged, once the mode was put
+/// back (`restored`): a failed restore is an error on either path (the thread would go on
+/// capturing in the relaxed mode), reported with the allocation's own error when both
+/// failed; an allocation that succeeded is freed (`free`) when the restore did not.
+fn after_restore(
+    alloc: Result<sys::CUdeviceptr>,
+    restored: Result<()>,
+    free: impl FnOnce(sys::CUdeviceptr),
+) -> Result<sys::CUdeviceptr> {
+    match (alloc, restored) {
+        (Ok(ptr), Ok(())) => Ok(ptr),
+        (Ok(ptr), Err(e)) => {
+            free(ptr);
+            Err(e)
+        }
+        (Err(a), Ok(())) => Err(a),
+        (Err(a), Err(e)) => Err(a.with_suffix(&format!(
+            "; restoring this thread's stream capture mode failed too: {e}"
+        ))),
+    }
 }
 
 /// A block from [`block`].
@@ -88,5 +109,44 @@ impl Drop for SizedOutsideBlock {
             Err(e) => log::error!("leaking {} device bytes: {e}", self.1),
         }
         stats::record_for(None, Event::DriverFree(self.1 as u64));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+
+    /// Issue 31: a failed restore of the capture mode is reported on the allocation's error
+    /// path too (it was ignored there), and frees the block on the other.
+    #[test]
+    fn a_failed_restore_is_never_ignored() {
+        let freed = std::cell::Cell::new(None);
+        let free = |p| freed.set(Some(p));
+        assert_eq!(after_restore(Ok(7), Ok(()), free).unwrap(), 7);
+        assert_eq!(freed.get(), None);
+        let e = after_restore(Ok(7), Err(Error::cuda("restore")), free).unwrap_err();
+        assert!(e.to_string().contains("restore"), "{e}");
+        assert_eq!(freed.get(), Some(7));
+        let e = after_restore(
+            Err(Error::cuda("cuMemAlloc failed")),
+            Ok(()),
+            |_| unreachable!(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("cuMemAlloc failed"), "{e}");
+        let e = after_restore(
+            Err(Error::cuda("cuMemAlloc failed")),
+            Err(Error::cuda("cuThreadExchangeStreamCaptureMode failed")),
+            |_| unreachable!(),
+        )
+        .unwrap_err();
+        let m = e.to_string();
+        assert!(
+            m.contains("cuMemAlloc failed")
+                && m.contains("capture mode failed too")
+                && m.contains("cuThreadExchangeStreamCaptureMode"),
+            "{m}"
+        );
     }
 }

@@ -66,8 +66,13 @@ impl CudaStream {
     }
 
     /// Exclusive use of the stream for enqueueing one call's work (see `work`).
-    pub(crate) fn lock_work(&self) -> std::sync::MutexGuard<'_, ()> {
-        self.work.lock().unwrap_or_else(|p| p.into_inner())
+    /// The thread's log records wait until the lock is released (see [`super::Gate`]).
+    pub(crate) fn lock_work(&self) -> super::Gate<std::sync::MutexGuard<'_, ()>> {
+        let logs = crate::logging::Hold::new();
+        super::Gate {
+            _guard: Some(self.work.lock().unwrap_or_else(|p| p.into_inner())),
+            _logs: logs,
+        }
     }
 }
 

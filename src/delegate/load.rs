@@ -12,7 +12,7 @@ use crate::aoti::{self, Container, Library};
 use crate::config::MethodConfig;
 use crate::cuda::host_register::HostRegistration;
 use crate::cuda::stream::{self, CudaStream};
-use crate::cuda::{self, DeviceState};
+use crate::cuda::{self, DeviceState, GatedDrop};
 use crate::error::{Error, Result};
 use crate::stats::{self, Counters, Event};
 use std::sync::{Arc, Mutex};
@@ -84,7 +84,7 @@ impl CudaHandle {
         // The CUDA check comes before dlopen: without a driver the .so cannot run, and
         // opening it may need a newer C library than a CPU-only machine has.
         let device = cuda::device(cfg.device)?;
-        // A library the program's ops need (cuBLASLt) is missing: fail now, naming it. The CUDA
+// A library the program's ops need (cuBLASLt) is missing: fail now, naming it. The CUDA
         // runtime is loaded first where it can be (cuBLASLt is also looked for in its folder;
         // when it cannot, `open` below reports why).
         if !elf.companion_imports.is_empty() {
@@ -93,9 +93,9 @@ impl CudaHandle {
         crate::kernels::gemm::require_for_imports(
             elf.companion_imports.iter().map(String::as_str),
         )?;
-        // The generated code's loading may use the legacy default stream.
-        let gate = device.clone();
-        let _legacy = gate.legacy_use();
+        // The generated code's loading may use the legacy default stream: it runs holding the
+        // device's legacy-stream gate, taken around those calls only (`load_weights`), never
+        // while a named-data callback runs (no library lock is held during a user callback).
         let counters = Arc::new(Counters::default());
         let _ctx = RunScope::without_stream(&device, &counters)?;
         let stream = if cfg.shared_stream {
@@ -103,7 +103,10 @@ impl CudaHandle {
         } else {
             CudaStream::new(device.clone())?
         };
-        let lib = stats::timed(Event::LoadSoOpen, || aoti::loader::open(p.so, digest, &elf))?;
+        let lib = stats::timed(Event::LoadSoOpen, || {
+            let _legacy = device.legacy_use();
+            aoti::loader::open(p.so, digest, &elf)
+        })?;
         let _run = RunScope::enter(&device, &counters, &stream)?;
         let share = cfg.weight_sharing.then_some(SharePolicy {
             mutable_buffers: cfg.share_mutable_buffers,
@@ -138,7 +141,9 @@ impl CudaHandle {
     }
 }
 
-/// Create the container and give it its weights.
+/// Create the container and give it its weights, holding the device's legacy-stream gate
+/// around the generated code's work (per-FQN weights: inside [`per_fqn::load`], which
+/// calls the caller's named-data functions without it).
 fn load_weights(
     lib: &Arc<Library>,
     device: &Arc<DeviceState>,
@@ -147,14 +152,17 @@ fn load_weights(
     share: Option<SharePolicy>,
 ) -> Result<(Arc<Container>, SharedConstants)> {
     let probe = stats::timed(Event::LoadContainer, || {
-        Container::create(lib.clone(), device.ordinal)
+        let _legacy = device.legacy_use();
+        Container::create(lib.clone(), device.ordinal).map(|c| GatedDrop::new(device.clone(), c))
     })?;
     let weights = match weights {
         Weights::PerFqn { entries, source } => {
-            return per_fqn::load(probe, device, stream, entries, source, share)
+            return per_fqn::load(probe.into_inner(), device, stream, entries, source, share)
         }
         Weights::Blob(w) => *w,
     };
+    let _legacy = device.legacy_use();
+    let probe = probe.into_inner();
     match probe.constants_blob_size()? {
         Some(n) if n != weights.len() as u64 => {
             return Err(Error::invalid_program(format!(

@@ -104,9 +104,15 @@ impl CudaHandle {
         self.lock().graphs.as_ref().map_or(0, |g| g.len())
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock leaves plain data behind; keep going.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    /// The method's state; the thread's log records wait until it is released (no user
+    /// callback runs while a library lock is held).
+    fn lock(&self) -> Locked<'_> {
+        let logs = crate::logging::Hold::new();
+        Locked {
+            // A panic while holding the lock leaves plain data behind; keep going.
+            guard: self.state.lock().unwrap_or_else(|p| p.into_inner()),
+            _logs: logs,
+        }
     }
 
     /// Block until the method's queued work is done (counted as a host wait).
@@ -161,6 +167,26 @@ impl CudaHandle {
             log::warn!("{e}");
         }
         synced
+    }
+}
+
+/// A method's locked state. Field order is drop order: the lock is released before the
+/// records kept meanwhile go to the log sink.
+struct Locked<'a> {
+    guard: MutexGuard<'a, State>,
+    _logs: crate::logging::Hold,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.guard
     }
 }
 

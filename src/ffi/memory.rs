@@ -159,10 +159,13 @@ pub unsafe extern "C" fn et_cuda_copy_device_to_host(
 /// 15 bfloat16, 5 float16; 1 <= `vocab` <= 2^22). Runs after all work queued before on the
 /// device's streams, then waits for its own kernel: one host wait, 8 bytes read back.
 /// `temperature` 0 is greedy (the first maximum, NaN counting as the largest, as `torch.argmax`);
-/// a positive `temperature` samples from softmax(logits / temperature) restricted to the
-/// smallest set of most likely tokens whose mass reaches `top_p` (in (0, 1]; ties by lower id),
-/// with the uniform number of `step` in the sequence seeded by `seed` (counter-based: the same
-/// seed and step give the same token, whatever came before).
+/// any other `temperature` must be within [1e-6, 1e6] (else `INVALID_ARGUMENT`, checked before
+/// anything reaches the device), and samples from softmax(logits / temperature) restricted to
+/// the smallest set of most likely tokens whose mass reaches `top_p` (in (0, 1]; ties by lower
+/// id), with the uniform number of `step` in the sequence seeded by `seed` (counter-based: the
+/// same seed and step give the same token, whatever came before). The first call on a device
+/// allocates a page-locked token slot and 8,448 bytes of device scratch, kept for later calls
+/// and freed by `et_cuda_sample_release`, or when the last method of the device is destroyed.
 ///
 /// # Safety
 /// `logits` must be device memory of `device` readable for `vocab` elements of `dtype`;
@@ -191,6 +194,16 @@ pub unsafe extern "C" fn et_cuda_sample(
         // SAFETY: checked non-null; valid per the contract.
         unsafe { write_out(out_token, token.unwrap_or(-1), "out_token") }
     })
+}
+
+/// Free the memory `et_cuda_sample` keeps for `device` (its first call there makes it; the
+/// next call makes it again). The last `et_cuda_destroy` of a method on the device does this
+/// too: call it before exiting when sampling with no method loaded (e.g. for a leak checker).
+/// OK without doing anything (and without a driver) when the sampler holds nothing for
+/// `device`; `INVALID_ARGUMENT` for a negative `device`.
+#[no_mangle]
+pub extern "C" fn et_cuda_sample_release(device: i32) -> EtCudaStatus {
+    guard::<EtCuda>("et_cuda_sample_release", || memory::sample_release(device))
 }
 
 /// The uniform number in [0, 1) that `et_cuda_sample` draws with at `step` of the sequence

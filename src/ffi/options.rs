@@ -167,7 +167,9 @@ impl CallbackSink {
 /// Send the library's log records (its warnings, and the generated code's `aoti_torch_warn`) at
 /// `max_level` (`ET_CUDA_LOG_*`) and more severe to `callback`; a null callback sends warnings and
 /// errors to stderr again (the default). A callback may call the library, this function
-/// included; records logged while it runs go to stderr. Once this function returns, the
+/// included; records logged while it runs go to stderr. It never runs while the library holds
+/// a lock: records logged under one are kept (up to 256 a thread) and delivered once the lock
+/// is released. Once this function returns, the
 /// replaced callback is not running on any thread and is not called again (its `user` may be
 /// freed).
 ///

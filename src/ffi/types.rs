@@ -250,6 +250,8 @@ pub struct EtCudaInitArgs {
     /// reads those bytes (before `et_cuda_init` returns); the caller may free them then. The
     /// weights are read one storage at a time, so with this set they need not all be in host
     /// memory at once. Lookups it is not called for stay valid until `et_cuda_init` returns.
+    /// `named_data` and this function run while the library holds no lock: they may call back
+    /// into the library.
     pub named_data_release: EtCudaNamedDataReleaseFn,
 }
 

@@ -172,16 +172,22 @@ impl Clone for Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        let released = with_slot(self.ordinal, |s| {
+        let (released, last) = with_slot(self.ordinal, |s| {
             s.leases = s.leases.saturating_sub(1);
             if s.leases == 0 {
-                s.module.take()
+                (s.module.take(), true)
             } else {
-                None
+                (None, false)
             }
         });
         // Unloaded (by Module's Drop) outside the lock, once no launch holds it.
         drop(released);
+        // The device's last method is gone: so is the memory the sampler keeps for it.
+        if last {
+            if let Err(e) = sample::release(self.ordinal) {
+                log::warn!("freeing the sampler's memory on cuda:{}: {e}", self.ordinal);
+            }
+        }
     }
 }
 

@@ -6,7 +6,8 @@
 //! The C entry point is `et_cuda_sample` (`src/ffi/memory.rs` through `api::memory`).
 
 use super::{param, Module, Resident};
-use crate::cuda::{self, memory::PinnedBuffer, ContextGuard};
+use crate::cuda::memory::{self, DeviceAlloc, PinnedBuffer};
+use crate::cuda::{self, ContextGuard};
 use crate::dtype::{self, codes};
 use crate::error::{invalid, Error, Result};
 use cudarc::driver::sys;
@@ -24,15 +25,43 @@ static MODULES: Resident = Resident::new(FATBIN, "sampling");
 /// Per device: a page-locked slot for the token and the greedy kernel's device
 /// scratch. The lock also serialises the device's samplers, which share them: a
 /// call holds it from the launch until the kernel has finished.
+///
+/// Lifetime: made by the device's first sampling call, through the library's own
+/// allocators (pinned staging, the device's stream-ordered pool) and counted like
+/// their other allocations; freed by [`release`] (`et_cuda_sample_release`), which
+/// the last method of the device also calls when it is destroyed (the release of
+/// its kernels' [`super::Lease`]). A caller that samples with no method loaded frees
+/// them with `et_cuda_sample_release`.
 static SLOTS: Mutex<Vec<Option<Slot>>> = Mutex::new(Vec::new());
 
 struct Slot {
     token: PinnedBuffer,
-    /// `SCRATCH_BYTES` of device memory, kept until the process exits (like the
-    /// module): `et_argmax`'s blocks-done counter (a u32 at offset 0, zeroed when
-    /// allocated; each launch leaves it at 0) and its per-block partials (8 bytes
-    /// each, from `PARTIALS_AT`).
-    scratch: sys::CUdeviceptr,
+    /// `SCRATCH_BYTES` of device memory from the pool: `et_argmax`'s blocks-done counter
+    /// (a u32 at offset 0, zeroed when allocated; each launch leaves it at 0) and its
+    /// per-block partials (8 bytes each, from `PARTIALS_AT`).
+    scratch: DeviceAlloc,
+    device: Arc<cuda::DeviceState>,
+}
+
+/// Free the memory the sampler keeps for device `ordinal` (nothing to do when it has none;
+/// the next sampling call makes it again). Waits for a sampling call in progress on the
+/// device, whose kernel has finished when it returns.
+pub fn release(ordinal: i32) -> Result<()> {
+    let i = usize::try_from(ordinal)
+        .map_err(|_| Error::invalid_argument(format!("device index {ordinal} is negative")))?;
+    let slot = {
+        let mut slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+        slots.get_mut(i).and_then(Option::take)
+    };
+    let Some(slot) = slot else {
+        return Ok(());
+    };
+    let device = slot.device.clone();
+    // The scratch's free is ordered on the legacy default stream.
+    let _legacy = device.legacy_use();
+    let _g = ContextGuard::device(&device)?;
+    drop(slot);
+    Ok(())
 }
 
 /// Largest row: the kernel's masses are sums of weights below 2^40 in 64 bits.
@@ -71,6 +100,12 @@ fn argmax_grid(vocab: i64, sm_count: i32) -> (u32, i32) {
     (vocab.div_ceil(chunk) as u32, chunk as i32)
 }
 
+/// Smallest and largest temperature besides 0 (greedy): outside them, 1 / temperature
+/// would make the weights overflow or every weight equal (silently greedy, or uniform). The
+/// runner's host sampler applies the same range.
+pub const MIN_TEMPERATURE: f64 = 1e-6;
+pub const MAX_TEMPERATURE: f64 = 1e6;
+
 /// How to choose: `temperature == 0` is greedy (the first maximum, NaN counting as
 /// the largest); otherwise softmax(logits / temperature) restricted to top-p, one
 /// draw with `uniform`.
@@ -84,10 +119,10 @@ pub struct Sampling {
 
 impl Sampling {
     pub fn check(&self) -> Result<()> {
-        if !self.temperature.is_finite() || self.temperature < 0.0 {
+        let t = self.temperature;
+        if t != 0.0 && !(MIN_TEMPERATURE..=MAX_TEMPERATURE).contains(&t) {
             return invalid(format!(
-                "sample: temperature {} is not a finite number >= 0",
-                self.temperature
+                "sample: temperature {t:?} is outside [{MIN_TEMPERATURE:e}, {MAX_TEMPERATURE:e}] (0 is greedy)"
             ));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
@@ -99,13 +134,13 @@ impl Sampling {
         Ok(())
     }
 
-    /// 1 / temperature as the kernel takes it (0: greedy). A temperature so small that
-    /// its inverse overflows f32 keeps only the largest logits, as greedy would.
+    /// 1 / temperature as the kernel takes it (0: greedy); within [1e-6, 1e6] for the
+    /// temperatures [`Sampling::check`] lets through, so never 0 or infinite in f32.
     fn inv_temp(&self) -> f32 {
         if self.temperature == 0.0 {
             0.0
         } else {
-            (1.0 / self.temperature).min(f32::MAX as f64) as f32
+            (1.0 / self.temperature) as f32
         }
     }
 }
@@ -200,7 +235,7 @@ pub unsafe fn sample_with(
     if how.temperature == 0.0 && greedy == Greedy::Blocks {
         // SAFETY: the row is readable (caller's contract); the scratch is this device's,
         // ours while the lock is held.
-        unsafe { launch_argmax(&m, &row, slot.scratch)? };
+        unsafe { launch_argmax(&m, &row, slot.scratch.ptr())? };
     } else {
         // SAFETY: as above.
         unsafe { launch_sample(&m, &row, how)? };
@@ -238,21 +273,24 @@ fn slot_of<'a>(
     }
     if slots[i].is_none() {
         let token = PinnedBuffer::new(device.clone(), 8)?;
-        // SAFETY: plain allocation in the current context (the device's primary one).
-        let scratch = unsafe { cudarc::driver::result::malloc_sync(SCRATCH_BYTES) }
-            .map_err(|e| cuda::driver_error(e, "cuMemAlloc(sampler scratch)"))?;
-        // SAFETY: `scratch` holds SCRATCH_BYTES bytes; nothing uses it yet.
-        if let Err(e) = unsafe { cudarc::driver::result::memset_d8_sync(scratch, 0, SCRATCH_BYTES) }
-        {
-            // SAFETY: allocated above, unused, freed once.
-            let _ = unsafe { cudarc::driver::result::free_sync(scratch) };
-            return Err(cuda::driver_error(e, "cuMemsetD8(sampler scratch)"));
+        let scratch =
+            memory::alloc_on_stream(device.clone(), SCRATCH_BYTES, std::ptr::null_mut(), None)?;
+        // SAFETY: `scratch` holds SCRATCH_BYTES bytes of this device, allocated on the legacy
+        // default stream, where the zeroing is ordered before any launch that uses it.
+        unsafe {
+            cudarc::driver::result::memset_d8_async(
+                scratch.ptr(),
+                0,
+                SCRATCH_BYTES,
+                std::ptr::null_mut(),
+            )
         }
-        crate::stats::record_for(
-            crate::stats::current().as_ref(),
-            crate::stats::Event::DriverAlloc(SCRATCH_BYTES as u64),
-        );
-        slots[i] = Some(Slot { token, scratch });
+        .map_err(|e| cuda::driver_error(e, "cuMemsetD8Async(sampler scratch)"))?;
+        slots[i] = Some(Slot {
+            token,
+            scratch,
+            device: device.clone(),
+        });
     }
     slots[i]
         .as_ref()

@@ -34,6 +34,7 @@ pub(super) fn read_program_headers(b: &[u8], table: &PhTable) -> Result<ProgramH
     // Segments the loader or the unwinder read through their addresses.
     let mut located: Vec<(u32, String, Seg)> = Vec::new();
     let mut dynamic: Option<Seg> = None;
+    let mut relro = false;
     for i in 0..phnum {
         let h = (phoff + i * phentsize) as usize;
         let p_type = u32_at(b, h)?;
@@ -83,6 +84,9 @@ pub(super) fn read_program_headers(b: &[u8], table: &PhTable) -> Result<ProgramH
                 };
                 let what = format!("the {name} segment (program header {i})");
                 range_inside(b.len(), seg.offset, seg.filesz, &what)?;
+                if p_type == PT_GNU_RELRO && std::mem::replace(&mut relro, true) {
+                    return Err(bad(format!("{what} is a second GNU_RELRO segment")));
+                }
                 located.push((p_type, what, seg));
             }
             _ => {}
@@ -159,16 +163,26 @@ pub(super) struct Image<'a> {
 }
 
 impl Image<'_> {
+    /// The first loadable segment whose first `size(l)` bytes hold `len` bytes at `addr`
+    /// (`size` is `memsz` or `filesz`). A binary search, not a scan (relocations ask once
+    /// each): the segments ascend without overlapping, so their ends (`vaddr + size`, with
+    /// `filesz <= memsz`) do not decrease either. The first segment ending at or past
+    /// `addr + len` is the only one that can hold the range: those before it end too soon,
+    /// those after it start after its start.
+    fn holder(&self, addr: u64, len: u64, size: fn(&Seg) -> u64) -> Option<&Seg> {
+        let end = addr.checked_add(len)?;
+        let i = self.loads.partition_point(|l| l.vaddr + size(l) < end);
+        self.loads.get(i).filter(|l| l.contains(addr, len, size(l)))
+    }
+
     /// The loadable segment whose memory holds `len` bytes at `addr`.
     fn mapped(&self, addr: u64, len: u64) -> Option<&Seg> {
-        self.loads.iter().find(|l| l.contains(addr, len, l.memsz))
+        self.holder(addr, len, |l| l.memsz)
     }
 
     /// The file offset of `len` bytes at `addr`, when a loadable segment maps them from the file.
     pub(super) fn file_bytes(&self, addr: u64, len: u64, what: &str) -> Result<usize> {
-        self.loads
-            .iter()
-            .find(|l| l.contains(addr, len, l.filesz))
+        self.holder(addr, len, |l| l.filesz)
             .map(|l| (l.offset + (addr - l.vaddr)) as usize)
             .ok_or_else(|| {
                 bad(format!(
@@ -211,16 +225,17 @@ impl Image<'_> {
                 s.filesz, s.memsz
             )));
         }
-        let holder = self.loads.iter().find(|l| {
-            if p_type == PT_GNU_RELRO {
-                // The loader protects whole pages: RELRO may end on the page boundary past its segment.
+        let holder = if p_type == PT_GNU_RELRO {
+            // The loader protects whole pages: RELRO may end on the page boundary past its
+            // segment. One scan: a file has at most one RELRO segment (checked when read).
+            self.loads.iter().find(|l| {
                 let page = l.align.clamp(4096, 1 << 16);
                 let end = (l.vaddr + l.memsz).div_ceil(page).saturating_mul(page);
                 s.vaddr >= l.vaddr && s.vaddr.checked_add(s.memsz).is_some_and(|e| e <= end)
-            } else {
-                l.contains(s.vaddr, s.memsz, l.memsz)
-            }
-        });
+            })
+        } else {
+            self.mapped(s.vaddr, s.memsz)
+        };
         let Some(l) = holder else {
             return Err(bad(format!(
                 "{what} (address {:#x}, {} bytes) is not inside a loadable segment",

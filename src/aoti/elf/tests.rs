@@ -272,3 +272,84 @@ fn random_bytes_never_panic() {
         }
     }
 }
+
+/// The segment look-ups (one per relocation, table, symbol) are binary searches now: they
+/// give what the first-match scan gave, over segments with gaps, shared boundaries and
+/// empty ones, for ranges inside, across and outside them.
+#[test]
+fn segment_lookups_agree_with_a_scan() {
+    use super::segments::{Image, Seg};
+    assert_eq!(std::mem::size_of::<Seg>(), 48);
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = move |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % m
+    };
+    for _ in 0..50 {
+        let mut loads = Vec::new();
+        let mut at = next(64);
+        for _ in 0..next(12) {
+            let memsz = next(40);
+            let filesz = memsz.min(next(48));
+            loads.push(Seg {
+                offset: at,
+                vaddr: at,
+                filesz,
+                memsz,
+                align: 1,
+                flags: if next(2) == 0 { PF_R } else { PF_R | PF_W },
+            });
+            // The next one starts where this one ends, or after a gap.
+            at += memsz + next(3) * next(16);
+        }
+        let img = Image { b: &[], loads };
+        let scan = |addr: u64, len: u64, file: bool| {
+            img.loads.iter().position(|l| {
+                let size = if file { l.filesz } else { l.memsz };
+                addr >= l.vaddr && addr.checked_add(len).is_some_and(|e| e <= l.vaddr + size)
+            })
+        };
+        for _ in 0..400 {
+            let (addr, len) = (next(at + 8), next(24));
+            let want = scan(addr, len, false);
+            let index = |l: &Seg| (l as *const Seg as usize - img.loads.as_ptr() as usize) / 48;
+            let got = img.need_mapped(addr, len, "x").ok().map(index);
+            assert_eq!(got, want, "mapped {addr} +{len} in {:?}", img.loads);
+            let want = scan(addr, len, true)
+                .map(|i| (img.loads[i].offset + addr - img.loads[i].vaddr) as usize);
+            let got = img.file_bytes(addr, len, "x").ok();
+            assert_eq!(got, want, "file bytes {addr} +{len} in {:?}", img.loads);
+        }
+        assert!(img.need_mapped(u64::MAX, 2, "x").is_err());
+    }
+}
+
+/// A file with two GNU_RELRO segments is refused (the check of the one a file may have
+/// is a scan of the loadable segments).
+#[test]
+fn a_second_relro_segment_is_refused() {
+    let tiny = super::tests_support::tiny_so();
+    let phoff = tiny.len();
+    let mut b = tiny.clone();
+    b.extend_from_slice(&tiny[64..64 + 2 * 56]);
+    let relro = |b: &mut Vec<u8>| {
+        let mut h = vec![0u8; 56];
+        h[..4].copy_from_slice(&PT_GNU_RELRO.to_le_bytes());
+        h[4..8].copy_from_slice(&PF_R.to_le_bytes());
+        h[32..40].copy_from_slice(&16u64.to_le_bytes());
+        h[40..48].copy_from_slice(&16u64.to_le_bytes());
+        h[48..56].copy_from_slice(&1u64.to_le_bytes());
+        b.extend_from_slice(&h);
+    };
+    relro(&mut b);
+    let mut one = with(b.clone(), 32, phoff as u64);
+    one[56..58].copy_from_slice(&3u16.to_le_bytes());
+    assert!(validate(&one).is_ok(), "{:?}", validate(&one).err());
+    relro(&mut b);
+    let mut two = with(b, 32, phoff as u64);
+    two[56..58].copy_from_slice(&4u16.to_le_bytes());
+    let e = validate(&two).unwrap_err().to_string();
+    assert!(e.contains("second GNU_RELRO"), "{e}");
+}

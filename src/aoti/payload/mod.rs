@@ -8,9 +8,8 @@
 //!   data entry, shared by every method of the program that uses it.
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::tensor::{self, device_type, Device, Memory, Storage, Tensor};
+use crate::tensor::{self, device_type};
 use std::collections::HashSet;
-use std::sync::Arc;
 
 /// The magic that starts a binary payload.
 pub(crate) const FQN_MAGIC: &[u8] = b"ETCUDAFQN3";
@@ -56,10 +55,12 @@ impl FqnEntry {
     }
 
     /// The storage the program holds for this entry must have the size the metadata declares.
-    pub(crate) fn check_storage(&self, bytes: usize, what: &str) -> Result<()> {
+    /// `what` names the storage in the error (made only then).
+    pub(crate) fn check_storage(&self, bytes: usize, what: &dyn Fn() -> String) -> Result<()> {
         if bytes as u64 != self.storage_nbytes {
             return Err(Error::invalid_program(format!(
-                "{what} has {bytes} bytes but the metadata declares {}",
+                "{} has {bytes} bytes but the metadata declares {}",
+                what(),
                 self.storage_nbytes
             )));
         }
@@ -67,24 +68,17 @@ impl FqnEntry {
     }
 
     /// Whether this entry's view (dtype, sizes, strides, offset) fits `nbytes`
-    /// storage bytes: the very check the upload's [`Tensor::view`] makes on a
-    /// storage of that size, so a view accepted here is accepted there.
+    /// storage bytes: the very check the upload's [`tensor::Tensor::view`] makes on a
+    /// storage of that size ([`tensor::check_view`]), so a view accepted here is
+    /// accepted there.
     pub(crate) fn check_view(&self, nbytes: usize) -> Result<()> {
-        // A probe storage of the same size: no memory, dropped right after the check,
-        // never handed out (nothing reads through it).
-        let probe = Arc::new(Storage {
-            memory: Memory::Empty,
-            nbytes,
-            device: Device::Cpu,
-        });
-        Tensor::view(
-            probe,
+        tensor::check_view(
             self.dtype,
-            self.sizes.clone(),
-            self.strides.clone(),
+            &self.sizes,
+            &self.strides,
             self.storage_offset,
+            nbytes,
         )
-        .map(drop)
         .map_err(|e| {
             Error::invalid_program(format!(
                 "constant {} (storage {}): its view (dtype {}, sizes {:?}, strides {:?}, offset {}) does not fit {nbytes} bytes: {}",
@@ -132,15 +126,19 @@ struct Reader<'a> {
     at: usize,
 }
 
+/// What a field is, made only when an error names it (a payload has up to 2^20 entries).
+type What<'w> = &'w dyn Fn() -> String;
+
 impl Reader<'_> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&[u8]> {
+    fn take(&mut self, n: usize, what: What<'_>) -> Result<&[u8]> {
         let end = self
             .at
             .checked_add(n)
             .filter(|&e| e <= self.b.len())
             .ok_or_else(|| {
                 bad(format!(
-                    "{what} at byte {} runs past its end ({} bytes)",
+                    "{} at byte {} runs past its end ({} bytes)",
+                    what(),
                     self.at,
                     self.b.len()
                 ))
@@ -149,29 +147,29 @@ impl Reader<'_> {
         self.at = end;
         Ok(s)
     }
-    fn u32(&mut self, what: &str) -> Result<u32> {
+    fn u32(&mut self, what: What<'_>) -> Result<u32> {
         let s = self.take(4, what)?;
         Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
     }
-    fn u64(&mut self, what: &str) -> Result<u64> {
+    fn u64(&mut self, what: What<'_>) -> Result<u64> {
         let s = self.take(8, what)?;
         let mut a = [0u8; 8];
         a.copy_from_slice(s);
         Ok(u64::from_le_bytes(a))
     }
-    fn i32(&mut self, what: &str) -> Result<i32> {
+    fn i32(&mut self, what: What<'_>) -> Result<i32> {
         Ok(self.u32(what)? as i32)
     }
-    fn i64(&mut self, what: &str) -> Result<i64> {
+    fn i64(&mut self, what: What<'_>) -> Result<i64> {
         Ok(self.u64(what)? as i64)
     }
-    fn string(&mut self, what: &str) -> Result<String> {
+    fn string(&mut self, what: What<'_>) -> Result<String> {
         let n = self.u32(what)?;
         if n > MAX_STRING {
-            return Err(bad(format!("{what} claims {n} bytes")));
+            return Err(bad(format!("{} claims {n} bytes", what())));
         }
         let s = self.take(n as usize, what)?;
-        String::from_utf8(s.to_vec()).map_err(|_| bad(format!("{what} is not UTF-8")))
+        String::from_utf8(s.to_vec()).map_err(|_| bad(format!("{} is not UTF-8", what())))
     }
 }
 
@@ -227,31 +225,29 @@ fn parse_fqn(payload: &[u8]) -> Result<Payload> {
         b: payload,
         at: FQN_MAGIC.len(),
     };
-    let so_key = r.string("the .so key")?;
+    let so_key = r.string(&|| "the .so key".into())?;
     if so_key.is_empty() {
         return Err(bad("the .so key is empty"));
     }
-    let n = r.u32("the entry count")?;
+    let n = r.u32(&|| "the entry count".into())?;
     if n > MAX_ENTRIES {
         return Err(bad(format!("{n} entries")));
     }
     let mut entries = Vec::new();
-    let mut seen = HashSet::new();
     for i in 0..n {
-        let what = |f: &str| format!("entry {i}'s {f}");
-        let fqn = r.string(&what("FQN"))?;
-        let storage_key = r.string(&what("storage key"))?;
-        let storage_nbytes = r.u64(&what("byte count"))?;
-        let dtype = r.i32(&what("dtype"))?;
-        let device_type = r.i32(&what("device"))?;
-        let storage_offset = r.i64(&what("storage offset"))?;
+        let fqn = r.string(&|| format!("entry {i}'s FQN"))?;
+        let storage_key = r.string(&|| format!("entry {i}'s storage key"))?;
+        let storage_nbytes = r.u64(&|| format!("entry {i}'s byte count"))?;
+        let dtype = r.i32(&|| format!("entry {i}'s dtype"))?;
+        let device_type = r.i32(&|| format!("entry {i}'s device"))?;
+        let storage_offset = r.i64(&|| format!("entry {i}'s storage offset"))?;
         if fqn.is_empty() {
             return Err(bad(format!("entry {i}'s FQN is empty")));
         }
         if storage_key.is_empty() {
             return Err(bad(format!("entry {i} ({fqn}) has an empty storage key")));
         }
-        let ndim = r.u32(&what("rank"))?;
+        let ndim = r.u32(&|| format!("entry {i}'s rank"))?;
         if ndim as usize > tensor::MAX_RANK {
             return Err(bad(format!(
                 "entry {i} ({fqn}) has rank {ndim}, above the limit of {}",
@@ -259,14 +255,11 @@ fn parse_fqn(payload: &[u8]) -> Result<Payload> {
             )));
         }
         let sizes = (0..ndim)
-            .map(|_| r.i64(&what("sizes")))
+            .map(|_| r.i64(&|| format!("entry {i}'s sizes")))
             .collect::<Result<Vec<_>>>()?;
         let strides = (0..ndim)
-            .map(|_| r.i64(&what("strides")))
+            .map(|_| r.i64(&|| format!("entry {i}'s strides")))
             .collect::<Result<Vec<_>>>()?;
-        if !seen.insert(fqn.clone()) {
-            return Err(bad(format!("entry {i} repeats the FQN {fqn}")));
-        }
         let e = FqnEntry {
             fqn,
             storage_key,
@@ -286,6 +279,12 @@ fn parse_fqn(payload: &[u8]) -> Result<Payload> {
             "{} bytes left after {n} entries",
             payload.len() - r.at
         )));
+    }
+    let mut seen = HashSet::with_capacity(entries.len());
+    for (i, e) in entries.iter().enumerate() {
+        if !seen.insert(e.fqn.as_str()) {
+            return Err(bad(format!("entry {i} repeats the FQN {}", e.fqn)));
+        }
     }
     Ok(Payload::PerFqn { so_key, entries })
 }

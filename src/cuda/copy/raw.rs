@@ -221,11 +221,12 @@ pub(crate) unsafe fn copy_htod_ordered(
     n: usize,
     ordinal: i32,
 ) -> Result<()> {
+    // The device first, even for no bytes: a copy for a device that does not exist fails.
+    let d = ordered_device(ordinal)?;
     if n == 0 {
         return Ok(());
     }
     check_device_pointer(dst.cast_const(), ordinal, "dst")?;
-    let d = device(ordinal)?;
     let _legacy = d.legacy_use();
     let _g = ContextGuard::device(&d)?;
     // SAFETY: forwarded contract. A pageable source is staged by the driver before return.
@@ -243,16 +244,25 @@ pub(crate) unsafe fn copy_dtoh_ordered(
     n: usize,
     ordinal: i32,
 ) -> Result<()> {
+    let d = ordered_device(ordinal)?;
     if n == 0 {
         return Ok(());
     }
     check_device_pointer(src, ordinal, "src")?;
-    let d = device(ordinal)?;
     let _legacy = d.legacy_use();
     let _g = ContextGuard::device(&d)?;
     // SAFETY: forwarded contract; `dst` stays valid until the wait below.
     unsafe { copy_dtoh_async(dst, src as u64, n, std::ptr::null_mut())? };
     stream::synchronize(std::ptr::null_mut())
+}
+
+/// The device of an ordered copy: a negative index is an invalid argument, a device this
+/// machine does not have (or no driver) a `NoDevice` error.
+fn ordered_device(ordinal: i32) -> Result<std::sync::Arc<crate::cuda::DeviceState>> {
+    if ordinal < 0 {
+        return invalid(format!("device index {ordinal} is negative"));
+    }
+    device(ordinal)
 }
 
 fn check_device_pointer(p: *const c_void, ordinal: i32, what: &str) -> Result<()> {

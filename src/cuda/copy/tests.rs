@@ -112,3 +112,32 @@ fn copy_refuses_mismatches() {
     let e = copy_tensor(&i, &a).unwrap_err().to_string();
     assert!(e.contains("dtype conversion"), "{e}");
 }
+
+/// Issue 31: a copy of no bytes checks its device like any other (it returned OK for
+/// device -5 without a driver).
+#[test]
+fn zero_length_ordered_copies_check_the_device() {
+    use crate::error::ErrorKind;
+    let mut host = [0u8; 4];
+    for ordinal in [-5, -1] {
+        // SAFETY: no bytes are copied; refused before any pointer is used.
+        let e = unsafe {
+            super::copy_htod_ordered(std::ptr::null_mut(), host.as_ptr().cast(), 0, ordinal)
+        }
+        .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        assert!(e.to_string().contains(&ordinal.to_string()), "{e}");
+        // SAFETY: as above.
+        let e = unsafe {
+            super::copy_dtoh_ordered(host.as_mut_ptr().cast(), std::ptr::null(), 0, ordinal)
+        }
+        .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    }
+    // A device index this machine lacks: no device (without a driver, no device at all).
+    let n = crate::cuda::device_count().unwrap_or(0);
+    // SAFETY: as above.
+    let e = unsafe { super::copy_htod_ordered(std::ptr::null_mut(), host.as_ptr().cast(), 0, n) }
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NoDevice, "{e}");
+}

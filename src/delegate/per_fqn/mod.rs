@@ -13,14 +13,15 @@
 //! bytes; buffers under the rules of [`super::sharing`]) uses that tensor
 //! instead, so prefill and decode of one program hold their weights once.
 
-use super::sharing::{self, SharePolicy, SharedConstants, View};
+use super::sharing::{self, Settled, SharePolicy, SharedConstants, View};
 use crate::aoti::container::ConstantInfo;
 use crate::aoti::payload::FqnEntry;
 use crate::aoti::{self, Container};
 use crate::cuda::copy::StagedUpload;
-use crate::cuda::{memory, stream::CudaStream, DeviceState};
+use crate::cuda::{memory, stream::CudaStream, DeviceState, GatedDrop};
 use crate::error::{Error, Result};
 use crate::tensor::{device_type, Device, HostAlloc, Memory, Storage, Tensor};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Looks up named data by key: the bytes, valid until the load releases the key (or ends).
@@ -30,12 +31,12 @@ pub type NamedDataLookup<'a> = dyn Fn(&str) -> Option<&'a [u8]> + 'a;
 /// time and released (`release`, when the caller gives one) as soon as it is uploaded, so
 /// the weights never need to be in host memory all at once. Without `release` the bytes
 /// stay valid for the whole load anyway: they are then read (and checked) before any
-/// device work, into `read`.
+/// device work, into `read` (by key).
 #[derive(Clone)]
 pub(crate) struct Source<'a> {
     pub(crate) lookup: &'a NamedDataLookup<'a>,
     pub(crate) release: Option<&'a dyn Fn(&str)>,
-    pub(crate) read: Vec<(String, &'a [u8])>,
+    pub(crate) read: HashMap<String, &'a [u8]>,
     /// Nanoseconds spent in `lookup` so far (the upload's time excludes them).
     pub(crate) fetch_ns: std::cell::Cell<u64>,
 }
@@ -47,18 +48,31 @@ pub(crate) struct Source<'a> {
 pub(crate) fn fetch<'a>(
     lookup: &NamedDataLookup<'a>,
     key: &str,
-    what: &str,
+    what: &dyn Fn() -> String,
 ) -> Result<(&'a [u8], u64)> {
+    no_lock_held("named-data lookup")?;
     let t = std::time::Instant::now();
     let found = lookup(key);
     let ns = crate::stats::nanos(t.elapsed());
     crate::stats::record(crate::stats::Event::LoadFetch(ns));
     let bytes = found.ok_or_else(|| {
         Error::invalid_program(format!(
-            "the program has no named data {key:?} ({what}); was the .ptd file passed?"
+            "the program has no named data {key:?} ({}); was the .ptd file passed?",
+            what()
         ))
     })?;
     Ok((bytes, ns))
+}
+
+/// A user callback is about to run: this thread must hold no library lock (the callback
+/// may call back into the library; see `cuda::gate`).
+fn no_lock_held(what: &str) -> Result<()> {
+    match crate::logging::holds() {
+        0 => Ok(()),
+        n => Err(Error::internal(format!(
+            "a {what} callback would run while this thread holds {n} library locks"
+        ))),
+    }
 }
 
 impl std::fmt::Debug for Source<'_> {
@@ -76,16 +90,17 @@ impl Source<'_> {
     pub(crate) fn with<R>(
         &self,
         key: &str,
-        what: &str,
+        what: &dyn Fn() -> String,
         f: impl FnOnce(&[u8]) -> Result<R>,
     ) -> Result<R> {
-        if let Some((_, bytes)) = self.read.iter().find(|(k, _)| k == key) {
+        if let Some(bytes) = self.read.get(key) {
             return f(bytes);
         }
         let (bytes, ns) = fetch(self.lookup, key, what)?;
         self.fetch_ns.set(self.fetch_ns.get() + ns);
         let r = f(bytes);
         if let Some(release) = self.release {
+            no_lock_held("named-data release")?;
             release(key);
         }
         r
@@ -113,18 +128,24 @@ pub(crate) fn match_entries<'a>(
         .collect())
 }
 
-/// [`match_entries`] over any items that carry an entry: each constant and its item.
+/// [`match_entries`] over any items that carry an entry: each constant and its item (the
+/// first item of that FQN; one hash-map lookup per constant).
 fn match_items<'a, T>(
     infos: &'a [ConstantInfo],
     items: &'a [T],
     entry_of: fn(&T) -> &FqnEntry,
 ) -> Result<Vec<(&'a ConstantInfo, &'a T)>> {
+    let mut by_fqn: HashMap<&str, &T> = HashMap::with_capacity(items.len());
+    for item in items {
+        by_fqn.entry(entry_of(item).fqn.as_str()).or_insert(item);
+    }
     let mut out = Vec::with_capacity(infos.len());
     for info in infos.iter().filter(|c| !c.from_folded) {
-        let found = items
-            .iter()
-            .find(|e| !info.original_fqn.is_empty() && entry_of(e).fqn == info.original_fqn)
-            .or_else(|| items.iter().find(|e| entry_of(e).fqn == info.name));
+        let found = (!info.original_fqn.is_empty())
+            .then(|| by_fqn.get(info.original_fqn.as_str()))
+            .flatten()
+            .or_else(|| by_fqn.get(info.name.as_str()))
+            .copied();
         let Some(item) = found else {
             return Err(Error::invalid_program(format!(
                 "the program has no weights for constant {} (FQN {:?})",
@@ -172,10 +193,9 @@ fn match_items<'a, T>(
 /// The bytes read for a matched constant's storage agree with what its entry declares
 /// (the size [`match_entries`] checked the view and the model against).
 pub(crate) fn check_bytes(m: &Matched<'_>, bytes: &[u8]) -> Result<()> {
-    m.entry.check_storage(
-        bytes.len(),
-        &format!("constant {} (storage {})", m.info.name, m.entry.storage_key),
-    )
+    m.entry.check_storage(bytes.len(), &|| {
+        format!("constant {} (storage {})", m.info.name, m.entry.storage_key)
+    })
 }
 
 /// [`match_entries`] and [`check_bytes`] over storages given as bytes (tests, fuzzing).
@@ -194,11 +214,11 @@ pub(crate) fn match_storages<'a>(
 }
 
 /// Where a matched constant lives.
-fn place(m: &Matched<'_>, device: &DeviceState) -> Device {
+fn place(m: &Matched<'_>, ordinal: i32) -> Device {
     if m.entry.device_type == device_type::CPU {
         Device::Cpu
     } else {
-        Device::Cuda(device.ordinal)
+        Device::Cuda(ordinal)
     }
 }
 
@@ -241,21 +261,22 @@ struct Group<'m> {
 }
 
 /// The storages of `matched` in first-use order (one per key and placement).
-fn storage_groups<'m>(matched: &'m [Matched<'m>], device: &DeviceState) -> Vec<Group<'m>> {
+fn storage_groups<'m>(matched: &'m [Matched<'m>], ordinal: i32) -> Vec<Group<'m>> {
     let mut groups: Vec<Group<'m>> = Vec::new();
+    let mut index: HashMap<(&'m str, bool), usize> = HashMap::with_capacity(matched.len());
     for (i, m) in matched.iter().enumerate() {
-        let at = place(m, device);
-        match groups
-            .iter_mut()
-            .find(|g| g.key == m.entry.storage_key && g.at == at)
-        {
-            Some(g) => g.members.push(i),
-            None => groups.push(Group {
-                key: &m.entry.storage_key,
+        let at = place(m, ordinal);
+        let key = m.entry.storage_key.as_str();
+        // One device per load: the placement is the CPU or that device.
+        let g = *index.entry((key, at == Device::Cpu)).or_insert_with(|| {
+            groups.push(Group {
+                key,
                 at,
-                members: vec![i],
-            }),
-        }
+                members: Vec::new(),
+            });
+            groups.len() - 1
+        });
+        groups[g].members.push(i);
     }
     groups
 }
@@ -292,7 +313,7 @@ fn read_storages(
         loaded: 0,
     };
     for g in groups {
-        let what = format!("the weights of {}", matched[g.members[0]].entry.fqn);
+        let what = || format!("the weights of {}", matched[g.members[0]].entry.fqn);
         source.with(g.key, &what, |bytes| {
             let mut storage: Option<Arc<Storage>> = None;
             let digest = share.map(|_| aoti::loader::sha256(bytes));
@@ -339,9 +360,45 @@ fn read_storages(
     Ok(l)
 }
 
+/// Register the load's own constants for later methods, under one hold of the registry
+/// with a last look-up: a constant another load of the program registered since this one
+/// looked (a concurrent load of the same share group) is taken from it instead, so the
+/// program keeps one copy of each shared buffer.
+fn settle(
+    matched: &[Matched<'_>],
+    l: &mut Loaded,
+    policy: SharePolicy,
+    container: &Arc<Container>,
+    held: &mut SharedConstants,
+) -> Result<()> {
+    let mut own = Vec::with_capacity(matched.len());
+    for ((m, t), d) in matched.iter().zip(&l.tensors).zip(&l.digests) {
+        let t = t
+            .clone()
+            .ok_or_else(|| Error::internal("a matched constant got no tensor"))?;
+        own.push((m.info, t, *d));
+    }
+    let mine = sharing::held_of(&own, policy, &l.shared);
+    let settled = sharing::registry().settle(&mine, policy.mutable_buffers, container, true);
+    if let Settled::Found(found) = settled {
+        for (i, t, owner) in found {
+            held.keep_owner(&owner);
+            l.shared_bytes += matched[i].entry.storage_nbytes;
+            l.shared[i] = true;
+            l.tensors[i] = Some(t);
+        }
+    }
+    Ok(())
+}
+
 /// Give `container` its constants from the per-FQN `entries`, reading each storage from
 /// `source` once (constants that view one storage share its upload), and sharing with
 /// other methods under `share`. Returns the container and what keeps its constants alive.
+///
+/// The device's legacy-stream gate is held only around the generated code's calls (and
+/// the drops of containers on error paths), never while `source` calls the caller's
+/// named-data functions: a callback may call back into the library, and a capture on
+/// another thread may be waiting for the gate.
 pub(super) fn load(
     container: Container,
     device: &Arc<DeviceState>,
@@ -350,27 +407,30 @@ pub(super) fn load(
     source: &Source<'_>,
     share: Option<SharePolicy>,
 ) -> Result<(Arc<Container>, SharedConstants)> {
+    // Declared first, dropped last: on an error path the container goes before the
+    // tensors it may have been given (and the other methods' containers kept for them).
+    let mut held = GatedDrop::new(device.clone(), SharedConstants::default());
+    let container = GatedDrop::new(device.clone(), Arc::new(container));
     if !container.has_constants_api() {
         return Err(Error::invalid_program(
             "the program stores its weights per FQN but the .so has no constant-management entry points (AOTInductorModelContainerGetNumConstants...)",
         ));
     }
-    let infos = container.constants()?;
+    let infos = {
+        let _legacy = device.legacy_use();
+        container.constants()?
+    };
     let matched = match_entries(&infos, entries)?;
-    let groups = storage_groups(&matched, device);
+    let groups = storage_groups(&matched, device.ordinal);
     // Only sizes the staging (declared sizes are checked against the bytes as they are read).
     let total = groups.iter().fold(0usize, |t, g| {
         t.saturating_add(
             usize::try_from(matched[g.members[0]].entry.storage_nbytes).unwrap_or(usize::MAX),
         )
     });
-    // Declared first, dropped last: on an error path the container goes before the
-    // tensors it may have been given.
-    let mut held = SharedConstants::default();
-    let container = Arc::new(container);
     let mut up = StagedUpload::new(device.clone(), stream.raw(), total)?;
     let fetch_before = source.fetch_ns.get();
-    let l = read_storages(
+    let mut l = read_storages(
         &matched, &groups, source, share, device, stream, &mut up, &mut held,
     )?;
     let report = up.finish()?;
@@ -382,24 +442,22 @@ pub(super) fn load(
         bytes: report.bytes,
         staging: report.staging_bytes,
     });
-    let tensors: Vec<Tensor> = l
-        .tensors
-        .into_iter()
-        .map(|t| t.ok_or_else(|| Error::internal("a matched constant got no tensor")))
-        .collect::<Result<_>>()?;
-    for (m, t) in matched.iter().zip(&tensors) {
-        held.add(&m.info.name, t.clone())?;
-    }
-    // SAFETY: `held` goes to the caller, which keeps it until after the container is deleted.
-    unsafe { held.install(&container)? };
     if let Some(policy) = share {
-        let entries: Vec<_> = matched
-            .iter()
-            .zip(tensors)
-            .zip(l.digests)
-            .map(|((m, t), d)| (m.info, t, d))
-            .collect();
-        sharing::register(&entries, policy, &container, &l.shared);
+        settle(&matched, &mut l, policy, &container, &mut held)?;
+    }
+    for (m, t) in matched.iter().zip(&l.tensors) {
+        let t = t
+            .clone()
+            .ok_or_else(|| Error::internal("a matched constant got no tensor"))?;
+        held.add(&m.info.name, t)?;
+    }
+    {
+        let _legacy = device.legacy_use();
+        // SAFETY: `held` goes to the caller, which keeps it until after the container is
+        // deleted.
+        unsafe { held.install(&container)? };
+    }
+    if share.is_some() {
         crate::stats::record(crate::stats::Event::SharedConstants(l.shared_bytes));
         log::info!(
             "weight sharing: {} of {} constants ({} bytes) served from other methods",
@@ -417,7 +475,7 @@ pub(super) fn load(
         report.staging_bytes,
         l.shared_bytes
     );
-    Ok((container, held))
+    Ok((container.into_inner(), held.into_inner()))
 }
 
 #[cfg(any(test, feature = "fuzzing"))]

@@ -152,19 +152,19 @@ fn source_releases_each_lookup_after_use_and_never_read_bytes() {
     let streamed = Source {
         lookup: &lookup,
         release: Some(&release),
-        read: Vec::new(),
+        read: HashMap::new(),
         fetch_ns: Default::default(),
     };
     // The key is released after `f`, whatever `f` returns.
     let n = streamed
-        .with("a", "the weights of x", |bytes| {
+        .with("a", &|| "the weights of x".into(), |bytes| {
             assert!(released.borrow().is_empty(), "released before use");
             Ok(bytes.len())
         })
         .unwrap();
     assert_eq!(n, 4);
     let e = streamed
-        .with("b", "the weights of y", |_| -> Result<()> {
+        .with("b", &|| "the weights of y".into(), |_| -> Result<()> {
             Err(Error::invalid_program("bad"))
         })
         .unwrap_err();
@@ -172,7 +172,7 @@ fn source_releases_each_lookup_after_use_and_never_read_bytes() {
     assert_eq!(*released.borrow(), ["a", "b"]);
     // A missing key: a clear error, nothing to release.
     let e = streamed
-        .with("c", "the weights of z", |_| Ok(()))
+        .with("c", &|| "the weights of z".into(), |_| Ok(()))
         .unwrap_err();
     assert!(
         e.to_string()
@@ -184,14 +184,117 @@ fn source_releases_each_lookup_after_use_and_never_read_bytes() {
     let held = Source {
         lookup: &lookup,
         release: None,
-        read: vec![("b".to_string(), &b[..])],
+        read: HashMap::from([("b".to_string(), &b[..])]),
         fetch_ns: Default::default(),
     };
     let before = lookups.borrow().len();
-    held.with("b", "w", |bytes| {
+    held.with("b", &|| "w".into(), |bytes| {
         assert_eq!(bytes, &b[..]);
         Ok(())
     })
     .unwrap();
     assert_eq!(lookups.borrow().len(), before);
+}
+
+/// With two items of one FQN (the fuzz body makes such), the first one is matched; a
+/// constant without FQN metadata is matched by name.
+#[test]
+fn the_first_item_of_an_fqn_is_matched() {
+    let infos = vec![info("w", "w", 4, false), info("n", "", 4, false)];
+    let (a, b, c) = ([1u8; 4], [2u8; 4], [3u8; 4]);
+    let storages = vec![
+        (entry("w", 4), &a[..]),
+        (entry("w", 4), &b[..]),
+        (entry("n", 4), &c[..]),
+    ];
+    let m = match_storages(&infos, &storages).unwrap();
+    assert_eq!(m[0].1[0], 1);
+    assert_eq!(m[1].1[0], 3);
+}
+
+/// Issue 31: 2^18 constants, listed in the opposite order of their entries, are matched
+/// and grouped by storage in linear time (the matcher used to scan the entries for each
+/// constant, and the grouping its groups for each match: 2^35 comparisons). The work runs
+/// on a thread with a deadline (wall time, generous: a busy machine) so that a quadratic
+/// path fails instead of hanging.
+#[test]
+fn matching_and_grouping_are_linear() {
+    const N: usize = 1 << 18;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let bytes = [0u8; 4];
+        let mut storages = Vec::with_capacity(N);
+        for i in 0..N {
+            let mut e = entry(&format!("c{i}"), 4);
+            e.storage_key = format!("s{}", i / 4);
+            e.device_type = if i % 8 < 4 { 1 } else { 0 };
+            storages.push((e, &bytes[..]));
+        }
+        let infos: Vec<ConstantInfo> = (0..N)
+            .rev()
+            .map(|i| info(&format!("k{i}"), &format!("c{i}"), 4, false))
+            .collect();
+        let m = match_storages(&infos, &storages).unwrap();
+        let matched: Vec<Matched<'_>> = m.into_iter().map(|(m, _)| m).collect();
+        let groups = storage_groups(&matched, 0);
+        let sizes: Vec<usize> = groups.iter().map(|g| g.members.len()).collect();
+        let _ = tx.send((matched.len(), groups.len(), sizes));
+    });
+    let (matched, groups, sizes) = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("matching 2^18 constants did not finish in 120 s");
+    assert_eq!(matched, N);
+    // Four constants per storage key, all on one side (CPU or CUDA).
+    assert_eq!(groups, N / 4);
+    assert!(sizes.iter().all(|&s| s == 4));
+}
+
+/// One storage key read for constants on the CPU and on the device is two groups.
+#[test]
+fn a_storage_on_both_sides_is_two_groups() {
+    let infos = vec![
+        info("a", "a", 4, false),
+        info("b", "b", 4, false),
+        info("c", "c", 4, false),
+    ];
+    let bytes = [0u8; 4];
+    let mut storages = Vec::new();
+    for (fqn, dev) in [("a", 1), ("b", 0), ("c", 1)] {
+        let mut e = entry(fqn, 4);
+        e.storage_key = "s".into();
+        e.device_type = dev;
+        storages.push((e, &bytes[..]));
+    }
+    let m = match_storages(&infos, &storages).unwrap();
+    let matched: Vec<Matched<'_>> = m.into_iter().map(|(m, _)| m).collect();
+    let groups = storage_groups(&matched, 3);
+    let got: Vec<(Device, Vec<usize>)> = groups.iter().map(|g| (g.at, g.members.clone())).collect();
+    assert_eq!(got, [(Device::Cuda(3), vec![0, 2]), (Device::Cpu, vec![1])]);
+}
+
+/// Issue 31: the caller's named-data functions run with no library lock held on the
+/// thread (each one records how many it saw); a lookup or a release that would run
+/// under one is refused with an error instead.
+#[test]
+fn named_data_callbacks_run_without_a_library_lock() {
+    let a = [1u8; 4];
+    let seen = std::cell::RefCell::new(Vec::new());
+    let lookup = |_: &str| -> Option<&[u8]> {
+        seen.borrow_mut().push(crate::logging::holds());
+        Some(&a[..])
+    };
+    let release = |_: &str| seen.borrow_mut().push(crate::logging::holds());
+    let source = Source {
+        lookup: &lookup,
+        release: Some(&release),
+        read: HashMap::new(),
+        fetch_ns: Default::default(),
+    };
+    source.with("a", &|| "w".into(), |_| Ok(())).unwrap();
+    assert_eq!(*seen.borrow(), [0, 0]);
+    // Under a lock (what the load used to do: the legacy-stream gate held throughout).
+    let _locked = crate::logging::Hold::new();
+    let e = source.with("a", &|| "w".into(), |_| Ok(())).unwrap_err();
+    assert!(e.to_string().contains("library locks"), "{e}");
+    assert_eq!(seen.borrow().len(), 2, "a callback ran under the lock");
 }

@@ -216,6 +216,69 @@ fn checks_name_what_is_wrong() {
     assert!(check_row(codes::BFLOAT16, MAX_VOCAB).is_ok());
 }
 
+/// Issue 31: temperature 0 is greedy; any other must be within [1e-6, 1e6], else a clear
+/// error naming it and the range.
+#[test]
+fn temperatures_outside_the_range_are_refused() {
+    let ok = Sampling {
+        temperature: 0.7,
+        top_p: 0.9,
+        uniform: 0.5,
+    };
+    for (bad, word) in [
+        (
+            Sampling {
+                temperature: f64::INFINITY,
+                ..ok
+            },
+            "temperature inf is outside [1e-6, 1e6]",
+        ),
+        // Above 1e6: the device's weights all equal (it used to turn greedy past ~1e45).
+        (
+            Sampling {
+                temperature: 1e45,
+                ..ok
+            },
+            "temperature 1e45 is outside [1e-6, 1e6] (0 is greedy)",
+        ),
+        (
+            Sampling {
+                temperature: 2e6,
+                ..ok
+            },
+            "temperature 2000000.0 is outside",
+        ),
+        // Below 1e-6: 1/T overflows the weights.
+        (
+            Sampling {
+                temperature: 1e-7,
+                ..ok
+            },
+            "temperature 1e-7 is outside",
+        ),
+        (
+            Sampling {
+                temperature: 3e-39,
+                ..ok
+            },
+            "temperature 3e-39 is outside",
+        ),
+    ] {
+        let e = bad.check().unwrap_err();
+        assert!(e.to_string().contains(word), "{e}");
+    }
+    // The ends of the range and greedy are accepted, and 1/T is finite and non-zero there.
+    for t in [0.0, MIN_TEMPERATURE, MAX_TEMPERATURE] {
+        let how = Sampling {
+            temperature: t,
+            ..ok
+        };
+        assert!(how.check().is_ok(), "{t}");
+        let inv = how.inv_temp();
+        assert!(inv.is_finite() && (t == 0.0) == (inv == 0.0), "{t}: {inv}");
+    }
+}
+
 #[test]
 fn uniform_is_counter_based_and_in_range() {
     let a: Vec<f64> = (0..1000).map(|i| uniform(42, i)).collect();
@@ -228,4 +291,34 @@ fn uniform_is_counter_based_and_in_range() {
     assert_ne!(uniform(43, 7), a[7]);
     let mean = a.iter().sum::<f64>() / a.len() as f64;
     assert!((mean - 0.5).abs() < 0.05, "{mean}");
+}
+
+/// Issue 31: a temperature outside the range is refused by the safe API before anything
+/// reaches the device (here: no driver, and a null pointer that is never looked at).
+#[test]
+fn the_api_refuses_a_temperature_out_of_range_before_any_device_work() {
+    for t in [1e45, -1.0, 1e-9, f64::NAN] {
+        // SAFETY: refused before the pointer is used.
+        let e = unsafe {
+            crate::api::memory::sample(std::ptr::null(), codes::FLOAT32, 8, 0, t, 1.0, 0, 0)
+        }
+        .unwrap_err();
+        assert_eq!(
+            e.kind(),
+            crate::error::ErrorKind::InvalidArgument,
+            "{t}: {e}"
+        );
+        assert!(e.to_string().contains("temperature"), "{e}");
+    }
+}
+
+/// The sampler's memory is released per device: a negative device is refused, a device
+/// the sampler holds nothing for needs nothing (no driver either).
+#[test]
+fn release_needs_nothing_when_nothing_is_held() {
+    assert!(release(6).is_ok());
+    assert!(crate::api::memory::sample_release(6).is_ok());
+    let e = release(-5).unwrap_err();
+    assert_eq!(e.kind(), crate::error::ErrorKind::InvalidArgument);
+    assert!(e.to_string().contains("-5"), "{e}");
 }

@@ -30,8 +30,9 @@ use crate::aoti::{self, AtenTensorHandle, Container, Library};
 use crate::cuda::{copy, memory, stream::CudaStream, DeviceState};
 use crate::error::{Error, Result};
 use crate::tensor::{Device, HostAlloc, Memory, Tensor};
+use std::collections::HashSet;
 use std::ffi::CString;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, LazyLock, Mutex};
 
 /// How a method takes part in sharing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,23 +43,14 @@ pub(crate) struct SharePolicy {
     pub(crate) group: u64,
 }
 
-/// One constant in the registry.
-pub(super) struct Entry {
-    group: u64,
-    fqn: String,
-    dtype: i32,
-    sizes: Vec<i64>,
-    strides: Vec<i64>,
-    offset: i64,
-    digest: [u8; 32],
-    buffer: bool,
-    tensor: Tensor,
-    owner: Weak<Container>,
-}
+mod registry;
+pub(crate) use registry::{Described, Held, Key, Registry, Settled};
 
-static REGISTRY: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+static REGISTRY: LazyLock<Mutex<Registry<Container>>> = LazyLock::new(Default::default);
 
-pub(super) fn registry() -> std::sync::MutexGuard<'static, Vec<Entry>> {
+/// The registry of constants other methods may use (held briefly: never across a call
+/// out of the library).
+pub(super) fn registry() -> std::sync::MutexGuard<'static, Registry<Container>> {
     REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -70,8 +62,9 @@ pub(crate) struct SharedConstants {
     names: Vec<CString>,
     /// User-managed handles given to the container (deleted here).
     handles: Vec<AtenTensorHandle>,
-    /// The methods whose buffers this one uses.
+    /// The methods whose buffers this one uses (each once: `owner_set` has their addresses).
     owners: Vec<Arc<Container>>,
+    owner_set: HashSet<usize>,
 }
 
 // SAFETY: the handles are boxes only this value owns; containers are Send + Sync.
@@ -80,7 +73,7 @@ unsafe impl Send for SharedConstants {}
 impl SharedConstants {
     /// Keep `owner` (whose buffers a constant uses) alive as long as this value.
     pub(super) fn keep_owner(&mut self, owner: &Arc<Container>) {
-        if !self.owners.iter().any(|o| Arc::ptr_eq(o, owner)) {
+        if self.owner_set.insert(Arc::as_ptr(owner) as usize) {
             self.owners.push(owner.clone());
         }
     }
@@ -195,65 +188,68 @@ fn describe<'a>(
         .collect())
 }
 
-/// The registry entry a constant can use instead of its own copy, if any:
-/// same device, dtype and view, and the same bytes (or, for a registered
-/// buffer, the same program and FQN).
+/// The registry key of constant `info` with `view` on `place`, in `policy`'s share group.
+pub(super) fn key_of(
+    info: &ConstantInfo,
+    view: &View<'_>,
+    place: Device,
+    policy: SharePolicy,
+) -> Option<Key> {
+    Key::new(
+        &Described {
+            place,
+            dtype: info.dtype,
+            sizes: view.sizes,
+            strides: view.strides,
+            offset: view.offset,
+            buffer: info.kind == constant_type::BUFFER,
+            fqn: &info.original_fqn,
+            digest: view.digest,
+        },
+        policy.group,
+    )
+}
+
+/// The registered tensor a constant can use instead of its own copy, if any: same device,
+/// dtype and view, and the same bytes (or, for a registered buffer, the same program and
+/// FQN, and only with `policy.mutable_buffers`).
 pub(super) fn find(
-    reg: &[Entry],
+    reg: &Registry<Container>,
     info: &ConstantInfo,
     view: &View<'_>,
     place: Device,
     policy: SharePolicy,
 ) -> Option<(Tensor, Arc<Container>)> {
-    let buffer = info.kind == constant_type::BUFFER;
-    if buffer && (!policy.mutable_buffers || policy.group == 0) {
+    let key = key_of(info, view, place, policy)?;
+    if !key.usable(policy.mutable_buffers) {
         return None;
     }
-    reg.iter()
-        .filter(|e| {
-            e.tensor.device() == place
-                && e.dtype == info.dtype
-                && e.sizes == view.sizes
-                && e.strides == view.strides
-                && e.offset == view.offset
-                && e.buffer == buffer
-                && if buffer {
-                    e.group == policy.group
-                        && !info.original_fqn.is_empty()
-                        && e.fqn == info.original_fqn
-                } else {
-                    e.digest == view.digest
-                }
-        })
-        .find_map(|e| e.owner.upgrade().map(|o| (e.tensor.clone(), o)))
+    reg.find(&key)
 }
 
-/// Make `constants` (the ones not marked `skip`) available to later methods.
-pub(super) fn register(
+/// The [`Held`] of each constant of a load: its key and tensor.
+pub(super) fn held_of(
     constants: &[(&ConstantInfo, Tensor, [u8; 32])],
     policy: SharePolicy,
-    owner: &Arc<Container>,
-    skip: &[bool],
-) {
-    let mut reg = registry();
-    reg.retain(|e| e.owner.strong_count() > 0);
-    for ((info, tensor, digest), &shared) in constants.iter().zip(skip) {
-        if shared {
-            continue;
-        }
-        reg.push(Entry {
-            group: policy.group,
-            fqn: info.original_fqn.clone(),
-            dtype: info.dtype,
-            sizes: tensor.sizes.clone(),
-            strides: tensor.strides.clone(),
-            offset: tensor.storage_offset,
-            digest: *digest,
-            buffer: info.kind == constant_type::BUFFER,
-            tensor: tensor.clone(),
-            owner: Arc::downgrade(owner),
-        });
-    }
+    shared: &[bool],
+) -> Vec<Held> {
+    constants
+        .iter()
+        .zip(shared)
+        .map(|((info, t, digest), &shared)| {
+            let view = View {
+                sizes: &t.sizes,
+                strides: &t.strides,
+                offset: t.storage_offset,
+                digest: *digest,
+            };
+            Held {
+                key: key_of(info, &view, t.device(), policy),
+                tensor: t.clone(),
+                shared,
+            }
+        })
+        .collect()
 }
 
 /// A copy of constant `t` in memory the method owns (the bytes of its storage span), on the
@@ -312,6 +308,14 @@ fn host_copy(t: &Tensor) -> Result<Tensor> {
     same_view(t, memory, Device::Cpu)
 }
 
+/// What each constant of a load can use instead of its own copy (the registry looked up
+/// once, under one hold of its lock).
+type Found = Vec<Option<(Tensor, Arc<Container>)>>;
+
+/// Most times a load looks again when other loads of the program registered constants it
+/// could use between its look-up and its registration.
+const SETTLE_TRIES: usize = 64;
+
 /// Load `weights` into a container of `lib`, sharing what can be shared.
 /// Returns the container to run and what keeps its constants alive.
 pub(crate) fn load(
@@ -330,7 +334,7 @@ pub(crate) fn load(
     let infos = first.constants()?;
     let tensors = first.load_weights_recording(weights)?;
     let constants = describe(&infos, tensors, weights)?;
-    let found: Vec<Option<(Tensor, Arc<Container>)>> = {
+    let mut found: Found = {
         let reg = registry();
         constants
             .iter()
@@ -340,16 +344,75 @@ pub(crate) fn load(
             })
             .collect()
     };
-    let shared_flags: Vec<bool> = found.iter().map(Option::is_some).collect();
-    if !shared_flags.iter().any(|&s| s) {
-        let entries: Vec<_> = constants
+    // The registration is the look-up's last step, under one hold of the lock: a load of the
+    // same program that registered since makes this one start over with what it offers.
+    for _ in 0..SETTLE_TRIES {
+        let flags: Vec<bool> = found.iter().map(Option::is_some).collect();
+        if !flags.iter().any(|&s| s) {
+            let own: Vec<_> = constants
+                .iter()
+                .map(|c| (c.info, c.tensor.clone(), c.digest))
+                .collect();
+            let held = held_of(&own, policy, &flags);
+            let settled = registry().settle(&held, policy.mutable_buffers, &first, false);
+            match settled {
+                Settled::Registered => return Ok((first, SharedConstants::default())),
+                Settled::Found(more) => merge(&mut found, more),
+            }
+            continue;
+        }
+        let (second, held, own, shared_bytes) =
+            with_shared(lib, device, stream, &constants, &found)?;
+        let registered: Vec<_> = constants
             .iter()
-            .map(|c| (c.info, c.tensor.clone(), c.digest))
+            .zip(own)
+            .map(|(c, t)| (c.info, t, c.digest))
             .collect();
-        register(&entries, policy, &first, &shared_flags);
-        return Ok((first, SharedConstants::default()));
+        let mine = held_of(&registered, policy, &flags);
+        let settled = registry().settle(&mine, policy.mutable_buffers, &second, false);
+        match settled {
+            Settled::Registered => {
+                drop(first);
+                crate::stats::record(crate::stats::Event::SharedConstants(shared_bytes));
+                log::info!(
+                    "weight sharing: {} of {} constants ({shared_bytes} bytes) served from other methods",
+                    flags.iter().filter(|&&s| s).count(),
+                    constants.len()
+                );
+                return Ok((second, held));
+            }
+            Settled::Found(more) => {
+                // The container goes before the constants it was given.
+                drop(second);
+                drop(held);
+                merge(&mut found, more);
+            }
+        }
     }
-    // Second container: every constant user-managed, shared ones from the other method.
+    Err(Error::load_failed(format!(
+        "weight sharing: other loads of share group {} kept registering constants this method could use ({SETTLE_TRIES} tries)",
+        policy.group
+    )))
+}
+
+/// Add what a later look-up found to `found`.
+fn merge(found: &mut Found, more: Vec<(usize, Tensor, Arc<Container>)>) {
+    for (i, t, o) in more {
+        found[i] = Some((t, o));
+    }
+}
+
+/// A second container of `lib` given every constant as a user-managed tensor: the ones
+/// `found` from other methods, copies the method owns of the others (read from the first
+/// container's, finished when this returns). Returns it, what keeps its constants alive,
+/// each constant's tensor, and the bytes served from other methods.
+fn with_shared(
+    lib: &Arc<Library>,
+    device: &Arc<DeviceState>,
+    stream: &Arc<CudaStream>,
+    constants: &[Constant<'_>],
+    found: &Found,
+) -> Result<(Arc<Container>, SharedConstants, Vec<Tensor>, u64)> {
     // `held` is declared first, so dropped last: on an error path the container goes before
     // the tensors it may have been given.
     let mut held = SharedConstants::default();
@@ -360,8 +423,8 @@ pub(crate) fn load(
         let t = match f {
             Some((t, owner)) => {
                 shared_bytes += c.info.data_size as u64;
-                held.keep_owner(&owner);
-                t
+                held.keep_owner(owner);
+                t.clone()
             }
             None => own_copy(&c.tensor, device, stream)?,
         };
@@ -373,27 +436,13 @@ pub(crate) fn load(
     unsafe { held.install(&second)? };
     // The copies read the first container's weights: let them finish before it is deleted.
     stream.synchronize()?;
-    drop(first);
-    crate::stats::record(crate::stats::Event::SharedConstants(shared_bytes));
-    // Register this method's own constants (now the copies) for later methods.
-    let registered: Vec<_> = constants
-        .iter()
-        .zip(own)
-        .map(|(c, t)| (c.info, t, c.digest))
-        .collect();
-    register(&registered, policy, &second, &shared_flags);
-    log::info!(
-        "weight sharing: {} of {} constants ({shared_bytes} bytes) served from other methods",
-        shared_flags.iter().filter(|&&s| s).count(),
-        constants.len()
-    );
-    Ok((second, held))
+    Ok((second, held, own, shared_bytes))
 }
 
 /// Forget the constants of methods that are gone (called after a destroy), so
 /// the registry holds no memory of its own.
 pub(crate) fn prune() {
-    registry().retain(|e| e.owner.strong_count() > 0);
+    registry().prune();
 }
 
 #[cfg(test)]
