@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""GPU checks of the Python path (README.md, "Python"), one command from the repo root:
+
+    EXECUTORCH_CUDA_LIB_DIR=.dev/gpu python3 python/tests/gpu_runtime.py [--runner .dev/gpu/et_cuda_run]
+        [--llm DIR] [--bench 2000]
+
+Needs executorch 1.5.1 importable, torch 2.13 (what ExecuTorch 1.5.1's Python
+bindings were compiled against; with another torch every check below is
+skipped with the reason, and --show-mismatch runs one execute anyway, in a
+child process, to show the upstream error), numpy, a GPU. Prints one line per
+check (PASS, FAIL or SKIP) and exits 1 on a FAIL:
+
+1. enable(): "CudaBackend" registered in executorch.runtime;
+2. the example program (examples/mlp) through executorch.runtime: each manifest
+   case's output equals the expected output within the manifest's tolerance,
+   and its max_abs_err equals the one et_cuda_run prints for that case;
+3. bad inputs (dtype, shape, device, count): one InputError each;
+4. bench: microseconds per execute through executorch.runtime (raw Method, and
+   the package's checked wrapper) against et_cuda_run --bench's cpu_mean on the
+   same program; the difference is the Python runtime's overhead per execute;
+5. with --llm DIR (examples/export_llm.py's output: model.pte, aoti_cuda_blob.ptd):
+   examples/generate.py and et_cuda_run --prompt print the same tokens.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+FAILED = []
+
+
+def report(name, ok, detail):
+    word = {True: "PASS", False: "FAIL", None: "SKIP", "info": "MEASURED"}[ok]
+    print(f"{name}: {detail} {word}", flush=True)
+    if ok is False:
+        FAILED.append(name)
+
+
+def runner_lines(runner, *args):
+    r = subprocess.run([runner, *args], capture_output=True, text=True, timeout=600)
+    return r.returncode, r.stdout + r.stderr
+
+
+def check_example(prog, np, torch, runner):
+    mlp = os.path.join(ROOT, "examples", "mlp")
+    with open(os.path.join(mlp, "manifest.json")) as f:
+        manifest = json.load(f)
+    rc, out = runner_lines(runner, "--manifest", os.path.join(mlp, "manifest.json"))
+    theirs = dict(re.findall(r"^forward (case\d+): max_abs_err=(\S+) PASS", out, re.M))
+    if rc != 0 or not theirs:
+        report("example et_cuda_run", False, f"exit {rc}: {out.strip()[-400:]}")
+    for i, case in enumerate(manifest["methods"]["forward"]):
+        x = np.fromfile(os.path.join(mlp, case["inputs"][0]["file"]), dtype=np.float32)
+        x = x.reshape(case["inputs"][0]["sizes"])
+        want = np.fromfile(os.path.join(mlp, case["outputs"][0]["file"]), dtype=np.float32)
+        (y,) = prog.forward(torch.from_numpy(x))
+        got = y.cpu().numpy().reshape(-1)
+        err = float(np.max(np.abs(got - want)))
+        ours = f"{err:.3g}"
+        same = theirs.get(f"case{i}")
+        t = manifest.get("tolerance", {})
+        tol = t.get("atol", 1e-4) + t.get("rtol", 1e-4) * float(np.max(np.abs(want)))
+        ok = y.device.type == "cpu" and list(y.shape) == case["outputs"][0]["sizes"] and err <= tol and ours == same
+        report(f"example case{i}", ok, f"device={y.device} max_abs_err={ours} et_cuda_run={same} tolerance={tol:.3g}")
+
+
+def check_bad_inputs(prog, torch):
+    import executorch_cuda as e
+
+    cases = {
+        "dtype": [torch.zeros(4, 32, dtype=torch.float64)],
+        "shape": [torch.zeros(4, 33)],
+        "device": [torch.zeros(4, 32, device="cuda")],
+        "count": [torch.zeros(4, 32), torch.zeros(4, 32)],
+    }
+    for what, inputs in cases.items():
+        try:
+            prog.forward.execute(inputs)
+            report(f"bad input {what}", False, "no exception")
+        except e.InputError as x:
+            report(f"bad input {what}", True, f"InputError: {x}")
+    # After the refusals the method still runs.
+    (y,) = prog.forward(torch.zeros(4, 32))
+    report("after bad inputs", list(y.shape) == [4, 10], f"output {list(y.shape)}")
+
+
+def bench(prog, torch, runner, n):
+    mlp = os.path.join(ROOT, "examples", "mlp")
+    x = torch.zeros(4, 32)
+    raw = prog.forward._method
+    for _ in range(50):
+        raw.execute([x])
+    figures = {}
+    for name, call in (("raw", lambda: raw.execute([x])), ("checked", lambda: prog.forward.execute([x]))):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            call()
+        figures[name] = (time.perf_counter() - t0) / n * 1e6
+    rc, out = runner_lines(runner, os.path.join(mlp, "model.pte"), "--data", os.path.join(mlp, "aoti_cuda_blob.ptd"),
+                           "--bench", str(n), "--warmup", "50")
+    m = re.search(r"forward bench: .*cpu_mean=([0-9.]+)", out)
+    if rc != 0 or not m:
+        report("bench", False, f"et_cuda_run --bench: exit {rc}: {out.strip()[-300:]}")
+        return
+    native = float(m.group(1))
+    line = re.search(r"^forward bench: .*$", out, re.M).group(0)
+    print(f"bench et_cuda_run: {line}")
+    report("bench", "info",
+           f"us_per_execute raw={figures['raw']:.1f} checked={figures['checked']:.1f} et_cuda_run_cpu_mean={native:.1f} "
+           f"overhead_raw={figures['raw'] - native:.1f} overhead_checked={figures['checked'] - native:.1f} "
+           f"(target < 20 us; measured, not judged)")
+
+
+def check_llm(llm, runner):
+    tok = os.path.join(ROOT, "tokenizer", "testdata", "bpe.json")
+    common = ["--model_path", os.path.join(llm, "model.pte"), "--data_path", os.path.join(llm, "aoti_cuda_blob.ptd"),
+              "--tokenizer_path", tok, "--prompt", "The runner loads a program", "--seq_len", "64"]
+    for extra in ([], ["--temperature", "0.8", "--top-p", "0.9", "--seed", "7"]):
+        rc1, theirs = runner_lines(runner, *common, *extra)
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "generate.py"), *common, *extra],
+                           capture_output=True, text=True, timeout=600)
+        ours = r.stdout + r.stderr
+        t1 = re.search(r"^generate: .*tokens=([0-9,]+)", theirs, re.M)
+        t2 = re.search(r"^generate: .*tokens=([0-9,]+)", ours, re.M)
+        name = "generate " + ("greedy" if not extra else "sampled")
+        if rc1 != 0 or r.returncode != 0 or not t1 or not t2:
+            report(name, False, f"et_cuda_run exit {rc1}, generate.py exit {r.returncode}: {ours.strip()[-400:]}")
+            continue
+        sampler = re.search(r"sampler=(\w+)", ours).group(1)
+        report(name, t1.group(1) == t2.group(1), f"sampler={sampler} python={t2.group(1)} et_cuda_run={t1.group(1)}")
+
+
+def show_mismatch():
+    """One execute with the mismatched torch, in a child process (upstream's error)."""
+    code = ("import sys, torch; sys.path.insert(0, %r)\n"
+            "import executorch_cuda.native as n; n.enable()\n"
+            "from executorch.runtime import Runtime\n"
+            "p = Runtime.get().load_program(%r, data_path=%r)\n"
+            "m = p.load_method('forward')\n"
+            "try:\n    m.execute([torch.zeros(4, 32)]); print('executed')\n"
+            "except RuntimeError as x:\n    print('RuntimeError:', str(x).splitlines()[0])\n"
+            % (os.path.join(ROOT, "python"), os.path.join(ROOT, "examples/mlp/model.pte"),
+               os.path.join(ROOT, "examples/mlp/aoti_cuda_blob.ptd")))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    print(f"mismatch demo (exit {r.returncode}): {(r.stdout + r.stderr).strip().splitlines()[-1:]}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runner", default=None)
+    ap.add_argument("--llm", default=None)
+    ap.add_argument("--bench", type=int, default=2000)
+    ap.add_argument("--show-mismatch", action="store_true")
+    a = ap.parse_args()
+    runner = a.runner or next((p for p in (os.path.join(ROOT, ".dev/gpu/et_cuda_run"), os.path.join(ROOT, "build/et_cuda_run"))
+                               if os.path.exists(p)), None)
+    import executorch_cuda as e
+
+    try:
+        info = e.enable()
+    except (e.NativeLibraryError, e.ExecutorchVersionError, e.NoCudaDeviceError) as x:
+        report("enable", None if isinstance(x, e.NoCudaDeviceError) else False, f"{type(x).__name__}: {x}")
+        return 1 if FAILED else 0
+    report("enable", info["registered"] is True, json.dumps(info))
+    try:
+        import numpy as np
+        import torch
+
+        e.runtime.check_torch()
+    except ImportError as x:
+        report("runtime", None, f"{x}")
+        return 1 if FAILED else 0
+    except e.TorchVersionError as x:
+        report("runtime", None, str(x))
+        if a.show_mismatch:
+            show_mismatch()
+        return 1 if FAILED else 0
+    from executorch.runtime import Runtime
+
+    names = Runtime.get().backend_registry.registered_backend_names
+    report("registered in executorch.runtime", "CudaBackend" in names and
+           Runtime.get().backend_registry.is_available("CudaBackend"), f"{names}")
+    prog = e.load(os.path.join(ROOT, "examples/mlp/model.pte"), os.path.join(ROOT, "examples/mlp/aoti_cuda_blob.ptd"))
+    if runner is None:
+        report("runner", None, "no et_cuda_run (--runner PATH): comparisons against it skipped")
+    if runner:
+        check_example(prog, np, torch, runner)
+    check_bad_inputs(prog, torch)
+    if runner and a.bench > 0:
+        bench(prog, torch, runner, a.bench)
+    if a.llm and runner:
+        check_llm(a.llm, runner)
+    print("gpu_runtime: " + ("FAILED: " + ", ".join(FAILED) if FAILED else "all checks passed or skipped as shown"))
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
