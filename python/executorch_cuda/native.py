@@ -124,6 +124,22 @@ def check_versions(adapter_path):
     return built, installed, root
 
 
+def _executorch_libraries(folder, adapter):
+    """(built-against version, installed version, folder of libexecutorch.so): the
+    installed executorch package's (version-checked), else, when no executorch
+    package is installed, the copy of the build's ExecuTorch libraries next to
+    ours (scripts/gpu_bundle.sh and installs put them there: the very files the
+    adapter was linked against)."""
+    try:
+        built, installed, root = check_versions(adapter)
+        return built, installed, os.path.join(root, "lib")
+    except NativeLibraryError:
+        if not os.path.isfile(os.path.join(folder, "libexecutorch.so")):
+            raise
+        built = built_against(adapter)
+        return built, f"{built} (the copy in {folder})", folder
+
+
 def _load_global(path):
     try:
         return ctypes.CDLL(path, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
@@ -190,13 +206,14 @@ def enable(require_device=True):
             return dict(_state["enabled"])
         folder = library_dir()
         adapter = os.path.join(folder, ADAPTER)
-        built, installed, root = check_versions(adapter)
+        built, installed, et_dir = _executorch_libraries(folder, adapter)
         # libexecutorch.so first, by path and global: the adapter's DT_NEEDED entry
         # (by SONAME) then binds to this copy, the one executorch.runtime loads too.
-        et_lib = os.path.join(root, "lib", "libexecutorch.so")
+        et_lib = os.path.join(et_dir, "libexecutorch.so")
         if not os.path.isfile(et_lib):
-            raise NativeLibraryError(f"executorch_cuda: executorch {installed} at {root} has no lib/libexecutorch.so")
+            raise NativeLibraryError(f"executorch_cuda: executorch {installed} has no {et_lib}")
         libexecutorch = _load_global(et_lib)
+        _state["executorch"] = et_dir
         if _state["lib"] is None:
             _state["lib"] = _library(folder)
         lib = _state["lib"]
