@@ -129,6 +129,15 @@ class Wheel(unittest.TestCase):
         self.assertEqual(rc, 0, out)
         self.assertIn("OK True", out)
         self.assertIn(os.path.join(target, "executorch_cuda", "lib", "libexecutorch_cuda_backend.so"), out)
+        if os.path.isfile(os.path.join(LIB_DIR, "libexecutorch_cuda_pybridge.so")) and np is not None:
+            self.assertIn("executorch_cuda/lib/libexecutorch_cuda_pybridge.so", names)
+            code = ("import numpy as np\nfrom executorch_cuda import bridge\n"
+                    f"p = bridge.load({Bridge.pte!r}, require_device=False)\n"
+                    "(y,) = p.forward(np.ones((2, 4), np.float32))\nprint('bridge', np.asarray(y).tolist())\n")
+            rc, out = child(code, target, SITE, os.path.dirname(os.path.dirname(np.__file__)), hide_torch=False)
+            self.assertEqual(rc, 0, out)
+            # ones @ W.T + b: W = arange(12).reshape(3, 4) / 8 - 0.5, b = [0.25, -1, 2]
+            self.assertIn("bridge [[-1.0, -0.25, 4.75], [-1.0, -0.25, 4.75]]", out)
 
 
 @unittest.skipUnless(HAVE_LIBS and HAVE_ET, NEED)
@@ -311,6 +320,69 @@ class InputChecks(unittest.TestCase):
         self.bad([torch.zeros(4, 32).numpy(), ids], "input 0: expected a torch.Tensor, got ndarray")
         self.bad([torch.nn.Parameter(torch.zeros(4, 32)), ids], "expected a torch.Tensor, got Parameter")
         self.bad(torch.zeros(4, 32), "inputs must be a list or tuple")
+
+
+@unittest.skipUnless(HAVE_LIBS and HAVE_ET and np is not None
+                     and os.path.isfile(os.path.join(LIB_DIR, "libexecutorch_cuda_pybridge.so")),
+                     NEED + ", the bridge library and numpy")
+class Bridge(unittest.TestCase):
+    """executorch_cuda.bridge (ExecuTorch's C++ Module through ctypes, any torch or none)
+    on a CPU program (python/tests/data/linear_cpu.pte: Linear(4, 3), weight
+    arange(12)/8 - 0.5, bias [0.25, -1, 2], exported with to_edge().to_executorch())."""
+
+    pte = os.path.join(HERE, "data", "linear_cpu.pte")
+
+    @classmethod
+    def setUpClass(cls):
+        os.environ["EXECUTORCH_CUDA_LIB_DIR"] = LIB_DIR
+        sys.path.insert(0, SITE)
+        from executorch_cuda import bridge
+
+        cls.bridge = bridge
+        cls.prog = bridge.load(cls.pte, require_device=False)
+
+    def test_runs_a_cpu_program(self):
+        w = np.arange(12, dtype=np.float32).reshape(3, 4) / 8 - 0.5
+        b = np.array([0.25, -1.0, 2.0], np.float32)
+        x = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
+        for inputs in ([x], [torch.from_numpy(x)] if torch is not None else [x]):
+            (y,) = self.prog.forward.execute(inputs)
+            np.testing.assert_allclose(np.asarray(y), x @ w.T + b, rtol=1e-6, atol=1e-6)
+        # Outputs are copies: the next execute does not change an earlier result.
+        (y1,) = self.prog.forward(x)
+        (y2,) = self.prog.forward(x * 2)
+        np.testing.assert_allclose(np.asarray(y1), x @ w.T + b, rtol=1e-6, atol=1e-6)
+        self.assertFalse(np.allclose(np.asarray(y1), np.asarray(y2)))
+
+    def test_bad_inputs(self):
+        from executorch_cuda import InputError
+
+        x = np.zeros((2, 4), np.float32)
+        cases = [([x.astype(np.float64)], "input 0: dtype float64, the method takes float32"),
+                 ([np.zeros((2, 5), np.float32)], "input 0: shape [2, 5], the method takes [2, 4]"),
+                 ([x, x], "method 'forward' takes 1 inputs, got 2"),
+                 (["x"], "input 0: expected a numpy array or torch tensor, got str"),
+                 ([np.zeros((4, 2), np.float32).T], "input 0: not contiguous"),
+                 (x, "inputs must be a list or tuple")]
+        for inputs, message in cases:
+            with self.assertRaises(InputError) as cm:
+                self.prog.forward.execute(inputs)
+            self.assertIn(message, str(cm.exception))
+        (y,) = self.prog.forward(x)  # still runs
+        self.assertEqual(list(np.asarray(y).shape), [2, 3])
+
+    def test_bad_programs(self):
+        with self.assertRaises(FileNotFoundError):
+            self.bridge.load(os.path.join(HERE, "data", "missing.pte"), require_device=False)
+        with tempfile.NamedTemporaryFile(suffix=".pte") as f:
+            f.write(open(self.pte, "rb").read()[:200])
+            f.flush()
+            with self.assertRaises(RuntimeError) as cm:
+                self.bridge.load(f.name, require_device=False)
+            self.assertIn("cannot load program", str(cm.exception))
+        with self.assertRaises(RuntimeError) as cm:
+            self.prog.method("backward")
+        self.assertIn("no method 'backward'", str(cm.exception))
 
 
 def _compile_reference(tmp):
