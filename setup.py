@@ -20,6 +20,7 @@ except ImportError:  # setuptools < 70.1
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NATIVE = ("libexecutorch_cuda_backend.so", "libexecutorch_cuda.so.0")
+OPTIONAL = ("libexecutorch_cuda_pybridge.so",)  # executorch_cuda.bridge, when built
 
 
 def cargo_version():
@@ -48,7 +49,7 @@ class BuildPy(build_py):
         if d:
             out = os.path.join(self.build_lib, "executorch_cuda", "lib")
             os.makedirs(out, exist_ok=True)
-            for n in NATIVE:
+            for n in NATIVE + tuple(o for o in OPTIONAL if os.path.isfile(os.path.join(d, o))):
                 # The real file (the build folder's .so.0 may be a copy or a link).
                 shutil.copyfile(os.path.realpath(os.path.join(d, n)), os.path.join(out, n))
 

@@ -7,8 +7,10 @@ generation"), printing the same tokens.
         --tokenizer_path tokenizer/testdata/bpe.json --prompt "The runner loads a program" --seq_len 64
 
 Needs the package (``pip install .``, or ``python/`` on PYTHONPATH), the native
-libraries (README.md, "Python"), ExecuTorch 1.5.1 with torch 2.13 (the torch its
-Python bindings were compiled against), numpy and HuggingFace ``tokenizers``.
+libraries (README.md, "Python"), numpy, HuggingFace ``tokenizers``, torch, and
+ExecuTorch 1.5.1: through ``executorch.runtime`` when torch is 2.13 (the torch its
+Python bindings were compiled against), else through ``executorch_cuda.bridge``
+(ExecuTorch's C++ runtime with ctypes; ``--runtime`` chooses).
 The text goes to stdout as it comes; the ``text:`` and ``generate:`` lines to
 stderr (``tokens=`` is the list to compare with et_cuda_run's).
 
@@ -44,6 +46,10 @@ def parse(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--prefill-method", default="forward")
     p.add_argument("--decode-method", default="forward")
+    p.add_argument("--runtime", choices=("auto", "executorch", "bridge"), default="auto",
+                   help="executorch: executorch.runtime (needs the torch its bindings were compiled against); "
+                        "bridge: ExecuTorch's C++ Module through executorch_cuda.bridge (any torch); "
+                        "auto: executorch when torch matches, else bridge")
     return p.parse_args(argv)
 
 
@@ -75,9 +81,10 @@ def eos_ids(tok):
 
 
 def max_seq_len(prog):
-    if "get_max_seq_len" not in prog.method_names:
+    try:
+        out = prog.method("get_max_seq_len").execute([])
+    except (KeyError, RuntimeError):  # no such method
         return 0
-    out = prog.method("get_max_seq_len").execute([])
     return int(out[0]) if out and isinstance(out[0], int) else 0
 
 
@@ -94,8 +101,20 @@ def main(argv=None):
     if not prompt:
         sys.exit("generate.py: the prompt encodes to no tokens")
     sampler = Sampler(a.temperature, a.top_p, a.seed)
+    runtime = a.runtime
+    if runtime == "auto":
+        try:
+            executorch_cuda.runtime.check_torch()
+            runtime = "executorch"
+        except (executorch_cuda.TorchVersionError, executorch_cuda.NativeLibraryError):
+            runtime = "bridge"
     t_load = time.perf_counter()
-    prog = executorch_cuda.load(a.model_path, a.data_path)
+    if runtime == "bridge":
+        from executorch_cuda import bridge
+
+        prog = bridge.load(a.model_path, a.data_path)
+    else:
+        prog = executorch_cuda.load(a.model_path, a.data_path)
     prefill, decode = prog.method(a.prefill_method), prog.method(a.decode_method)
     cache = max_seq_len(prog)
     n = len(prompt)
@@ -149,7 +168,7 @@ def main(argv=None):
     print(f"text: stop={why} prompt_tokens={n} new_tokens={len(tokens)} sampling={sampling} "
           f"prompt_ids={','.join(map(str, prompt))}", file=sys.stderr)
     print(f"generate: prefill={a.prefill_method} decode={a.decode_method} prompt_tokens={n} "
-          f"new_tokens={len(tokens)} load_ms={load_ms:.1f} ttft_ms={(t_first - t0) * 1e3:.3f} decode_tok_s={rate} "
+          f"new_tokens={len(tokens)} runtime={runtime} load_ms={load_ms:.1f} ttft_ms={(t_first - t0) * 1e3:.3f} decode_tok_s={rate} "
           f"sampler={'device' if sampler.on_device else 'host'} tokens={','.join(map(str, tokens))}",
           file=sys.stderr)
     return 0

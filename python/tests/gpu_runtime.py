@@ -2,13 +2,16 @@
 """GPU checks of the Python path (README.md, "Python"), one command from the repo root:
 
     EXECUTORCH_CUDA_LIB_DIR=.dev/gpu python3 python/tests/gpu_runtime.py [--runner .dev/gpu/et_cuda_run]
-        [--llm DIR] [--bench 2000]
+        [--llm DIR] [--bench 2000] [--runtime auto|executorch|bridge] [--show-mismatch]
 
-Needs executorch 1.5.1 importable, torch 2.13 (what ExecuTorch 1.5.1's Python
-bindings were compiled against; with another torch every check below is
-skipped with the reason, and --show-mismatch runs one execute anyway, in a
-child process, to show the upstream error), numpy, a GPU. Prints one line per
-check (PASS, FAIL or SKIP) and exits 1 on a FAIL:
+Runs through executorch.runtime when torch is 2.13 (what ExecuTorch 1.5.1's
+Python bindings were compiled against), else through executorch_cuda.bridge
+(ExecuTorch's C++ Module with ctypes; the executorch.runtime line says SKIP and
+why; --show-mismatch runs one executorch.runtime execute anyway, in a child
+process, to show upstream's error). Needs numpy, torch, a GPU; executorch
+importable for the executorch.runtime path (the bridge uses the bundle's
+libexecutorch.so when it is not). Prints one line per check (PASS, FAIL, SKIP
+or MEASURED) and exits 1 on a FAIL:
 
 1. enable(): "CudaBackend" registered in executorch.runtime;
 2. the example program (examples/mlp) through executorch.runtime: each manifest
@@ -95,7 +98,7 @@ def check_bad_inputs(prog, torch):
 def bench(prog, torch, runner, n):
     mlp = os.path.join(ROOT, "examples", "mlp")
     x = torch.zeros(4, 32)
-    raw = prog.forward._method
+    raw = getattr(prog.forward, "_method", prog.forward)  # the bridge has no unchecked path
     for _ in range(50):
         raw.execute([x])
     figures = {}
@@ -119,13 +122,14 @@ def bench(prog, torch, runner, n):
            f"(target < 20 us; measured, not judged)")
 
 
-def check_llm(llm, runner):
+def check_llm(llm, runner, runtime):
     tok = os.path.join(ROOT, "tokenizer", "testdata", "bpe.json")
     common = ["--model_path", os.path.join(llm, "model.pte"), "--data_path", os.path.join(llm, "aoti_cuda_blob.ptd"),
               "--tokenizer_path", tok, "--prompt", "The runner loads a program", "--seq_len", "64"]
     for extra in ([], ["--temperature", "0.8", "--top-p", "0.9", "--seed", "7"]):
         rc1, theirs = runner_lines(runner, *common, *extra)
-        r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "generate.py"), *common, *extra],
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "generate.py"), *common, *extra,
+                            "--runtime", runtime],
                            capture_output=True, text=True, timeout=600)
         ours = r.stdout + r.stderr
         t1 = re.search(r"^generate: .*tokens=([0-9,]+)", theirs, re.M)
@@ -159,6 +163,7 @@ def main():
     ap.add_argument("--llm", default=None)
     ap.add_argument("--bench", type=int, default=2000)
     ap.add_argument("--show-mismatch", action="store_true")
+    ap.add_argument("--runtime", choices=("auto", "executorch", "bridge"), default="auto")
     a = ap.parse_args()
     runner = a.runner or next((p for p in (os.path.join(ROOT, ".dev/gpu/et_cuda_run"), os.path.join(ROOT, "build/et_cuda_run"))
                                if os.path.exists(p)), None)
@@ -170,34 +175,49 @@ def main():
         report("enable", None if isinstance(x, e.NoCudaDeviceError) else False, f"{type(x).__name__}: {x}")
         return 1 if FAILED else 0
     report("enable", info["registered"] is True, json.dumps(info))
-    try:
-        import numpy as np
-        import torch
+    import numpy as np
+    import torch
 
+    runtime = a.runtime
+    try:
         e.runtime.check_torch()
-    except ImportError as x:
-        report("runtime", None, f"{x}")
-        return 1 if FAILED else 0
-    except e.TorchVersionError as x:
-        report("runtime", None, str(x))
+        if runtime == "auto":
+            runtime = "executorch"
+    except (e.TorchVersionError, e.NativeLibraryError) as x:
+        report("executorch.runtime", None, str(x))
         if a.show_mismatch:
             show_mismatch()
-        return 1 if FAILED else 0
-    from executorch.runtime import Runtime
+        if runtime == "executorch":
+            return 1 if FAILED else 0
+        runtime = "bridge"
+    print(f"runtime: {runtime} (torch {torch.__version__})", flush=True)
+    pte, ptd = os.path.join(ROOT, "examples/mlp/model.pte"), os.path.join(ROOT, "examples/mlp/aoti_cuda_blob.ptd")
+    if runtime == "executorch":
+        from executorch.runtime import Runtime
 
-    names = Runtime.get().backend_registry.registered_backend_names
-    report("registered in executorch.runtime", "CudaBackend" in names and
-           Runtime.get().backend_registry.is_available("CudaBackend"), f"{names}")
-    prog = e.load(os.path.join(ROOT, "examples/mlp/model.pte"), os.path.join(ROOT, "examples/mlp/aoti_cuda_blob.ptd"))
+        names = Runtime.get().backend_registry.registered_backend_names
+        report("registered in executorch.runtime", "CudaBackend" in names and
+               Runtime.get().backend_registry.is_available("CudaBackend"), f"{names}")
+        prog = e.load(pte, ptd)
+    else:
+        from executorch_cuda import bridge
+
+        prog = bridge.load(pte, ptd)
     if runner is None:
         report("runner", None, "no et_cuda_run (--runner PATH): comparisons against it skipped")
+    def guarded(name, fn, *args):
+        try:
+            fn(*args)
+        except Exception as x:  # one FAIL line per check, and the next check still runs
+            report(name, False, f"{type(x).__name__}: {x}")
+
     if runner:
-        check_example(prog, np, torch, runner)
-    check_bad_inputs(prog, torch)
+        guarded("example", check_example, prog, np, torch, runner)
+    guarded("bad inputs", check_bad_inputs, prog, torch)
     if runner and a.bench > 0:
-        bench(prog, torch, runner, a.bench)
+        guarded("bench", bench, prog, torch, runner, a.bench)
     if a.llm and runner:
-        check_llm(a.llm, runner)
+        guarded("generate", check_llm, a.llm, runner, runtime)
     print("gpu_runtime: " + ("FAILED: " + ", ".join(FAILED) if FAILED else "all checks passed or skipped as shown"))
     return 1 if FAILED else 0
 
