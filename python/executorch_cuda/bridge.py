@@ -42,7 +42,7 @@ _lib = {}
 def library():
     """The bridge, loaded after enable() (which loads ExecuTorch's runtime and the backend)."""
     if "lib" not in _lib:
-        native.enable(require_device=False)
+        native.enable(require_device=False, local_executorch=True)
         path = os.path.join(native.library_dir(), BRIDGE)
         if not os.path.isfile(path):
             raise native.NativeLibraryError(f"executorch_cuda: no {path} (built with the project: cmake --build build)")
@@ -190,7 +190,7 @@ class Program:
         for path in (pte, ptd):
             if path is not None and not os.path.isfile(path):
                 raise FileNotFoundError(f"executorch_cuda: no such file: {path}")
-        self.backend = native.enable(require_device=require_device)
+        self.backend = native.enable(require_device=require_device, local_executorch=True)
         lib = library()
         self._h = lib.etpy_load(str(pte).encode(), None if ptd is None else str(ptd).encode())
         if not self._h:

@@ -124,12 +124,16 @@ def check_versions(adapter_path):
     return built, installed, root
 
 
-def _executorch_libraries(folder, adapter):
+def _executorch_libraries(folder, adapter, local_first=False):
     """(built-against version, installed version, folder of libexecutorch.so): the
     installed executorch package's (version-checked), else, when no executorch
-    package is installed, the copy of the build's ExecuTorch libraries next to
-    ours (scripts/gpu_bundle.sh and installs put them there: the very files the
+    package is installed (or ``local_first``: the bridge, which does not use the
+    package), the copy of the build's ExecuTorch libraries next to ours
+    (scripts/gpu_bundle.sh and installs put them there: the very files the
     adapter was linked against)."""
+    if local_first and os.path.isfile(os.path.join(folder, "libexecutorch.so")):
+        built = built_against(adapter)
+        return built, f"{built} (the copy in {folder})", folder
     try:
         built, installed, root = check_versions(adapter)
         return built, installed, os.path.join(root, "lib")
@@ -188,7 +192,7 @@ def _registered(libexecutorch):
     return bool(fn(BACKEND_NAME.encode()))
 
 
-def enable(require_device=True):
+def enable(require_device=True, local_executorch=False):
     """Load the adapter (RTLD_GLOBAL) so that ``"CudaBackend"`` is registered in
     the process's ExecuTorch runtime (the ``libexecutorch.so`` that
     ``executorch.runtime`` uses). Idempotent; returns a dict describing what was
@@ -200,13 +204,16 @@ def enable(require_device=True):
     - NoCudaDeviceError (``require_device=True``): no driver or GPU. With
       ``require_device=False`` the backend is registered anyway and every
       program load fails with ExecuTorch's NotSupported error instead.
+
+    ``local_executorch=True`` (the bridge) takes ExecuTorch's libraries from next
+    to ours when they are there, whatever executorch package is installed.
     """
     with _lock:
         if _state["enabled"] is not None:
             return dict(_state["enabled"])
         folder = library_dir()
         adapter = os.path.join(folder, ADAPTER)
-        built, installed, et_dir = _executorch_libraries(folder, adapter)
+        built, installed, et_dir = _executorch_libraries(folder, adapter, local_executorch)
         # libexecutorch.so first, by path and global: the adapter's DT_NEEDED entry
         # (by SONAME) then binds to this copy, the one executorch.runtime loads too.
         et_lib = os.path.join(et_dir, "libexecutorch.so")

@@ -371,11 +371,40 @@ class Bridge(unittest.TestCase):
         (y,) = self.prog.forward(x)  # still runs
         self.assertEqual(list(np.asarray(y).shape), [2, 3])
 
+    def test_bundle_layout_with_another_executorch_installed(self):
+        """The GPU bundle's layout (our libraries and ExecuTorch's next to each other)
+        with an executorch package of another version importable: the bridge uses the
+        copies next to ours; enable() for executorch.runtime refuses the package."""
+        d = tempfile.mkdtemp(prefix="et_cuda_bundle_")
+        self.addCleanup(shutil.rmtree, d, True)
+        for n in ("libexecutorch_cuda_backend.so", "libexecutorch_cuda.so.0", "libexecutorch_cuda_pybridge.so"):
+            shutil.copyfile(os.path.join(LIB_DIR, n), os.path.join(d, n))
+        for n in ("libexecutorch.so", "libexecutorch_threadpool.so", "libexecutorch_kernels_optimized.so"):
+            shutil.copyfile(os.path.join(SITE, "executorch", "lib", n), os.path.join(d, n))
+        other = os.path.join(d, "site")
+        os.makedirs(os.path.join(other, "executorch"))
+        with open(os.path.join(other, "executorch", "version.py"), "w") as f:
+            f.write("__version__ = '1.2.0'\n")
+        code = ("import numpy as np, executorch_cuda as e\nfrom executorch_cuda import bridge\n"
+                "try:\n    e.enable(require_device=False)\n"
+                "except e.ExecutorchVersionError as x:\n    print('runtime path:', x)\n"
+                "import executorch_cuda.native as n\nn._state['enabled'] = None\n"
+                f"p = bridge.load({self.pte!r}, require_device=False)\n"
+                "(y,) = p.forward(np.ones((2, 4), np.float32))\n"
+                "print('bridge', p.backend['executorch'], np.asarray(y)[0].tolist())\n")
+        rc, out = child(code, os.path.join(ROOT, "python"), other, os.path.dirname(os.path.dirname(np.__file__)),
+                        env={"EXECUTORCH_CUDA_LIB_DIR": d}, hide_torch=False)
+        self.assertEqual(rc, 0, out)
+        self.assertIn("runtime path: executorch_cuda: the adapter", out)
+        self.assertIn("but executorch 1.2.0 is installed", out)
+        self.assertIn(f"(the copy in {d}) [-1.0, -0.25, 4.75]", out)
+
     def test_bad_programs(self):
         with self.assertRaises(FileNotFoundError):
             self.bridge.load(os.path.join(HERE, "data", "missing.pte"), require_device=False)
         with tempfile.NamedTemporaryFile(suffix=".pte") as f:
-            f.write(open(self.pte, "rb").read()[:200])
+            with open(self.pte, "rb") as src:
+                f.write(src.read()[:200])
             f.flush()
             with self.assertRaises(RuntimeError) as cm:
                 self.bridge.load(f.name, require_device=False)
