@@ -67,16 +67,36 @@ def _error(lib, what):
     return RuntimeError(f"executorch_cuda: {what}: {lib.etpy_last_error().decode('utf-8', 'replace')}")
 
 
+_DTYPE_NAMES = {}  # dtype object -> name ("float32"), filled as dtypes are met
+
+
+def _dtype_name(dtype):
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return name
+
+
 def _describe(x):
     """(dtype name, shape, device type, device index, contiguous, data pointer) of a
     numpy array or a torch tensor, or None for anything else."""
     mod = type(x).__module__
-    if mod == "numpy":
-        return (str(x.dtype), tuple(x.shape), "cpu", 0, bool(x.flags["C_CONTIGUOUS"]), x.ctypes.data)
     if mod.startswith("torch") and hasattr(x, "data_ptr"):
-        return (str(x.dtype).replace("torch.", ""), tuple(x.shape), x.device.type, x.device.index or 0,
-                x.is_contiguous(), x.data_ptr())
+        dev = x.device
+        return (_dtype_name(x.dtype), tuple(x.shape), dev.type, dev.index or 0, x.is_contiguous(), x.data_ptr())
+    if mod == "numpy":
+        return (_dtype_name(x.dtype), tuple(x.shape), "cpu", 0, bool(x.flags["C_CONTIGUOUS"]), x.ctypes.data)
     return None
+
+
+def _torch():
+    if "torch" not in _lib:
+        try:
+            import torch
+        except ImportError:
+            torch = None
+        _lib["torch"] = torch
+    return _lib["torch"]
 
 
 class Method:
@@ -88,8 +108,17 @@ class Method:
         if lib.etpy_method_meta(program._h, name.encode(), ctypes.byref(n_in), ctypes.byref(n_out), metas, 64):
             raise _error(lib, f"method '{name}'")
         self.num_inputs, self.num_outputs = n_in.value, n_out.value
-        self._metas = [metas[i] for i in range(min(n_in.value, 64))]
-        self._keep = []
+        # Per tensor input: (dtype name, sizes bound, planned in host memory); None otherwise.
+        self._specs = []
+        for i in range(min(n_in.value, 64)):
+            m = metas[i]
+            bound = tuple(m.sizes[k] for k in range(m.ndim))
+            self._specs.append((_NAMES.get(m.dtype, f"dtype code {m.dtype}"), bound, bool(m.int_value))
+                               if m.tag == 0 else None)
+        self._bname = name.encode()
+        self._ins = (Value * max(1, self.num_inputs))()
+        self._outs = (Value * max(1, self.num_outputs))()
+        self._n_out = ctypes.c_size_t()
 
     def _value(self, i, x):
         where = f"method '{self.name}' input {i}"
@@ -107,15 +136,15 @@ class Method:
         if d is None:
             raise InputError(f"{where}: expected a numpy array or torch tensor, got {type(x).__name__}")
         dtype, shape, dev, index, contiguous, ptr = d
-        meta = self._metas[i] if i < len(self._metas) else None
-        if meta is not None and meta.tag == 0:
-            want = _NAMES.get(meta.dtype, f"dtype code {meta.dtype}")
+        spec = self._specs[i] if i < len(self._specs) else None
+        if spec is not None:
+            want, bound, planned = spec
             if dtype != want:
                 raise InputError(f"{where}: dtype {dtype}, the method takes {want}")
-            bound = [meta.sizes[k] for k in range(meta.ndim)]
-            if len(shape) != meta.ndim or any(s > b for s, b in zip(shape, bound)):
-                raise InputError(f"{where}: shape {list(shape)}, the method takes {bound} (a dynamic dimension at most that)")
-            if dev == "cuda" and meta.int_value:
+            if shape != bound and (len(shape) != len(bound) or any(s > b for s, b in zip(shape, bound))):
+                raise InputError(f"{where}: shape {list(shape)}, the method takes {list(bound)} "
+                                 "(a dynamic dimension at most that)")
+            if dev == "cuda" and planned:
                 raise InputError(f"{where}: a CUDA tensor, but the program plans this input in host memory "
                                  "(ExecuTorch copies a planned input with a host memcpy): pass x.cpu()")
         if dev not in ("cpu", "cuda"):
@@ -126,9 +155,7 @@ class Method:
             raise InputError(f"{where}: {dtype} of rank {len(shape)} is not supported")
         v.tag, v.dtype, v.ndim, v.data = 0, _CODES[dtype], len(shape), ptr
         v.device_type, v.device_index = (1 if dev == "cuda" else 0), index
-        for k, s in enumerate(shape):
-            v.sizes[k] = s
-        self._keep.append(x)
+        v.sizes[: len(shape)] = shape
         return v
 
     def _out(self, v):
@@ -144,12 +171,11 @@ class Method:
         name = _NAMES.get(v.dtype)
         if name is None:
             raise RuntimeError(f"executorch_cuda: method '{self.name}' returned dtype code {v.dtype}")
-        try:
-            import torch
-
+        torch = _torch()
+        if torch is not None:
             out = torch.empty(shape, dtype=getattr(torch, name))
             dst = out.data_ptr()
-        except ImportError:
+        else:
             import numpy as np
 
             out = np.empty(shape, dtype=np.uint16 if name == "bfloat16" else name)  # bf16: raw bits
@@ -171,15 +197,13 @@ class Method:
         if len(inputs) != self.num_inputs:
             raise InputError(f"method '{self.name}' takes {self.num_inputs} inputs, got {len(inputs)}")
         lib = library()
-        self._keep = []
-        ins = (Value * max(1, len(inputs)))(*[self._value(i, x) for i, x in enumerate(inputs)])
-        outs = (Value * max(1, self.num_outputs))()
-        n_out = ctypes.c_size_t()
-        if lib.etpy_execute(self._program._h, self.name.encode(), ins, len(inputs), outs, self.num_outputs,
-                            ctypes.byref(n_out)):
+        ins, outs = self._ins, self._outs
+        for i, x in enumerate(inputs):  # `inputs` keeps the buffers alive through the call
+            ins[i] = self._value(i, x)
+        if lib.etpy_execute(self._program._h, self._bname, ins, len(inputs), outs, self.num_outputs,
+                            ctypes.byref(self._n_out)):
             raise _error(lib, f"execute '{self.name}'")
-        self._keep = []
-        return [self._out(outs[i]) for i in range(n_out.value)]
+        return [self._out(outs[i]) for i in range(self._n_out.value)]
 
     def __call__(self, *inputs):
         return self.execute(list(inputs))
