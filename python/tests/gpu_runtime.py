@@ -14,9 +14,11 @@ libexecutorch.so when it is not). Prints one line per check (PASS, FAIL, SKIP
 or MEASURED) and exits 1 on a FAIL:
 
 1. enable(): "CudaBackend" registered in executorch.runtime;
-2. the example program (examples/mlp) through executorch.runtime: each manifest
-   case's output equals the expected output within the manifest's tolerance,
-   and its max_abs_err equals the one et_cuda_run prints for that case;
+2. the example program (examples/mlp), or each --manifest (suite programs),
+   through the Python runtime: each case's outputs equal the expected ones within
+   the manifest's tolerance, and their max_abs_err equals the one et_cuda_run
+   prints for that case (the same kernels: the same bits); the outputs' device is
+   printed;
 3. bad inputs (dtype, shape, device, count): one InputError each;
 4. bench: microseconds per execute through executorch.runtime (raw Method, and
    the package's checked wrapper) against et_cuda_run --bench's cpu_mean on the
@@ -52,27 +54,54 @@ def runner_lines(runner, *args):
     return r.returncode, r.stdout + r.stderr
 
 
-def check_example(prog, np, torch, runner):
-    mlp = os.path.join(ROOT, "examples", "mlp")
-    with open(os.path.join(mlp, "manifest.json")) as f:
+_DEFAULT_TOL = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 2e-2}
+
+
+def read_tensor(folder, spec, np, torch):
+    """A manifest tensor (runner/README.md, "Manifest") as a torch tensor."""
+    path = os.path.join(folder, spec["file"])
+    dt = spec["dtype"]
+    if dt == "bfloat16":
+        t = torch.from_numpy(np.fromfile(path, dtype=np.int16)).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(np.fromfile(path, dtype={"bool": np.bool_}.get(dt, dt)))
+    return t.reshape(spec["sizes"])
+
+
+def check_manifest(load, path, np, torch, runner):
+    """Each case of the manifest through the Python runtime: within tolerance of the
+    expected output, and the same max_abs_err as et_cuda_run prints for that case."""
+    folder = os.path.dirname(os.path.abspath(path))
+    with open(path) as f:
         manifest = json.load(f)
-    rc, out = runner_lines(runner, "--manifest", os.path.join(mlp, "manifest.json"))
-    theirs = dict(re.findall(r"^forward (case\d+): max_abs_err=(\S+) PASS", out, re.M))
+    tag = os.path.basename(folder)
+    rc, out = runner_lines(runner, "--manifest", path)
+    theirs = {(m, c): e for m, c, e in re.findall(r"^(\S+) (case\d+): max_abs_err=(\S+) PASS", out, re.M)}
     if rc != 0 or not theirs:
-        report("example et_cuda_run", False, f"exit {rc}: {out.strip()[-400:]}")
-    for i, case in enumerate(manifest["methods"]["forward"]):
-        x = np.fromfile(os.path.join(mlp, case["inputs"][0]["file"]), dtype=np.float32)
-        x = x.reshape(case["inputs"][0]["sizes"])
-        want = np.fromfile(os.path.join(mlp, case["outputs"][0]["file"]), dtype=np.float32)
-        (y,) = prog.forward(torch.from_numpy(x))
-        got = y.cpu().numpy().reshape(-1)
-        err = float(np.max(np.abs(got - want)))
-        ours = f"{err:.3g}"
-        same = theirs.get(f"case{i}")
-        t = manifest.get("tolerance", {})
-        tol = t.get("atol", 1e-4) + t.get("rtol", 1e-4) * float(np.max(np.abs(want)))
-        ok = y.device.type == "cpu" and list(y.shape) == case["outputs"][0]["sizes"] and err <= tol and ours == same
-        report(f"example case{i}", ok, f"device={y.device} max_abs_err={ours} et_cuda_run={same} tolerance={tol:.3g}")
+        report(f"{tag} et_cuda_run", False, f"exit {rc}: {out.strip()[-400:]}")
+    data = manifest.get("data") or []
+    prog = load(os.path.join(folder, manifest["model"]), os.path.join(folder, data[0]) if data else None)
+    for method, cases in manifest.get("methods", {}).items():
+        for i, case in enumerate(cases):
+            ins = [read_tensor(folder, x, np, torch) for x in case["inputs"]]
+            outs = prog.method(method).execute(ins)
+            tol = dict(manifest.get("tolerance", {}), **case.get("tolerance", {}))
+            worst, ok, devices = 0.0, len(outs) == len(case["outputs"]), set()
+            for got, spec in zip(outs, case["outputs"]):
+                want = read_tensor(folder, spec, np, torch).double()
+                devices.add(str(got.device))
+                got = got.cpu().double()
+                if list(got.shape) != spec["sizes"]:
+                    ok = False
+                    continue
+                d = (got - want).abs()
+                a = tol.get("atol", _DEFAULT_TOL.get(spec["dtype"], 0.0))
+                r = tol.get("rtol", _DEFAULT_TOL.get(spec["dtype"], 0.0))
+                ok = ok and bool((d <= a + r * want.abs()).all())
+                worst = max(worst, float(d.max()) if d.numel() else 0.0)
+            ours, same = f"{worst:.3g}", theirs.get((method, f"case{i}"))
+            report(f"{tag} {method} case{i}", ok and ours == same,
+                   f"outputs on {sorted(devices)} max_abs_err={ours} et_cuda_run={same}")
 
 
 def check_bad_inputs(prog, torch):
@@ -164,6 +193,8 @@ def main():
     ap.add_argument("--bench", type=int, default=2000)
     ap.add_argument("--show-mismatch", action="store_true")
     ap.add_argument("--runtime", choices=("auto", "executorch", "bridge"), default="auto")
+    ap.add_argument("--manifest", action="append",
+                    help="a program's manifest (runner/README.md), repeatable; default examples/mlp/manifest.json")
     a = ap.parse_args()
     runner = a.runner or next((p for p in (os.path.join(ROOT, ".dev/gpu/et_cuda_run"), os.path.join(ROOT, "build/et_cuda_run"))
                                if os.path.exists(p)), None)
@@ -198,11 +229,12 @@ def main():
         names = Runtime.get().backend_registry.registered_backend_names
         report("registered in executorch.runtime", "CudaBackend" in names and
                Runtime.get().backend_registry.is_available("CudaBackend"), f"{names}")
-        prog = e.load(pte, ptd)
+        load = e.load
     else:
         from executorch_cuda import bridge
 
-        prog = bridge.load(pte, ptd)
+        load = bridge.load
+    prog = load(pte, ptd)
     if runner is None:
         report("runner", None, "no et_cuda_run (--runner PATH): comparisons against it skipped")
     def guarded(name, fn, *args):
@@ -212,7 +244,8 @@ def main():
             report(name, False, f"{type(x).__name__}: {x}")
 
     if runner:
-        guarded("example", check_example, prog, np, torch, runner)
+        for path in a.manifest or [os.path.join(ROOT, "examples/mlp/manifest.json")]:
+            guarded(path, check_manifest, load, path, np, torch, runner)
     guarded("bad inputs", check_bad_inputs, prog, torch)
     if runner and a.bench > 0:
         guarded("bench", bench, prog, torch, runner, a.bench)
