@@ -44,6 +44,9 @@ def native_dir():
 
 class BuildPy(build_py):
     def run(self):
+        # Start from an empty package folder: the scratch build folder outlives builds,
+        # and a module or library left there by an earlier one would be packaged.
+        shutil.rmtree(os.path.join(self.build_lib, "executorch_cuda"), ignore_errors=True)
         super().run()
         d = native_dir()
         if d:

@@ -1,5 +1,5 @@
 """ExecuTorch's C++ runtime from Python without ExecuTorch's Python bindings:
-``libexecutorch_cuda_pybridge.so`` (python/bridge/module_bridge.cpp) is a C API
+``libexecutorch_cuda_pybridge.so`` (adapter/python_bridge.cpp) is a C API
 over ExecuTorch's ``Module``, called with ctypes, so it works with any torch
 (or none: numpy arrays in and out). The path for a Python whose torch is not
 the one ``executorch.runtime``'s bindings were compiled against (runtime.py;
