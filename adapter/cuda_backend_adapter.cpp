@@ -442,6 +442,15 @@ void forward_log(EtCudaLogLevel level, const char* message, void* /*user*/) {
 CudaBackend backend_instance;
 CudaDeviceAllocator allocator_instance;
 
+#ifndef ET_CUDA_BUILT_AGAINST_EXECUTORCH
+#define ET_CUDA_BUILT_AGAINST_EXECUTORCH "unknown"
+#endif
+// Which ExecuTorch this adapter was compiled against, readable from the file's
+// bytes without loading it: the Python package (python/executorch_cuda/native.py)
+// refuses to load the adapter into a process with another ExecuTorch, whose
+// runtime ABI may differ. The marker ends at the NUL.
+[[gnu::used]] const char built_against[] = "executorch_cuda:built-against-executorch=" ET_CUDA_BUILT_AGAINST_EXECUTORCH;
+
 const bool registered = [] {
   if (et_cuda_set_log_callback(&forward_log, nullptr, ET_CUDA_LOG_INFO) != ET_CUDA_STATUS_OK) {
     ET_LOG(Error, "CudaBackend: %s", et_cuda_last_error());

@@ -23,6 +23,8 @@ rm -rf "$out"
 mkdir -p "$out/fixtures"
 cp "$BUILD"/{et_cuda_run,c_api_test,adapter_test,header_c11,header_cxx17,consumer_in_tree} "$out/"
 cp "$BUILD/libexecutorch_cuda_backend.so" "$out/"
+# The Python package's bridge (python/executorch_cuda/bridge.py), for python/tests/gpu_runtime.py.
+cp "$BUILD/libexecutorch_cuda_pybridge.so" "$out/"
 # The binaries record the SONAME libexecutorch_cuda.so.0; the runner opens
 # libexecutorch_cuda_backend.so from its own folder.
 strip --strip-debug -o "$out/libexecutorch_cuda.so.0" "$BUILD/libexecutorch_cuda.so.0"

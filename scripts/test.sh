@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Every test: Rust format/lint/tests, the CMake build, the Valgrind pass, ctest,
-# and the install test (scripts/install_test.sh: a relocated install used by
-# the installed runner and by a separate consumer project).
+# the install test (scripts/install_test.sh: a relocated install used by
+# the installed runner and by a separate consumer project), and the Python
+# package's tests (scripts/python_test.sh).
 #   EXECUTORCH_DIR=<executorch package>  use this ExecuTorch instead of .deps/py
 #   BUILD_DIR=<dir>                     build folder (default build/)
 #   ET_CUDA_FIXTURES=<dir>              fixture programs (default ../shared/fixtures)
 #   SKIP_CARGO_CHECKS=1                 skip cargo fmt/clippy/test (the crate is still built)
 #   SKIP_VALGRIND=1                     skip the Valgrind run of the CPU-reachable tests
 #   SKIP_INSTALL_TEST=1                 skip the install test
+#   SKIP_PYTHON_TEST=1                  skip the Python package's tests (scripts/python_test.sh)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
@@ -59,6 +61,10 @@ tail -1 "$BUILD/bench_test.log"
 
 if [ "${SKIP_INSTALL_TEST:-0}" != 1 ]; then
   scripts/install_test.sh
+fi
+
+if [ "${SKIP_PYTHON_TEST:-0}" != 1 ]; then
+  scripts/python_test.sh
 fi
 
 step "all tests passed"

@@ -23,6 +23,11 @@ import importlib.util as _util
 from . import shims
 from .shims import C_SHIMS, custom_ops_to_c_shims, shim_name
 
+# The runtime side (README.md, "Python"): no torch needed to import or to enable().
+from .native import (ExecutorchVersionError, NativeLibraryError, NoCudaDeviceError,  # noqa: E402
+                     enable, is_registered)
+from .runtime import InputError, TorchVersionError, load  # noqa: E402
+
 if _util.find_spec("torch") is not None:
     from . import ops  # noqa: F401  (registers the et_cuda ops on import, as users expect)
 
@@ -48,7 +53,9 @@ def rewrite(gm, ep=None, **kw):
 
     return _rewrite(gm, ep, **kw)
 
-__all__ = ["prepare", "install", "rewrite", "C_SHIMS", "custom_ops_to_c_shims", "shim_name", "ops"]
+__all__ = ["prepare", "install", "rewrite", "C_SHIMS", "custom_ops_to_c_shims", "shim_name", "ops",
+           "enable", "is_registered", "load", "ExecutorchVersionError", "NativeLibraryError",
+           "NoCudaDeviceError", "InputError", "TorchVersionError"]
 
 
 def prepare(ep, *, positions=None, linear=True, attention=True, fuse=True, max_m=None):
