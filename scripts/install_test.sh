@@ -21,7 +21,7 @@ cd "$ROOT"
 check_prereqs
 ensure_cmake
 find_executorch
-FIXTURES=${ET_CUDA_FIXTURES:-$ROOT/../shared/fixtures}
+FIXTURES=${ET_CUDA_FIXTURES:-$ROOT/tests/fixtures}
 LIB=$BUILD/libexecutorch_cuda.so.0
 TOK=$BUILD/libetc_tokenizer.a
 [ -f "$LIB" ] || die "$LIB is missing: build first (scripts/test.sh or scripts/run_example.sh)"

@@ -6,7 +6,7 @@
 # --warmup 10 --stats). Without a GPU it ends with one line saying so (exit
 # status 77).
 #   ET_CUDA_MANIFEST=<manifest.json>  run this manifest instead (as does --manifest FILE among the arguments)
-#   ET_CUDA_FIXTURES=<dir>            run <dir>/mlp_f32/manifest.json (e.g. ../shared/fixtures)
+#   ET_CUDA_FIXTURES=<dir>            run <dir>/mlp_f32/manifest.json (e.g. tests/fixtures)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 # The build runs in $ROOT, the runner here: relative paths given to it are the caller's.

@@ -4,7 +4,7 @@
 # the installed runner and by a separate consumer project).
 #   EXECUTORCH_DIR=<executorch package>  use this ExecuTorch instead of .deps/py
 #   BUILD_DIR=<dir>                     build folder (default build/)
-#   ET_CUDA_FIXTURES=<dir>              fixture programs (default ../shared/fixtures)
+#   ET_CUDA_FIXTURES=<dir>              fixture programs (default tests/fixtures)
 #   SKIP_CARGO_CHECKS=1                 skip cargo fmt/clippy/test (the crate is still built)
 #   SKIP_VALGRIND=1                     skip the Valgrind run of the CPU-reachable tests
 #   SKIP_INSTALL_TEST=1                 skip the install test
@@ -12,11 +12,11 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 check_prereqs --tests
-# The tests read the fixture programs (README.md, "Set-up"); the example does not.
-FIXTURES=${ET_CUDA_FIXTURES:-$ROOT/../shared/fixtures}
+# The tests read the fixture programs (tests/fixtures, README.md "Set-up").
+FIXTURES=${ET_CUDA_FIXTURES:-$ROOT/tests/fixtures}
 for f in mlp_f32 conv_f32 attn_bf16; do
   [ -f "$FIXTURES/$f/manifest.json" ] ||
-    die "the tests need the fixture programs: no $FIXTURES/$f/manifest.json (set ET_CUDA_FIXTURES=<dir>)"
+    die "the tests need the fixture programs: no $FIXTURES/$f/manifest.json (ET_CUDA_FIXTURES=<dir>, default tests/fixtures)"
 done
 
 valgrind_note=""

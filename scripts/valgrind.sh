@@ -34,7 +34,7 @@ done <<<"$bins"
 
 if [ -x "$BUILD/c_api_test" ]; then
   step "valgrind: c_api_test"
-  fx=${ET_CUDA_FIXTURES:-$ROOT/../shared/fixtures}
+  fx=${ET_CUDA_FIXTURES:-$ROOT/tests/fixtures}
   "${VG[@]}" "$BUILD/c_api_test" "$fx" || die "valgrind reported errors or leaks in c_api_test"
 fi
 step "valgrind: no errors, no leaks"
