@@ -46,13 +46,14 @@ cmake -S "$T/clone" -B "$T/clone/build" -DCMAKE_BUILD_TYPE=Release -DET_CUDA_BUI
   -DET_CUDA_PREBUILT_TOKENIZER="$TOK" >"$T/configure.log" ||
   { cat "$T/configure.log"; die "configuring the throwaway clone failed"; }
 cmake --build "$T/clone/build" -j "$JOBS" >"$T/build.log" || { cat "$T/build.log"; die "building the throwaway clone failed"; }
-cmake --install "$T/clone/build" --prefix "$T/prefix" --strip
+cmake --install "$T/clone/build" --prefix "$T/prefix" --strip >"$T/install.log" ||
+  { cat "$T/install.log"; die "installing from the throwaway clone failed"; }
 
 step "install test: delete the clone, move the prefix"
 rm -rf "$T/clone"
 mv "$T/prefix" "$T/moved"
 P=$T/moved
-find "$P" | sed "s|^$T/||" | sort
+echo "    $(find "$P" -type f | wc -l) files installed, $(find "$P" -type l | wc -l) symlinks"
 if grep -rl -e "$T/clone" -e "$T/prefix" -e "$ROOT" "$P"; then
   die "the files above name the clone, the original prefix or $ROOT"
 fi
@@ -66,15 +67,9 @@ cmake -DREADELF=readelf -DLIB="$P/lib/libexecutorch_cuda.so.0" -DSONAME=libexecu
   -DRUNPATH_FILES="$P/bin/et_cuda_run|$P/lib/libexecutorch_cuda_backend.so" -DFORBIDDEN="$T" \
   -P cmake/check_artifacts.cmake
 # README.md states the library's size as built and as installed with --strip; keep it true.
-sizes=$(sed -n 's/.*no DWARF (\([0-9.]*\) MB; \([0-9.]*\) MB with `--strip`.*/\1 \2/p' README.md)
-[ -n "$sizes" ] || die "README.md no longer states the library's size as 'no DWARF (A MB; B MB with \`--strip\`'"
-read -r built stripped <<<"$sizes"
-for pair in "$built:$LIB" "$stripped:$P/lib/libexecutorch_cuda.so.0"; do
-  claim=${pair%%:*} f=${pair#*:} n=$(stat -c %s "${pair#*:}")
-  awk -v n="$n" -v c="$claim" 'BEGIN { exit !(n >= c * 1e6 * 0.9 && n <= c * 1e6 * 1.1) }' ||
-    die "README.md says $claim MB for $(basename "$f"), it is $(awk -v n="$n" 'BEGIN { printf "%.2f", n / 1e6 }') MB: update README.md"
-  echo "$f: $n bytes (README.md: $claim MB)"
-done
+sizes=$(python3 scripts/readme_check.py --lib "$LIB" --stripped "$P/lib/libexecutorch_cuda.so.0") ||
+  { echo "$sizes"; die "README.md's library sizes are off"; }
+echo "    $sizes"
 for f in "$P/bin/et_cuda_run" "$P"/lib/*.so "$P"/lib/*.so.*; do
   [ -L "$f" ] && continue
   runpath=$(readelf -d "$f" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
@@ -84,7 +79,6 @@ for f in "$P/bin/et_cuda_run" "$P"/lib/*.so "$P"/lib/*.so.*; do
     *) die "$f: RUNPATH '$runpath', expected only an \$ORIGIN-relative entry" ;;
   esac
 done
-ls -l "$P/lib"
 
 step "install test: the installed runner"
 version=$(env -u LD_LIBRARY_PATH "$P/bin/et_cuda_run" --version)
@@ -107,7 +101,8 @@ copy_executorch "$T/user/executorch"
 cmake -S c_tests/consumer -B "$T/consumer" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$P" \
   -Dexecutorch_DIR="$T/user/executorch/share/cmake" -DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed >"$T/consumer.log" ||
   { cat "$T/consumer.log"; die "configuring the consumer failed"; }
-cmake --build "$T/consumer" -j "$JOBS"
+cmake --build "$T/consumer" -j "$JOBS" >"$T/consumer_build.log" ||
+  { cat "$T/consumer_build.log"; die "building the consumer failed"; }
 readelf -d "$T/consumer/app" | grep -q 'NEEDED.*\[libexecutorch_cuda_backend\.so\]' ||
   die "the consumer lost its DT_NEEDED on libexecutorch_cuda_backend.so"
 readelf -d "$T/consumer/app" | grep -q 'NEEDED.*\[libexecutorch_cuda\.so\.0\]' ||

@@ -43,4 +43,7 @@ check_prereqs
 (cd "$ROOT" && cmake_build --target et_cuda_run executorch_cuda_backend)
 cmd=("$BUILD/et_cuda_run" "${manifest[@]}" "${args[@]}")
 step "${cmd[*]#"$ROOT/"}"
-exec "${cmd[@]}"
+rc=0
+"${cmd[@]}" || rc=$?
+step "done in $(elapsed) (et_cuda_run's exit status: $rc)"
+exit "$rc"
