@@ -39,7 +39,7 @@ cargo_test() {
   awk '/^test result:/ { for (i = 1; i <= NF; i++) { v = $(i - 1) + 0
          if ($i ~ /^passed/) p += v; if ($i ~ /^failed/) f += v; if ($i ~ /^ignored/) g += v }; n++ }
        /ignored, needs a CUDA device/ { gpu++ }
-       END { printf "    %d passed, %d failed, %d ignored (%d need a CUDA device) in %d test binaries\n", p, f, g, gpu, n }' \
+       END { printf "    %d passed, %d failed, %d ignored (%d need a CUDA device); %d test targets\n", p, f, g, gpu, n }' \
     "$LOGS/$name.log"
 }
 
