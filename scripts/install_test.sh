@@ -82,16 +82,17 @@ done
 
 step "install test: the installed runner"
 version=$(env -u LD_LIBRARY_PATH "$P/bin/et_cuda_run" --version)
-echo "$version"
-grep -q "loaded from $P/lib/libexecutorch.so" <<<"$version" || die "the installed runner did not load ExecuTorch from $P/lib"
+grep -q "loaded from $P/lib/libexecutorch.so" <<<"$version" ||
+  { echo "$version"; die "the installed runner did not load ExecuTorch from $P/lib"; }
 grep -q "backend library: $P/lib/libexecutorch_cuda_backend.so (executorch-cuda " <<<"$version" ||
-  die "the installed runner did not open $P/lib/libexecutorch_cuda_backend.so"
+  { echo "$version"; die "the installed runner did not open $P/lib/libexecutorch_cuda_backend.so"; }
+echo "    et_cuda_run --version: ExecuTorch and the backend library from the moved prefix"
 rc=0
-env -u LD_LIBRARY_PATH "$P/bin/et_cuda_run" --manifest "$FIXTURES/mlp_f32/manifest.json" || rc=$?
+out=$(env -u LD_LIBRARY_PATH "$P/bin/et_cuda_run" --manifest "$FIXTURES/mlp_f32/manifest.json" 2>&1) || rc=$?
 case $rc in
-  0) echo "PASS with a GPU" ;;
-  77) echo "exit status 77: no CUDA device here, everything before the device ran" ;;
-  *) die "the installed runner exited with $rc" ;;
+  0) echo "    et_cuda_run --manifest mlp_f32: PASS (a GPU is here)" ;;
+  77) echo "    et_cuda_run --manifest mlp_f32: exit status 77, no CUDA device here; every check before the device passed" ;;
+  *) echo "$out"; die "the installed runner exited with $rc" ;;
 esac
 
 step "install test: a consumer project against the moved prefix and a second copy of ExecuTorch"
@@ -107,7 +108,8 @@ readelf -d "$T/consumer/app" | grep -q 'NEEDED.*\[libexecutorch_cuda_backend\.so
   die "the consumer lost its DT_NEEDED on libexecutorch_cuda_backend.so"
 readelf -d "$T/consumer/app" | grep -q 'NEEDED.*\[libexecutorch_cuda\.so\.0\]' ||
   die "the consumer does not record libexecutorch_cuda.so.0"
-env -u LD_LIBRARY_PATH "$T/consumer/app"
+app=$(env -u LD_LIBRARY_PATH "$T/consumer/app" 2>&1) || { echo "$app"; die "the consumer failed"; }
+echo "    $app"
 
 step "install test: a consumer without executorch_DIR gets our message"
 out=$(cmake -S c_tests/consumer -B "$T/consumer2" -DCMAKE_PREFIX_PATH="$P" 2>&1) &&
@@ -117,7 +119,7 @@ msg=$(tr -s ' \n' '  ' <<<"$out" | sed -n 's/.*\(executorch_cuda needs .*CMAKE_P
 grep -q "^executorch_cuda needs ExecuTorch's CMake package (executorch::runtime): pass -Dexecutorch_DIR=" <<<"$msg" ||
   { echo "$out"; die "unexpected configure error"; }
 case $msg in *';'*) echo "$out"; die "a ';' in the not-found message" ;; esac
-echo "configure failed as expected: executorch_cuda needs ExecuTorch's CMake package (-Dexecutorch_DIR=...)"
+echo "    the consumer's configure stops with our message, as it should: executorch_cuda needs ExecuTorch's CMake package (-Dexecutorch_DIR=...)"
 
 step "install test: the project itself without executorch_DIR gets our message"
 out=$(env -u CMAKE_PREFIX_PATH -u executorch_DIR cmake -S "$ROOT" -B "$T/no_executorch" 2>&1) &&
@@ -126,6 +128,6 @@ msg=$(tr -s ' \n' '  ' <<<"$out" | sed -n 's/.*\(executorch_cuda needs .*CMAKE_P
 grep -q "^executorch_cuda needs ExecuTorch's CMake package: pass -Dexecutorch_DIR=.*\.deps/py/executorch/share/cmake" <<<"$msg" ||
   { echo "$out"; die "unexpected configure error"; }
 case $msg in *';'*) echo "$out"; die "a ';' in the not-found message" ;; esac
-echo "configure failed as expected: $msg"
+echo "    the project's configure stops with our message, as it should: ${msg%% (pip*}"
 
 step "install test passed"
