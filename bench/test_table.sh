@@ -63,7 +63,7 @@ import sys
 sys.path.insert(0, sys.argv[1])
 import table
 # conv_f32.ptd: the shared conv_f32 fixture's aoti_cuda_blob.ptd (ExecuTorch 1.2); its
-# forward_weights_blob.bin, extracted beside it in ../shared/fixtures, is 864 bytes.
+# forward_weights_blob.bin, extracted beside it in tests/fixtures, is 864 bytes.
 got = table.ptd_segments(sys.argv[1] + "/testdata/conv_f32.ptd")
 assert got == {"forward_weights_blob": 864}, got
 # two_methods.ptd: ExecuTorch 1.5.1's FlatTensorSerializer, 4 keys, one segment shared by two keys.
@@ -352,7 +352,7 @@ fi
 
 # ------------------------------------------------------------------ 4. et_cuda_run --mem
 RUNNER=${ET_CUDA_RUN:-$ROOT/build/et_cuda_run}
-FX=${ET_CUDA_FIXTURES:-$ROOT/../shared/fixtures}/mlp_f32/manifest.json
+FX=${ET_CUDA_FIXTURES:-$ROOT/tests/fixtures}/mlp_f32/manifest.json
 if [ -x "$RUNNER" ] && [ -f "$FX" ] && cc -shared -fPIC -o "$T/libcuda.so.1" "$HERE/testdata/fake_libcuda.c" 2>/dev/null; then
   # The stand-in driver has no real API, so loading the method fails after the baseline was taken:
   # the mem line is printed before the error line (10 MiB per cuMemGetInfo call after the first).

@@ -5,7 +5,7 @@
 # There: bash .dev/gpu/run.sh
 # Also the benchmark (bench/README.md): bench/ and the Python wheels it installs
 # there (bash .dev/gpu/bench/run.sh).
-#   ET_CUDA_FIXTURES=<dir>   fixture programs (default ../shared/fixtures)
+#   ET_CUDA_FIXTURES=<dir>   fixture programs (default tests/fixtures)
 #   ET_CUDA_BUNDLE_WHEELS=0  leave out bench/ and the wheels (when they travel separately)
 #   ET_CUDA_BASELINE_LIB=<f> an older libexecutorch_cuda.so for the shim_alloc comparison
 #   ET_CUDA_WHEELS=<dir>     the wheels for the benchmark (default /tmp/whl, else .whl/):
@@ -14,7 +14,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
-FIXTURES=${ET_CUDA_FIXTURES:-$ROOT/../shared/fixtures}
+FIXTURES=${ET_CUDA_FIXTURES:-$ROOT/tests/fixtures}
 cmake_build
 
 out=$ROOT/.dev/gpu
@@ -29,8 +29,8 @@ cp "$BUILD/libexecutorch_cuda_pybridge.so" "$out/"
 # libexecutorch_cuda_backend.so from its own folder.
 strip --strip-debug -o "$out/libexecutorch_cuda.so.0" "$BUILD/libexecutorch_cuda.so.0"
 cp "$EXECUTORCH_CMAKE_DIR"/../../lib/libexecutorch{,_threadpool,_kernels_optimized}.so "$out/"
-for f in "$FIXTURES"/*/; do
-  cp -r "$f" "$out/fixtures/"
+for f in mlp_f32 conv_f32 attn_bf16; do
+  cp -r "$FIXTURES/$f" "$out/fixtures/"
 done
 chmod -R u+w "$out/fixtures"
 # The example program of the repository (scripts/run_example.sh), when committed.

@@ -21,7 +21,7 @@ cd "$ROOT"
 check_prereqs
 ensure_cmake
 find_executorch
-FIXTURES=${ET_CUDA_FIXTURES:-$ROOT/../shared/fixtures}
+FIXTURES=${ET_CUDA_FIXTURES:-$ROOT/tests/fixtures}
 LIB=$BUILD/libexecutorch_cuda.so.0
 TOK=$BUILD/libetc_tokenizer.a
 [ -f "$LIB" ] || die "$LIB is missing: build first (scripts/test.sh or scripts/run_example.sh)"
@@ -46,13 +46,14 @@ cmake -S "$T/clone" -B "$T/clone/build" -DCMAKE_BUILD_TYPE=Release -DET_CUDA_BUI
   -DET_CUDA_PREBUILT_TOKENIZER="$TOK" >"$T/configure.log" ||
   { cat "$T/configure.log"; die "configuring the throwaway clone failed"; }
 cmake --build "$T/clone/build" -j "$JOBS" >"$T/build.log" || { cat "$T/build.log"; die "building the throwaway clone failed"; }
-cmake --install "$T/clone/build" --prefix "$T/prefix" --strip
+cmake --install "$T/clone/build" --prefix "$T/prefix" --strip >"$T/install.log" ||
+  { cat "$T/install.log"; die "installing from the throwaway clone failed"; }
 
 step "install test: delete the clone, move the prefix"
 rm -rf "$T/clone"
 mv "$T/prefix" "$T/moved"
 P=$T/moved
-find "$P" | sed "s|^$T/||" | sort
+echo "    $(find "$P" -type f | wc -l) files installed, $(find "$P" -type l | wc -l) symlinks"
 if grep -rl -e "$T/clone" -e "$T/prefix" -e "$ROOT" "$P"; then
   die "the files above name the clone, the original prefix or $ROOT"
 fi
@@ -66,15 +67,9 @@ cmake -DREADELF=readelf -DLIB="$P/lib/libexecutorch_cuda.so.0" -DSONAME=libexecu
   -DRUNPATH_FILES="$P/bin/et_cuda_run|$P/lib/libexecutorch_cuda_backend.so" -DFORBIDDEN="$T" \
   -P cmake/check_artifacts.cmake
 # README.md states the library's size as built and as installed with --strip; keep it true.
-sizes=$(sed -n 's/.*no DWARF (\([0-9.]*\) MB; \([0-9.]*\) MB with `--strip`.*/\1 \2/p' README.md)
-[ -n "$sizes" ] || die "README.md no longer states the library's size as 'no DWARF (A MB; B MB with \`--strip\`'"
-read -r built stripped <<<"$sizes"
-for pair in "$built:$LIB" "$stripped:$P/lib/libexecutorch_cuda.so.0"; do
-  claim=${pair%%:*} f=${pair#*:} n=$(stat -c %s "${pair#*:}")
-  awk -v n="$n" -v c="$claim" 'BEGIN { exit !(n >= c * 1e6 * 0.9 && n <= c * 1e6 * 1.1) }' ||
-    die "README.md says $claim MB for $(basename "$f"), it is $(awk -v n="$n" 'BEGIN { printf "%.2f", n / 1e6 }') MB: update README.md"
-  echo "$f: $n bytes (README.md: $claim MB)"
-done
+sizes=$(python3 scripts/readme_check.py --lib "$LIB" --stripped "$P/lib/libexecutorch_cuda.so.0") ||
+  { echo "$sizes"; die "README.md's library sizes are off"; }
+echo "    $sizes"
 for f in "$P/bin/et_cuda_run" "$P"/lib/*.so "$P"/lib/*.so.*; do
   [ -L "$f" ] && continue
   runpath=$(readelf -d "$f" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p')
@@ -84,20 +79,20 @@ for f in "$P/bin/et_cuda_run" "$P"/lib/*.so "$P"/lib/*.so.*; do
     *) die "$f: RUNPATH '$runpath', expected only an \$ORIGIN-relative entry" ;;
   esac
 done
-ls -l "$P/lib"
 
 step "install test: the installed runner"
 version=$(env -u LD_LIBRARY_PATH "$P/bin/et_cuda_run" --version)
-echo "$version"
-grep -q "loaded from $P/lib/libexecutorch.so" <<<"$version" || die "the installed runner did not load ExecuTorch from $P/lib"
+grep -q "loaded from $P/lib/libexecutorch.so" <<<"$version" ||
+  { echo "$version"; die "the installed runner did not load ExecuTorch from $P/lib"; }
 grep -q "backend library: $P/lib/libexecutorch_cuda_backend.so (executorch-cuda " <<<"$version" ||
-  die "the installed runner did not open $P/lib/libexecutorch_cuda_backend.so"
+  { echo "$version"; die "the installed runner did not open $P/lib/libexecutorch_cuda_backend.so"; }
+echo "    et_cuda_run --version: ExecuTorch and the backend library from the moved prefix"
 rc=0
-env -u LD_LIBRARY_PATH "$P/bin/et_cuda_run" --manifest "$FIXTURES/mlp_f32/manifest.json" || rc=$?
+out=$(env -u LD_LIBRARY_PATH "$P/bin/et_cuda_run" --manifest "$FIXTURES/mlp_f32/manifest.json" 2>&1) || rc=$?
 case $rc in
-  0) echo "PASS with a GPU" ;;
-  77) echo "exit status 77: no CUDA device here, everything before the device ran" ;;
-  *) die "the installed runner exited with $rc" ;;
+  0) echo "    et_cuda_run --manifest mlp_f32: PASS (a GPU is here)" ;;
+  77) echo "    et_cuda_run --manifest mlp_f32: exit status 77, no CUDA device here; every check before the device passed" ;;
+  *) echo "$out"; die "the installed runner exited with $rc" ;;
 esac
 
 step "install test: a consumer project against the moved prefix and a second copy of ExecuTorch"
@@ -107,12 +102,14 @@ copy_executorch "$T/user/executorch"
 cmake -S c_tests/consumer -B "$T/consumer" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$P" \
   -Dexecutorch_DIR="$T/user/executorch/share/cmake" -DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed >"$T/consumer.log" ||
   { cat "$T/consumer.log"; die "configuring the consumer failed"; }
-cmake --build "$T/consumer" -j "$JOBS"
+cmake --build "$T/consumer" -j "$JOBS" >"$T/consumer_build.log" ||
+  { cat "$T/consumer_build.log"; die "building the consumer failed"; }
 readelf -d "$T/consumer/app" | grep -q 'NEEDED.*\[libexecutorch_cuda_backend\.so\]' ||
   die "the consumer lost its DT_NEEDED on libexecutorch_cuda_backend.so"
 readelf -d "$T/consumer/app" | grep -q 'NEEDED.*\[libexecutorch_cuda\.so\.0\]' ||
   die "the consumer does not record libexecutorch_cuda.so.0"
-env -u LD_LIBRARY_PATH "$T/consumer/app"
+app=$(env -u LD_LIBRARY_PATH "$T/consumer/app" 2>&1) || { echo "$app"; die "the consumer failed"; }
+echo "    $app"
 
 step "install test: a consumer without executorch_DIR gets our message"
 out=$(cmake -S c_tests/consumer -B "$T/consumer2" -DCMAKE_PREFIX_PATH="$P" 2>&1) &&
@@ -122,7 +119,7 @@ msg=$(tr -s ' \n' '  ' <<<"$out" | sed -n 's/.*\(executorch_cuda needs .*CMAKE_P
 grep -q "^executorch_cuda needs ExecuTorch's CMake package (executorch::runtime): pass -Dexecutorch_DIR=" <<<"$msg" ||
   { echo "$out"; die "unexpected configure error"; }
 case $msg in *';'*) echo "$out"; die "a ';' in the not-found message" ;; esac
-echo "configure failed as expected: executorch_cuda needs ExecuTorch's CMake package (-Dexecutorch_DIR=...)"
+echo "    the consumer's configure stops with our message, as it should: executorch_cuda needs ExecuTorch's CMake package (-Dexecutorch_DIR=...)"
 
 step "install test: the project itself without executorch_DIR gets our message"
 out=$(env -u CMAKE_PREFIX_PATH -u executorch_DIR cmake -S "$ROOT" -B "$T/no_executorch" 2>&1) &&
@@ -131,6 +128,6 @@ msg=$(tr -s ' \n' '  ' <<<"$out" | sed -n 's/.*\(executorch_cuda needs .*CMAKE_P
 grep -q "^executorch_cuda needs ExecuTorch's CMake package: pass -Dexecutorch_DIR=.*\.deps/py/executorch/share/cmake" <<<"$msg" ||
   { echo "$out"; die "unexpected configure error"; }
 case $msg in *';'*) echo "$out"; die "a ';' in the not-found message" ;; esac
-echo "configure failed as expected: $msg"
+echo "    the project's configure stops with our message, as it should: ${msg%% (pip*}"
 
 step "install test passed"

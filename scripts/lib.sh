@@ -14,8 +14,36 @@ RUST_MIN=$(sed -n 's/^rust-version = "\([0-9.]*\)"/\1/p' "$ROOT/Cargo.toml")
 # install; ours go into folders of their own (--target), so the warning is noise.
 export PIP_ROOT_USER_ACTION=ignore
 
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '==> %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# The first run downloads these from PyPI (sizes of the x86-64 Linux wheels).
+EXECUTORCH_DOWNLOAD="about 207 MiB"
+CMAKE_DOWNLOAD="about 29 MiB"
+
+# Logs of the steps whose output is shown only when they fail.
+LOGS=${LOGS:-$BUILD/logs}
+
+# logged NAME CMD...: runs CMD with its output in $LOGS/NAME.log; when it fails,
+# shows the log's last 60 lines and its path, and stops.
+logged() {
+  local name=$1 log=$LOGS/$1.log
+  shift
+  mkdir -p "$LOGS"
+  if ! "$@" >"$log" 2>&1; then
+    tail -n 60 "$log" >&2
+    die "$name failed (its whole output: $log)"
+  fi
+}
+
+# The time since the first script of this run started (.ci/run, or the script
+# the user ran; ET_CUDA_T0 carries it into the scripts it runs), as "3 min 12 s".
+ET_CUDA_T0=${ET_CUDA_T0:-$(date +%s)}
+export ET_CUDA_T0
+elapsed() {
+  local s=$(($(date +%s) - ET_CUDA_T0))
+  printf '%d min %02d s' $((s / 60)) $((s % 60))
+}
 
 # version_ge A B: whether version A >= B (dotted numbers).
 version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }
@@ -78,13 +106,13 @@ ensure_cmake() {
   fi
   local bin=$ROOT/.deps/cmake/cmake/data/bin
   if [ ! -x "$bin/cmake" ]; then
-    step "CMake >= $CMAKE_MIN: ${have:+found $have, }pip install cmake into .deps/cmake"
-    python3 -m pip install --quiet --target "$ROOT/.deps/cmake" "cmake>=$CMAKE_MIN" ||
+    step "CMake >= $CMAKE_MIN: ${have:+found $have, }pip install cmake into .deps/cmake ($CMAKE_DOWNLOAD download, once)"
+    python3 -m pip install --quiet --disable-pip-version-check --target "$ROOT/.deps/cmake" "cmake>=$CMAKE_MIN" ||
       die "could not install cmake from PyPI (install CMake >= $CMAKE_MIN yourself: python3 -m pip install cmake)"
   fi
   [ -x "$bin/cmake" ] || die "the cmake wheel has no $bin/cmake"
+  # For this script and what it runs only: README.md "Using it from CMake" says how to use it after.
   export PATH="$bin:$PATH"
-  cmake --version | head -n1
 }
 
 # ExecuTorch's CMake package: $EXECUTORCH_DIR (the package root or its
@@ -102,18 +130,21 @@ find_executorch() {
   fi
   dir=$ROOT/.deps/py/executorch/share/cmake
   if [ ! -f "$dir/executorch-config.cmake" ]; then
-    step "pip install executorch==$EXECUTORCH_VERSION into .deps/py"
-    python3 -m pip install --quiet --no-deps --target "$ROOT/.deps/py" "executorch==$EXECUTORCH_VERSION"
+    step "pip install executorch==$EXECUTORCH_VERSION into .deps/py ($EXECUTORCH_DOWNLOAD download, once)"
+    python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$ROOT/.deps/py" \
+      "executorch==$EXECUTORCH_VERSION" || die "could not install executorch==$EXECUTORCH_VERSION from PyPI"
   fi
   EXECUTORCH_CMAKE_DIR=$dir
 }
 
-# Configure (Release) and build the CMake project into $BUILD.
+# Configure (Release) and build the CMake project into $BUILD (the crates,
+# the adapter, the runner, the C/C++ tests); output in $LOGS, shown on failure.
 cmake_build() {
   ensure_cmake
   find_executorch
-  step "cmake configure ($BUILD, ExecuTorch at $EXECUTORCH_CMAKE_DIR)"
-  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -Dexecutorch_DIR="$EXECUTORCH_CMAKE_DIR"
-  step "cmake build"
-  cmake --build "$BUILD" -j "$JOBS" "$@"
+  local what=${*:-everything}
+  step "cmake configure ${BUILD#"$ROOT/"}/ (Release, ExecuTorch's package in ${EXECUTORCH_CMAKE_DIR#"$ROOT/"}; log ${LOGS#"$ROOT/"}/configure.log)"
+  logged configure cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -Dexecutorch_DIR="$EXECUTORCH_CMAKE_DIR"
+  step "cmake build ${what#--target } (the crates with cargo in release, then the C++; log ${LOGS#"$ROOT/"}/build.log)"
+  logged build cmake --build "$BUILD" -j "$JOBS" "$@"
 }

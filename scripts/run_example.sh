@@ -6,7 +6,7 @@
 # --warmup 10 --stats). Without a GPU it ends with one line saying so (exit
 # status 77).
 #   ET_CUDA_MANIFEST=<manifest.json>  run this manifest instead (as does --manifest FILE among the arguments)
-#   ET_CUDA_FIXTURES=<dir>            run <dir>/mlp_f32/manifest.json (e.g. ../shared/fixtures)
+#   ET_CUDA_FIXTURES=<dir>            run <dir>/mlp_f32/manifest.json (e.g. tests/fixtures)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 # The build runs in $ROOT, the runner here: relative paths given to it are the caller's.
@@ -43,4 +43,7 @@ check_prereqs
 (cd "$ROOT" && cmake_build --target et_cuda_run executorch_cuda_backend)
 cmd=("$BUILD/et_cuda_run" "${manifest[@]}" "${args[@]}")
 step "${cmd[*]#"$ROOT/"}"
-exec "${cmd[@]}"
+rc=0
+"${cmd[@]}" || rc=$?
+step "done in $(elapsed) (et_cuda_run's exit status: $rc)"
+exit "$rc"

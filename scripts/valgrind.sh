@@ -21,20 +21,27 @@ for line in sys.stdin:
         print(m["target"]["name"] + " " + m["executable"])
 ')
 [ -n "$bins" ] || die "no test binaries found"
+# vg NAME CMD...: CMD under Valgrind, its output in $LOGS/valgrind_NAME.log; prints its
+# last line (the test summary) when clean, else the log without the forced panics' lines.
+vg() {
+  local name=$1 log=$LOGS/valgrind_$1.log rc=0
+  shift
+  mkdir -p "$LOGS"
+  step "valgrind: $name (log ${log#"$ROOT/"})"
+  "${VG[@]}" "$@" >"$log" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    # The panic test prints its forced panics; show the rest.
+    grep -v "forced panic\|^note: \|panicked at\|^$" "$log" || true
+    die "valgrind reported errors or leaks in $name (exit $rc; its whole output: $log)"
+  fi
+  grep -v '^$' "$log" | tail -n 1 | sed 's/^/    /'
+}
+
 while read -r name exe; do
-  step "valgrind: $name"
-  log=$(mktemp)
-  rc=0
-  "${VG[@]}" "$exe" --test-threads=1 -q >"$log" 2>&1 || rc=$?
-  # The panic test prints its forced panics; show the rest.
-  grep -v "forced panic\|^note: \|panicked at\|^$" "$log" || true
-  rm -f "$log"
-  [ "$rc" -eq 0 ] || die "valgrind reported errors or leaks in $name (exit $rc)"
+  vg "$name" "$exe" --test-threads=1 -q
 done <<<"$bins"
 
 if [ -x "$BUILD/c_api_test" ]; then
-  step "valgrind: c_api_test"
-  fx=${ET_CUDA_FIXTURES:-$ROOT/../shared/fixtures}
-  "${VG[@]}" "$BUILD/c_api_test" "$fx" || die "valgrind reported errors or leaks in c_api_test"
+  vg c_api_test "$BUILD/c_api_test" "${ET_CUDA_FIXTURES:-$ROOT/tests/fixtures}"
 fi
 step "valgrind: no errors, no leaks"

@@ -25,12 +25,12 @@
 //! ```
 //! use executorch_cuda::{dtype::codes::FLOAT32, ErrorKind, Input, Method, MethodConfig};
 //!
-//! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/fixtures/mlp_f32");
+//! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mlp_f32");
 //! let (Ok(so), Ok(weights)) = (
 //!     std::fs::read(format!("{dir}/forward_so_blob.bin")),
 //!     std::fs::read(format!("{dir}/forward_weights_blob.bin")),
 //! ) else {
-//!     return; // the fixtures are not next to this checkout
+//!     return; // the fixtures (tests/fixtures) are not in this checkout
 //! };
 //! let method = match Method::load("forward", &so, &weights, &MethodConfig::default()) {
 //!     Ok(m) => m,

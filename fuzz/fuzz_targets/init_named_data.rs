@@ -1,7 +1,7 @@
 //! `et_cuda_init`'s named-data path: a fuzzed processed payload (empty, text
 //! keys or `ETCUDAFQN3`) and a named-data callback serving fuzzed blobs, with
 //! the mlp_f32 fixture's real `.so` served for `*_so_blob` keys when the
-//! fixtures are next to the checkout (`ET_CUDA_FIXTURES` or `../shared/fixtures`).
+//! fixtures are there (`ET_CUDA_FIXTURES` or `tests/fixtures`).
 //! Without a GPU every input must end in an error status, never a crash.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
@@ -15,7 +15,7 @@ fn real_so() -> Option<&'static [u8]> {
     SO.get_or_init(|| {
         let dir = std::env::var_os("ET_CUDA_FIXTURES")
             .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures").into());
+            .unwrap_or_else(|| concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures").into());
         std::fs::read(dir.join("mlp_f32/forward_so_blob.bin")).ok()
     })
     .as_deref()

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 pub fn fixtures_dir() -> PathBuf {
     std::env::var_os("ET_CUDA_FIXTURES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures"))
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures"))
 }
 
 pub const FIXTURES: [&str; 3] = ["mlp_f32", "conv_f32", "attn_bf16"];

@@ -56,7 +56,7 @@ fn rejects_bad_blobs_with_clear_messages() {
 /// A fixture's `.so`, or `None` (with a line saying so) when the fixtures are not here.
 fn fixture_so(name: &str) -> Option<Vec<u8>> {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures")
+        .join("tests/fixtures")
         .join(name)
         .join("forward_so_blob.bin");
     match std::fs::read(&p) {
