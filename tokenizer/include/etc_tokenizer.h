@@ -8,11 +8,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// A streaming decoder (opaque). It keeps its tokenizer alive: the two may be
-// freed in any order. Free with `etc_tok_stream_free`.
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+// A streaming decoder (opaque, a handle like `EtcTokenizer`). It keeps its
+// tokenizer alive: the two may be freed in any order. Free with
+// `etc_tok_stream_free`.
 typedef struct EtcTokStream EtcTokStream;
 
-// A loaded tokenizer (opaque). Free with `etc_tok_free`.
+// A loaded tokenizer (opaque; a key into the table of live handles, never
+// dereferenced). Free with `etc_tok_free`.
 typedef struct EtcTokenizer EtcTokenizer;
 
 // A status code: `ETC_TOK_OK` or one of the errors below.
@@ -48,7 +68,8 @@ extern "C" {
 
 // Loads a `tokenizer.json` from `path` into `*out`.
 //
-// Errors: `ETC_TOK_IO` (cannot read), `ETC_TOK_MALFORMED` (not a tokenizer),
+// Errors: `ETC_TOK_IO` (cannot read), `ETC_TOK_MALFORMED` (not a tokenizer,
+// or past a load limit `ETC_TOK_MAX_*`: the message names the field),
 // `ETC_TOK_INVALID_ARGUMENT` (null pointers, a path that is not UTF-8).
 //
 // # Safety
@@ -56,19 +77,17 @@ extern "C" {
 // null or points to `err_len` writable bytes.
 EtcTokStatus etc_tok_load(const char *path, struct EtcTokenizer **out, char *err, size_t err_len);
 
-// Frees a tokenizer from `etc_tok_load`; null is ignored. Streams made from
-// it stay valid.
-//
-// # Safety
-// `tok` is null or from `etc_tok_load`, not freed before.
-void etc_tok_free(struct EtcTokenizer *tok);
+// Frees a tokenizer from `etc_tok_load`; null is ignored (`ETC_TOK_OK`).
+// Streams made from it stay valid. A handle freed already, or not a
+// tokenizer, is `ETC_TOK_INVALID_ARGUMENT` (nothing is touched).
+EtcTokStatus etc_tok_free(struct EtcTokenizer *tok);
 
 // Encodes `text[..text_len]` (UTF-8, need not be NUL-terminated) into
 // `ids[..cap]`; `*out_len` = the number of ids. `add_special` adds what the
 // tokenizer's post-processor adds (BERT's `[CLS]`/`[SEP]`, Llama's `<s>`).
 //
 // # Safety
-// `tok` is from `etc_tok_load`; `text` points to `text_len` readable bytes
+// `tok` is any value (a handle that is not live is an error); `text` points to `text_len` readable bytes
 // (may be null when `text_len` is 0); `ids` is null or points to `cap`
 // writable ids; `out_len` is valid for a write; `err` as in `etc_tok_load`.
 EtcTokStatus etc_tok_encode(const struct EtcTokenizer *tok,
@@ -87,7 +106,7 @@ EtcTokStatus etc_tok_encode(const struct EtcTokenizer *tok,
 // skipped.
 //
 // # Safety
-// `tok` is from `etc_tok_load`; `ids` points to `n` ids (may be null when
+// `tok` is any value (a handle that is not live is an error); `ids` points to `n` ids (may be null when
 // `n` is 0); `text` is null or points to `cap` writable bytes; `out_len` is
 // valid for a write; `err` as in `etc_tok_load`.
 EtcTokStatus etc_tok_decode(const struct EtcTokenizer *tok,
@@ -106,7 +125,7 @@ EtcTokStatus etc_tok_decode(const struct EtcTokenizer *tok,
 // `<end_of_turn>`, `<|end_of_text|>`, `<|eot_id|>`, `<|eom_id|>` or `<|end|>`.
 //
 // # Safety
-// `tok` is from `etc_tok_load`; `ids` is null or points to `cap` writable
+// `tok` is any value (a handle that is not live is an error); `ids` is null or points to `cap` writable
 // ids; `out_len` is valid for a write; `err` as in `etc_tok_load`.
 EtcTokStatus etc_tok_eos_ids(const struct EtcTokenizer *tok,
                              uint32_t *ids,
@@ -115,10 +134,8 @@ EtcTokStatus etc_tok_eos_ids(const struct EtcTokenizer *tok,
                              char *err,
                              size_t err_len);
 
-// The number of ids, added tokens included (0 for a null `tok`).
-//
-// # Safety
-// `tok` is null or from `etc_tok_load`.
+// The number of ids, added tokens included (0 for a handle that is not a
+// live tokenizer, null included).
 size_t etc_tok_vocab_size(const struct EtcTokenizer *tok);
 
 // A streaming decoder on `tok` into `*out`: feed it the generated ids one at
@@ -127,7 +144,7 @@ size_t etc_tok_vocab_size(const struct EtcTokenizer *tok);
 // together equal `etc_tok_decode` of all the ids (see README: the exception).
 //
 // # Safety
-// `tok` is from `etc_tok_load`; `out` is valid for a write; `err` as in
+// `tok` is any value (a handle that is not live is an error); `out` is valid for a write; `err` as in
 // `etc_tok_load`.
 EtcTokStatus etc_tok_stream_new(const struct EtcTokenizer *tok,
                                 bool skip_special,
@@ -140,8 +157,9 @@ EtcTokStatus etc_tok_stream_new(const struct EtcTokenizer *tok,
 // call or `etc_tok_stream_free`.
 //
 // # Safety
-// `stream` is from `etc_tok_stream_new`, not used by another thread at the
-// same time; `text` and `out_len` are valid for writes; `err` as in
+// `stream` is any value (a handle that is not live is an error; calls on
+// one stream from several threads are serialized, but `*text` is only
+// valid until the stream's next call); `text` and `out_len` are valid for writes; `err` as in
 // `etc_tok_load`.
 EtcTokStatus etc_tok_stream_push(struct EtcTokStream *stream,
                                  uint32_t id,
@@ -161,11 +179,9 @@ EtcTokStatus etc_tok_stream_finish(struct EtcTokStream *stream,
                                    char *err,
                                    size_t err_len);
 
-// Frees a stream; null is ignored.
-//
-// # Safety
-// `stream` is null or from `etc_tok_stream_new`, not freed before.
-void etc_tok_stream_free(struct EtcTokStream *stream);
+// Frees a stream; null is ignored (`ETC_TOK_OK`). A handle freed already,
+// or not a stream, is `ETC_TOK_INVALID_ARGUMENT` (nothing is touched).
+EtcTokStatus etc_tok_stream_free(struct EtcTokStream *stream);
 
 #ifdef __cplusplus
 }  // extern "C"
