@@ -85,11 +85,15 @@ EtcTokStatus etc_tok_free(struct EtcTokenizer *tok);
 // Encodes `text[..text_len]` (UTF-8, need not be NUL-terminated) into
 // `ids[..cap]`; `*out_len` = the number of ids. `add_special` adds what the
 // tokenizer's post-processor adds (BERT's `[CLS]`/`[SEP]`, Llama's `<s>`).
+// No ids (an empty text) is `ETC_TOK_OK` with `*out_len` = 0, whatever the
+// buffer. `ETC_TOK_ENCODE` before any work when the worst case of the ids
+// passes `ETC_TOK_MAX_ENCODE_IDS` (a text too long for this tokenizer.json).
 //
 // # Safety
-// `tok` is any value (a handle that is not live is an error); `text` points to `text_len` readable bytes
-// (may be null when `text_len` is 0); `ids` is null or points to `cap`
-// writable ids; `out_len` is valid for a write; `err` as in `etc_tok_load`.
+// `tok` is any value (a handle that is not live is an error); `text` points
+// to `text_len` readable bytes (may be null when `text_len` is 0); `ids` is
+// null or points to `cap` writable ids; `out_len` is valid for a write;
+// `err` as in `etc_tok_load`.
 EtcTokStatus etc_tok_encode(const struct EtcTokenizer *tok,
                             const char *text,
                             size_t text_len,
@@ -103,12 +107,13 @@ EtcTokStatus etc_tok_encode(const struct EtcTokenizer *tok,
 // Decodes `ids[..n]` into `text[..cap]` (UTF-8, NUL-terminated); `*out_len`
 // = the text's length in bytes without the NUL (the buffer needs one more).
 // `skip_special` leaves special tokens out. Ids outside the vocabulary are
-// skipped.
+// skipped. `ETC_TOK_DECODE` before any work when the worst case of the text
+// passes `ETC_TOK_MAX_DECODE_BYTES`.
 //
 // # Safety
-// `tok` is any value (a handle that is not live is an error); `ids` points to `n` ids (may be null when
-// `n` is 0); `text` is null or points to `cap` writable bytes; `out_len` is
-// valid for a write; `err` as in `etc_tok_load`.
+// `tok` is any value (a handle that is not live is an error); `ids` points
+// to `n` ids (may be null when `n` is 0); `text` is null or points to `cap`
+// writable bytes; `out_len` is valid for a write; `err` as in `etc_tok_load`.
 EtcTokStatus etc_tok_decode(const struct EtcTokenizer *tok,
                             const uint32_t *ids,
                             size_t n,
@@ -125,8 +130,9 @@ EtcTokStatus etc_tok_decode(const struct EtcTokenizer *tok,
 // `<end_of_turn>`, `<|end_of_text|>`, `<|eot_id|>`, `<|eom_id|>` or `<|end|>`.
 //
 // # Safety
-// `tok` is any value (a handle that is not live is an error); `ids` is null or points to `cap` writable
-// ids; `out_len` is valid for a write; `err` as in `etc_tok_load`.
+// `tok` is any value (a handle that is not live is an error); `ids` is null
+// or points to `cap` writable ids; `out_len` is valid for a write; `err` as
+// in `etc_tok_load`.
 EtcTokStatus etc_tok_eos_ids(const struct EtcTokenizer *tok,
                              uint32_t *ids,
                              size_t cap,
@@ -144,8 +150,8 @@ size_t etc_tok_vocab_size(const struct EtcTokenizer *tok);
 // together equal `etc_tok_decode` of all the ids (see README: the exception).
 //
 // # Safety
-// `tok` is any value (a handle that is not live is an error); `out` is valid for a write; `err` as in
-// `etc_tok_load`.
+// `tok` is any value (a handle that is not live is an error); `out` is valid
+// for a write; `err` as in `etc_tok_load`.
 EtcTokStatus etc_tok_stream_new(const struct EtcTokenizer *tok,
                                 bool skip_special,
                                 struct EtcTokStream **out,
@@ -159,8 +165,8 @@ EtcTokStatus etc_tok_stream_new(const struct EtcTokenizer *tok,
 // # Safety
 // `stream` is any value (a handle that is not live is an error; calls on
 // one stream from several threads are serialized, but `*text` is only
-// valid until the stream's next call); `text` and `out_len` are valid for writes; `err` as in
-// `etc_tok_load`.
+// valid until the stream's next call); `text` and `out_len` are valid for
+// writes; `err` as in `etc_tok_load`.
 EtcTokStatus etc_tok_stream_push(struct EtcTokStream *stream,
                                  uint32_t id,
                                  const char **text,

@@ -16,6 +16,8 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod ffi;
+#[doc(hidden)]
+pub mod fuzz;
 pub mod limits;
 
 use std::any::Any;

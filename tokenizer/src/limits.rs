@@ -21,11 +21,14 @@
 //! worst case of its text (ids times the longest token through the decoder's
 //! bound) must be at most [`MAX_DECODE_BYTES`].
 
+mod growth;
+mod scan;
+
 use crate::{Error, Result};
-use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde::Deserialize;
+pub(crate) use growth::Affine;
+use growth::{decoder, normalizer, post_processor, pre_tokenizer};
+use scan::Head;
 use serde_json::Value;
-use std::fmt;
 
 /// The largest `tokenizer.json` read, in bytes (the largest common ones are
 /// about 35 MB).
@@ -47,209 +50,14 @@ pub const MAX_GROWTH: u64 = 1024;
 /// The most ids the post-processor adds to one sequence, and the most times
 /// its single-sequence template repeats the sequence (4).
 pub const MAX_TEMPLATE_IDS: u64 = 1024;
-const MAX_TEMPLATE_REPEATS: u64 = 4;
+pub(super) const MAX_TEMPLATE_REPEATS: u64 = 4;
 /// The most ids one encode may make in the worst case (see the module doc).
 pub const MAX_ENCODE_IDS: usize = 1 << 22;
 /// The most bytes one decode may make in the worst case.
 pub const MAX_DECODE_BYTES: usize = 1 << 26;
 
-fn refuse(field: &str, what: String) -> Error {
+pub(super) fn refuse(field: &str, what: String) -> Error {
     Error::Malformed(format!("tokenizer.json refused: {field}: {what}"))
-}
-
-/// A worst-case bound `out <= a * n + b`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Affine {
-    pub a: u64,
-    pub b: u64,
-}
-
-impl Affine {
-    const ONE: Affine = Affine { a: 1, b: 0 };
-
-    /// A step that adds `b` bytes to each piece (a piece has at least one).
-    fn step(a: u64, b: u64) -> Affine {
-        Affine {
-            a: a.saturating_add(b),
-            b,
-        }
-    }
-
-    /// This bound, then `next`.
-    fn then(self, next: Affine) -> Affine {
-        Affine {
-            a: next.a.saturating_mul(self.a),
-            b: next.a.saturating_mul(self.b).saturating_add(next.b),
-        }
-    }
-
-    fn apply(self, n: u64) -> u64 {
-        self.a.saturating_mul(n).saturating_add(self.b)
-    }
-
-    fn check(self, field: &str) -> Result<Affine> {
-        if self.a > MAX_GROWTH || self.b > MAX_GROWTH {
-            return Err(refuse(
-                field,
-                format!(
-                    "its text may grow {}-fold plus {} bytes a piece (at most {MAX_GROWTH} each)",
-                    self.a, self.b
-                ),
-            ));
-        }
-        Ok(self)
-    }
-}
-
-/// The length in bytes of a token's text, read without keeping it: a string,
-/// the first element of an array (a Unigram `[piece, score]`), or the
-/// `content` of an object (an added token); 0 for anything else.
-struct Piece(usize);
-
-impl<'de> Deserialize<'de> for Piece {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Piece, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Piece;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a token")
-            }
-            fn visit_str<E>(self, s: &str) -> std::result::Result<Piece, E> {
-                Ok(Piece(s.len()))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(
-                self,
-                mut s: A,
-            ) -> std::result::Result<Piece, A::Error> {
-                let first = s.next_element::<Piece>()?.map_or(0, |p| p.0);
-                while s.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Piece(first))
-            }
-            fn visit_map<A: MapAccess<'de>>(
-                self,
-                mut m: A,
-            ) -> std::result::Result<Piece, A::Error> {
-                let mut len = 0;
-                while let Some(k) = m.next_key::<KeyIs>()? {
-                    if k.0 {
-                        len = m.next_value::<Piece>()?.0;
-                    } else {
-                        m.next_value::<IgnoredAny>()?;
-                    }
-                }
-                Ok(Piece(len))
-            }
-            fn visit_bool<E>(self, _: bool) -> std::result::Result<Piece, E> {
-                Ok(Piece(0))
-            }
-            fn visit_i64<E>(self, _: i64) -> std::result::Result<Piece, E> {
-                Ok(Piece(0))
-            }
-            fn visit_u64<E>(self, _: u64) -> std::result::Result<Piece, E> {
-                Ok(Piece(0))
-            }
-            fn visit_f64<E>(self, _: f64) -> std::result::Result<Piece, E> {
-                Ok(Piece(0))
-            }
-            fn visit_unit<E>(self) -> std::result::Result<Piece, E> {
-                Ok(Piece(0))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// Whether a key is `content`.
-struct KeyIs(bool);
-
-impl<'de> Deserialize<'de> for KeyIs {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<KeyIs, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = KeyIs;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a key")
-            }
-            fn visit_str<E>(self, s: &str) -> std::result::Result<KeyIs, E> {
-                Ok(KeyIs(s == "content"))
-            }
-        }
-        d.deserialize_str(V)
-    }
-}
-
-/// The entries of a vocabulary (an array of tokens, or an object whose keys
-/// are tokens) and the longest token, read without keeping them.
-#[derive(Default)]
-struct Tokens {
-    n: usize,
-    longest: usize,
-}
-
-impl<'de> Deserialize<'de> for Tokens {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Tokens, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Tokens;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an array or an object")
-            }
-            fn visit_seq<A: SeqAccess<'de>>(
-                self,
-                mut s: A,
-            ) -> std::result::Result<Tokens, A::Error> {
-                let mut t = Tokens::default();
-                while let Some(p) = s.next_element::<Piece>()? {
-                    t.n += 1;
-                    t.longest = t.longest.max(p.0);
-                }
-                Ok(t)
-            }
-            fn visit_map<A: MapAccess<'de>>(
-                self,
-                mut m: A,
-            ) -> std::result::Result<Tokens, A::Error> {
-                let mut t = Tokens::default();
-                while let Some((p, IgnoredAny)) = m.next_entry::<Piece, IgnoredAny>()? {
-                    t.n += 1;
-                    t.longest = t.longest.max(p.0);
-                }
-                Ok(t)
-            }
-            fn visit_unit<E>(self) -> std::result::Result<Tokens, E> {
-                Ok(Tokens::default())
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// The model's fields that the limits need (the rest is skipped unread).
-#[derive(Deserialize, Default)]
-struct ModelHead {
-    #[serde(default)]
-    vocab: Option<Tokens>,
-}
-
-/// The top-level fields that the limits need.
-#[derive(Deserialize)]
-struct Head {
-    #[serde(default)]
-    model: Option<ModelHead>,
-    #[serde(default)]
-    added_tokens: Option<Tokens>,
-    #[serde(default)]
-    normalizer: Value,
-    #[serde(default)]
-    pre_tokenizer: Value,
-    #[serde(default)]
-    post_processor: Value,
-    #[serde(default)]
-    decoder: Value,
-    #[serde(default)]
-    padding: Value,
-    #[serde(default)]
-    truncation: Value,
 }
 
 /// What the limits found in a file that passed them: the bounds its encodes
@@ -395,258 +203,6 @@ fn truncation(t: &Value, template_ids: u64) -> Result<()> {
     Ok(())
 }
 
-fn kind(v: &Value) -> &str {
-    v.get("type").and_then(Value::as_str).unwrap_or("")
-}
-
-fn text_len(v: &Value, key: &str) -> u64 {
-    v.get(key)
-        .and_then(Value::as_str)
-        .map_or(0, |s| s.len() as u64)
-}
-
-/// The children of a `Sequence` under `key`, composed in order.
-fn sequence(
-    v: &Value,
-    key: &str,
-    field: &str,
-    f: fn(&Value, &str) -> Result<Affine>,
-) -> Result<Option<Affine>> {
-    let Some(items) = v.get(key).and_then(Value::as_array) else {
-        return Ok(None);
-    };
-    let mut g = Affine::ONE;
-    for (i, item) in items.iter().enumerate() {
-        // Checked at every step, so that a long sequence cannot overflow.
-        g = g
-            .then(f(item, &format!("{field}.{key}[{i}]"))?)
-            .check(field)?;
-    }
-    Ok(Some(g))
-}
-
-/// A `Replace` (normalizer or decoder): each match of the pattern becomes
-/// `content`; a pattern that may match the empty string (a regex, or "")
-/// inserts it at every position.
-fn replace(v: &Value) -> Affine {
-    let content = text_len(v, "content");
-    match v.pointer("/pattern/String").and_then(Value::as_str) {
-        Some(p) if !p.is_empty() => Affine::step(content.div_ceil(p.len() as u64).max(1), 0),
-        _ => Affine::step(content.saturating_add(1), content),
-    }
-}
-
-fn normalizer(v: &Value, field: &str) -> Result<Affine> {
-    if v.is_null() {
-        return Ok(Affine::ONE);
-    }
-    if let Some(g) = sequence(v, "normalizers", field, normalizer)? {
-        return Ok(g);
-    }
-    if v.get("content").is_some() || v.get("pattern").is_some() {
-        return replace(v).check(field);
-    }
-    if v.get("prepend").is_some() {
-        return Affine::step(1, text_len(v, "prepend")).check(field);
-    }
-    if let Some(map) = v.get("precompiled_charsmap") {
-        return precompiled(map, field);
-    }
-    // UAX #15: NFC and NFD grow UTF-8 at most 3-fold, NFKC and NFKD 11-fold;
-    // lowercasing at most 1.5-fold; BERT's spaces around CJK characters, NFD
-    // and lowercasing together under 8-fold; the byte-level alphabet 2-fold.
-    let a = match kind(v) {
-        "Strip" | "StripAccents" | "Nmt" => 1,
-        "Lowercase" | "ByteLevel" => 2,
-        "NFC" | "NFD" => 3,
-        "BertNormalizer" | "Bert" => 8,
-        _ => 11, // NFKC, NFKD, and anything else: the largest of the above
-    };
-    Ok(Affine::step(a, 0))
-}
-
-/// A SentencePiece `precompiled_charsmap` (base64): a u32 trie size, the
-/// trie, then NUL-separated replacement strings. Its growth is the longest
-/// replacement (each replaces at least one byte).
-fn precompiled(map: &Value, field: &str) -> Result<Affine> {
-    let field = format!("{field}.precompiled_charsmap");
-    let Some(text) = map.as_str() else {
-        return Ok(Affine::ONE); // not a string: the tokenizers crate refuses it
-    };
-    let Some(blob) = base64_decode(text) else {
-        return Ok(Affine::ONE); // not base64: refused by the tokenizers crate
-    };
-    let trie = blob
-        .get(..4)
-        .map_or(0, |h| u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize);
-    let rest = blob.len().saturating_sub(4);
-    if trie > rest {
-        return Err(refuse(
-            &field,
-            format!(
-                "its trie of {trie} bytes is larger than the {rest} bytes that follow the header"
-            ),
-        ));
-    }
-    let strings = &blob[(4 + trie).min(blob.len())..];
-    let longest = strings
-        .split(|&b| b == 0)
-        .map(<[u8]>::len)
-        .max()
-        .unwrap_or(0);
-    Affine::step((longest as u64).max(1), 0).check(&field)
-}
-
-/// Standard base64 (padding optional); `None` on any other byte.
-fn base64_decode(s: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(s.len() / 4 * 3 + 3);
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for c in s.bytes().take_while(|&c| c != b'=') {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
-}
-
-fn pre_tokenizer(v: &Value, field: &str) -> Result<Affine> {
-    if v.is_null() {
-        return Ok(Affine::ONE);
-    }
-    if let Some(g) = sequence(v, "pretokenizers", field, pre_tokenizer)? {
-        return Ok(g);
-    }
-    if v.get("replacement").is_some() {
-        // Metaspace: each space becomes the replacement, which may also be
-        // put before each piece.
-        let r = text_len(v, "replacement").max(1);
-        return Affine::step(r, r).check(field);
-    }
-    match kind(v) {
-        "BertPreTokenizer" | "Delimiter" | "CharDelimiterSplit" | "Whitespace" | "Split"
-        | "Punctuation" | "WhitespaceSplit" | "Digits" | "UnicodeScripts" | "FixedLength" => {
-            Ok(Affine::ONE)
-        }
-        // ByteLevel (each byte becomes a character of up to 2 bytes, and a
-        // space may go before each piece), and anything else.
-        _ => Ok(Affine::step(2, 2)),
-    }
-}
-
-fn decoder(v: &Value, field: &str) -> Result<Affine> {
-    if v.is_null() {
-        return Ok(Affine::step(1, 1)); // tokens joined with spaces
-    }
-    if let Some(g) = sequence(v, "decoders", field, decoder)? {
-        return Ok(g);
-    }
-    if v.get("content").is_some() && v.get("pattern").is_some() {
-        return replace(v).check(field);
-    }
-    if let Some(Value::String(s)) = v.get("suffix") {
-        // BPEDecoder: the suffix becomes a space.
-        return Ok(if s.is_empty() {
-            Affine::step(2, 1)
-        } else {
-            Affine::step(1, 1)
-        });
-    }
-    // The others (ByteLevel, WordPiece, Metaspace, CTC, Fuse, Strip,
-    // ByteFallback) shrink a token, or add a space to it at most.
-    Ok(Affine::step(1, 1))
-}
-
-/// The single-sequence template: `a` = how often it holds the sequence,
-/// `b` = the ids it adds.
-fn post_processor(v: &Value, field: &str) -> Result<Affine> {
-    if v.is_null() {
-        return Ok(Affine::ONE);
-    }
-    if let Some(items) = v.get("processors").and_then(Value::as_array) {
-        let mut g = Affine::ONE;
-        for (i, item) in items.iter().enumerate() {
-            g = g.then(post_processor(item, &format!("{field}.processors[{i}]"))?);
-            if g.a > MAX_TEMPLATE_REPEATS || g.b > MAX_TEMPLATE_IDS {
-                break; // refused by the caller
-            }
-        }
-        return Ok(g);
-    }
-    if let Some(single) = v.get("single") {
-        return template(single, v.get("special_tokens"), field);
-    }
-    if v.get("sep").is_some() || v.get("cls").is_some() {
-        return Ok(Affine { a: 1, b: 2 }); // BERT / RoBERTa: [CLS] A [SEP]
-    }
-    Ok(Affine::ONE)
-}
-
-fn template(single: &Value, specials: Option<&Value>, field: &str) -> Result<Affine> {
-    // A special token the template names must be in `special_tokens` (the
-    // tokenizers crate looks it up with a panic otherwise).
-    let ids_of = |name: &str| -> Result<u64> {
-        specials
-            .and_then(|s| s.get(name))
-            .map(|t| {
-                t.get("ids")
-                    .and_then(Value::as_array)
-                    .map_or(0, |ids| ids.len() as u64)
-            })
-            .ok_or_else(|| {
-                refuse(
-                    &format!("{field}.single"),
-                    format!("special token {name:?} is not in special_tokens"),
-                )
-            })
-    };
-    let mut g = Affine { a: 0, b: 0 };
-    let pieces: Vec<&Value> = match single {
-        Value::Array(items) => items.iter().collect(),
-        _ => vec![single],
-    };
-    let mut add = |seq: u64, special: u64| {
-        g.a = g.a.saturating_add(seq);
-        g.b = g.b.saturating_add(special);
-    };
-    for piece in pieces {
-        match piece {
-            Value::String(s) => {
-                for w in s.split_whitespace() {
-                    if w.starts_with('$') {
-                        add(1, 0);
-                    } else {
-                        add(0, ids_of(w.split(':').next().unwrap_or(w))?);
-                    }
-                }
-            }
-            Value::Object(o) if o.contains_key("Sequence") => add(1, 0),
-            Value::Object(o) => {
-                let name = o
-                    .get("SpecialToken")
-                    .and_then(|s| s.get("id"))
-                    .and_then(Value::as_str);
-                if let Some(name) = name {
-                    add(0, ids_of(name)?);
-                }
-            }
-            _ => {}
-        }
-    }
-    Ok(g)
-}
-
 impl Bounds {
     /// The worst case of the ids of encoding `text_len` bytes.
     pub(crate) fn encode_ids(
@@ -688,5 +244,88 @@ impl Bounds {
     /// The worst case of the bytes of decoding `n` ids whose longest token has `longest` bytes.
     pub(crate) fn decode_bytes(&self, n: usize, longest: usize) -> u64 {
         (n as u64).saturating_mul(self.decode.apply(longest as u64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bounds(json: &str) -> Bounds {
+        check_file(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn growth_of_real_shapes_is_what_the_readme_says() {
+        // Llama 2: a prepended "▁" (3 bytes), then spaces replaced by "▁".
+        let b = bounds(
+            r#"{"normalizer": {"type": "Sequence", "normalizers": [
+                {"type": "Prepend", "prepend": "▁"},
+                {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]}}"#,
+        );
+        assert_eq!(b.encode, Affine { a: 12, b: 9 });
+        // Byte-level BPE (GPT-2, Llama 3, Qwen): the ByteLevel pre-tokenizer.
+        let b = bounds(r#"{"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false}}"#);
+        assert_eq!(b.encode, Affine { a: 4, b: 2 });
+        // BERT's template: [CLS] $A [SEP].
+        let b = bounds(
+            r#"{"post_processor": {"type": "TemplateProcessing",
+                "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                           {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+                "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [101], "tokens": ["[CLS]"]},
+                                   "[SEP]": {"id": "[SEP]", "ids": [102], "tokens": ["[SEP]"]}}}}"#,
+        );
+        assert_eq!(b.template, Affine { a: 1, b: 2 });
+        // The string form of a template counts the same.
+        let b = bounds(
+            r#"{"post_processor": {"type": "TemplateProcessing", "single": "<s> $A:0",
+                "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}}"#,
+        );
+        assert_eq!(b.template, Affine { a: 1, b: 1 });
+    }
+
+    #[test]
+    fn a_charsmap_is_measured_and_its_trie_checked() {
+        // Trie size 4, a 4-byte trie, then "ab\0cdef\0".
+        let mut blob = 4u32.to_le_bytes().to_vec();
+        blob.extend_from_slice(&[0, 0, 0, 0]);
+        blob.extend_from_slice(b"ab\0cdef\0");
+        let b64 = |b: &[u8]| -> String {
+            const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+            b.chunks(3)
+                .flat_map(|c| {
+                    let n = c
+                        .iter()
+                        .enumerate()
+                        .fold(0u32, |n, (i, &x)| n | u32::from(x) << (16 - 8 * i));
+                    (0..4).map(move |i| {
+                        if i <= c.len() {
+                            A[(n >> (18 - 6 * i) & 63) as usize] as char
+                        } else {
+                            '='
+                        }
+                    })
+                })
+                .collect()
+        };
+        assert_eq!(
+            growth::base64_decode(&b64(&blob)).as_deref(),
+            Some(&blob[..])
+        );
+        let json = format!(
+            r#"{{"normalizer": {{"type": "Precompiled", "precompiled_charsmap": "{}"}}}}"#,
+            b64(&blob)
+        );
+        assert_eq!(bounds(&json).encode, Affine { a: 4, b: 0 });
+        blob[..4].copy_from_slice(&100u32.to_le_bytes());
+        let json = format!(
+            r#"{{"normalizer": {{"type": "Precompiled", "precompiled_charsmap": "{}"}}}}"#,
+            b64(&blob)
+        );
+        let e = check_file(json.as_bytes()).unwrap_err().to_string();
+        assert!(
+            e.contains("normalizer.precompiled_charsmap: its trie of 100 bytes"),
+            "{e}"
+        );
     }
 }
