@@ -95,7 +95,7 @@ int64_t next_token(const std::vector<EValue>& outputs, const std::string& model,
   static bool said_too_long = false;
   if (at == SampleAt::HostTooLong && !said_too_long) {
     std::fprintf(stderr,
-                 "et_cuda_run: a row of %zu logits is longer than the device sampler takes (%lld): sampling on the "
+                 "et_cuda_run: note: a row of %zu logits is longer than the device sampler takes (%lld): sampling on the "
                  "host\n",
                  vocab, static_cast<long long>(kMaxDeviceVocab));
     said_too_long = true;

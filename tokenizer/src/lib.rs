@@ -183,9 +183,10 @@ impl Tokenizer {
                 limits::MAX_ENCODE_IDS
             )));
         }
-        let enc = self
-            .inner
-            .encode(text, add_special)
+        // The tokenizers crate panics on some files that load (an empty match of a
+        // Replace regex before a ByteLevel pre-tokenizer): an error, not a panic.
+        let enc = catch_unwind(AssertUnwindSafe(|| self.inner.encode(text, add_special)))
+            .map_err(|p| Error::Encode(format!("cannot encode: {}", panic_text(&*p))))?
             .map_err(|e| Error::Encode(format!("cannot encode: {e}")))?;
         Ok(enc.get_ids().to_vec())
     }
@@ -202,8 +203,8 @@ impl Tokenizer {
                 limits::MAX_DECODE_BYTES
             )));
         }
-        self.inner
-            .decode(ids, skip_special)
+        catch_unwind(AssertUnwindSafe(|| self.inner.decode(ids, skip_special)))
+            .map_err(|p| Error::Decode(format!("cannot decode: {}", panic_text(&*p))))?
             .map_err(|e| Error::Decode(format!("cannot decode: {e}")))
     }
 
