@@ -124,6 +124,7 @@ static void tokenizer_limit_and_handle_tests() {
   std::string error;
   CHECK(!Tokenizer::load(path, error));
   CHECK(error == "tokenizer.json refused: padding.strategy.Fixed: 1099511627776, at most 131072");
+  CHECK(ETC_TOK_MAX_SEQUENCE == 131072);  // the header states the limits
   std::remove(path.c_str());
 
   auto bpe = load("bpe.json");

@@ -8,23 +8,41 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// Load limit: the largest tokenizer.json, in bytes (128 MiB).
+#define ETC_TOK_MAX_FILE_BYTES (128 << 20)
 
+// Load limit: the most ids, added tokens included (`model.vocab` entries plus `added_tokens`).
+#define ETC_TOK_MAX_VOCAB (1 << 22)
 
+// Load limit: the most entries of `added_tokens`.
+#define ETC_TOK_MAX_ADDED_TOKENS (1 << 16)
 
+// Load limit: the longest token (vocabulary, added tokens, `padding.pad_token`), in bytes.
+#define ETC_TOK_MAX_TOKEN_BYTES 1024
 
+// Load limit: the largest `padding.strategy.Fixed`, `padding.pad_to_multiple_of` and
+// `truncation.max_length`; `truncation.stride` is at most half of `max_length`, and
+// `max_length` must exceed the ids the post-processor adds.
+#define ETC_TOK_MAX_SEQUENCE (1 << 17)
 
+// Load limit: the worst-case growth of the text through the normalizer and the
+// pre-tokenizer together, and through the decoder: at most this factor, and at most this
+// many bytes added to each piece (each `Replace` content, `Prepend`, precompiled charsmap
+// replacement and Metaspace replacement counts; runner/README.md, "Tokenizer limits").
+#define ETC_TOK_MAX_GROWTH 1024
 
+// Load limit: the most ids the post-processor adds to one sequence (its single template
+// may hold the sequence at most 4 times).
+#define ETC_TOK_MAX_TEMPLATE_IDS 1024
 
+// Encode bound: an encode whose worst case of ids (the text's bytes through the growth
+// bound, truncation's overflow pieces, the post-processor, the padding) passes this is
+// refused with `ETC_TOK_ENCODE` before any work.
+#define ETC_TOK_MAX_ENCODE_IDS (1 << 22)
 
-
-
-
-
-
-
-
-
-
+// Decode bound: a decode whose worst case of text (ids times the longest token through
+// the decoder's growth bound) passes this many bytes is refused with `ETC_TOK_DECODE`.
+#define ETC_TOK_MAX_DECODE_BYTES (1 << 26)
 
 // A streaming decoder (opaque, a handle like `EtcTokenizer`). It keeps its
 // tokenizer alive: the two may be freed in any order. Free with

@@ -20,9 +20,9 @@
 //! Limits: a `tokenizer.json` is refused at load (`ETC_TOK_MALFORMED`, the
 //! message names the field) past the `ETC_TOK_MAX_*` limits below; an encode
 //! or decode whose worst case passes `ETC_TOK_MAX_ENCODE_IDS` /
-//! `ETC_TOK_MAX_DECODE_BYTES` is refused before any work (see `limits`).
+//! `ETC_TOK_MAX_DECODE_BYTES` is refused before any work (see `crate::limits`).
 
-use crate::{limits, DecodeStream, Error, Result, Tokenizer};
+use crate::{DecodeStream, Error, Result, Tokenizer};
 use std::collections::HashMap;
 use std::ffi::{c_char, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -49,32 +49,32 @@ pub const ETC_TOK_BUFFER_TOO_SMALL: EtcTokStatus = 6;
 pub const ETC_TOK_INTERNAL: EtcTokStatus = 7;
 
 /// Load limit: the largest tokenizer.json, in bytes (128 MiB).
-pub const ETC_TOK_MAX_FILE_BYTES: usize = limits::MAX_FILE_BYTES;
+pub const ETC_TOK_MAX_FILE_BYTES: usize = 128 << 20;
 /// Load limit: the most ids, added tokens included (`model.vocab` entries plus `added_tokens`).
-pub const ETC_TOK_MAX_VOCAB: usize = limits::MAX_VOCAB;
+pub const ETC_TOK_MAX_VOCAB: usize = 1 << 22;
 /// Load limit: the most entries of `added_tokens`.
-pub const ETC_TOK_MAX_ADDED_TOKENS: usize = limits::MAX_ADDED_TOKENS;
+pub const ETC_TOK_MAX_ADDED_TOKENS: usize = 1 << 16;
 /// Load limit: the longest token (vocabulary, added tokens, `padding.pad_token`), in bytes.
-pub const ETC_TOK_MAX_TOKEN_BYTES: usize = limits::MAX_TOKEN_BYTES;
+pub const ETC_TOK_MAX_TOKEN_BYTES: usize = 1024;
 /// Load limit: the largest `padding.strategy.Fixed`, `padding.pad_to_multiple_of` and
 /// `truncation.max_length`; `truncation.stride` is at most half of `max_length`, and
 /// `max_length` must exceed the ids the post-processor adds.
-pub const ETC_TOK_MAX_SEQUENCE: usize = limits::MAX_SEQUENCE;
+pub const ETC_TOK_MAX_SEQUENCE: usize = 1 << 17;
 /// Load limit: the worst-case growth of the text through the normalizer and the
 /// pre-tokenizer together, and through the decoder: at most this factor, and at most this
 /// many bytes added to each piece (each `Replace` content, `Prepend`, precompiled charsmap
-/// replacement and Metaspace replacement counts; see README, "Tokenizer limits").
-pub const ETC_TOK_MAX_GROWTH: u64 = limits::MAX_GROWTH;
+/// replacement and Metaspace replacement counts; runner/README.md, "Tokenizer limits").
+pub const ETC_TOK_MAX_GROWTH: u64 = 1024;
 /// Load limit: the most ids the post-processor adds to one sequence (its single template
 /// may hold the sequence at most 4 times).
-pub const ETC_TOK_MAX_TEMPLATE_IDS: u64 = limits::MAX_TEMPLATE_IDS;
+pub const ETC_TOK_MAX_TEMPLATE_IDS: u64 = 1024;
 /// Encode bound: an encode whose worst case of ids (the text's bytes through the growth
 /// bound, truncation's overflow pieces, the post-processor, the padding) passes this is
 /// refused with `ETC_TOK_ENCODE` before any work.
-pub const ETC_TOK_MAX_ENCODE_IDS: usize = limits::MAX_ENCODE_IDS;
+pub const ETC_TOK_MAX_ENCODE_IDS: usize = 1 << 22;
 /// Decode bound: a decode whose worst case of text (ids times the longest token through
 /// the decoder's growth bound) passes this many bytes is refused with `ETC_TOK_DECODE`.
-pub const ETC_TOK_MAX_DECODE_BYTES: usize = limits::MAX_DECODE_BYTES;
+pub const ETC_TOK_MAX_DECODE_BYTES: usize = 1 << 26;
 
 fn status_of(e: &Error) -> EtcTokStatus {
     match e {

@@ -32,29 +32,29 @@ use serde_json::Value;
 
 /// The largest `tokenizer.json` read, in bytes (the largest common ones are
 /// about 35 MB).
-pub const MAX_FILE_BYTES: usize = 128 << 20;
+pub const MAX_FILE_BYTES: usize = crate::ffi::ETC_TOK_MAX_FILE_BYTES;
 /// The most ids, added tokens included (`model.vocab` entries plus
 /// `added_tokens`).
-pub const MAX_VOCAB: usize = 1 << 22;
+pub const MAX_VOCAB: usize = crate::ffi::ETC_TOK_MAX_VOCAB;
 /// The most entries of `added_tokens`.
-pub const MAX_ADDED_TOKENS: usize = 1 << 16;
+pub const MAX_ADDED_TOKENS: usize = crate::ffi::ETC_TOK_MAX_ADDED_TOKENS;
 /// The longest token (vocabulary, added tokens, the padding token), in bytes.
-pub const MAX_TOKEN_BYTES: usize = 1024;
+pub const MAX_TOKEN_BYTES: usize = crate::ffi::ETC_TOK_MAX_TOKEN_BYTES;
 /// The largest `padding.strategy.Fixed`, `padding.pad_to_multiple_of` and
 /// `truncation.max_length`; `truncation.stride` may be at most half of
 /// `max_length`.
-pub const MAX_SEQUENCE: usize = 1 << 17;
+pub const MAX_SEQUENCE: usize = crate::ffi::ETC_TOK_MAX_SEQUENCE;
 /// The largest growth factor (and per-piece constant) of the normalizer and
 /// pre-tokenizer together, and of the decoder.
-pub const MAX_GROWTH: u64 = 1024;
+pub const MAX_GROWTH: u64 = crate::ffi::ETC_TOK_MAX_GROWTH;
 /// The most ids the post-processor adds to one sequence, and the most times
 /// its single-sequence template repeats the sequence (4).
-pub const MAX_TEMPLATE_IDS: u64 = 1024;
+pub const MAX_TEMPLATE_IDS: u64 = crate::ffi::ETC_TOK_MAX_TEMPLATE_IDS;
 pub(super) const MAX_TEMPLATE_REPEATS: u64 = 4;
 /// The most ids one encode may make in the worst case (see the module doc).
-pub const MAX_ENCODE_IDS: usize = 1 << 22;
+pub const MAX_ENCODE_IDS: usize = crate::ffi::ETC_TOK_MAX_ENCODE_IDS;
 /// The most bytes one decode may make in the worst case.
-pub const MAX_DECODE_BYTES: usize = 1 << 26;
+pub const MAX_DECODE_BYTES: usize = crate::ffi::ETC_TOK_MAX_DECODE_BYTES;
 
 pub(super) fn refuse(field: &str, what: String) -> Error {
     Error::Malformed(format!("tokenizer.json refused: {field}: {what}"))
