@@ -8,6 +8,8 @@
 
 #include <executorch_cuda.h>
 
+#include "log_split.h"
+
 #include <executorch/runtime/backend/interface.h>
 #include <executorch/runtime/core/device_allocator.h>
 #include <executorch/runtime/core/error.h>
@@ -416,27 +418,31 @@ class CudaDeviceAllocator final : public executorch::runtime::DeviceAllocator {
 
 // The library's log records, into ExecuTorch's log (which has no warning level:
 // warnings go to Info with a prefix, info and below to Debug). ExecuTorch cuts a
-// log line at a fixed buffer size, so a long record goes out in pieces joined by "...".
+// log line at a fixed buffer size, so a long record goes out in pieces of at most
+// 180 bytes joined by "...", each cut on a UTF-8 character boundary (log_split.h).
 void forward_log(EtCudaLogLevel level, const char* message, void* /*user*/) {
   constexpr size_t kPiece = 180;
   const size_t n = std::strlen(message);
-  const size_t pieces = n <= kPiece ? 1 : (n + kPiece - 1) / kPiece;
-  for (size_t i = 0; i < pieces; ++i) {
-    const int len = static_cast<int>(std::min(kPiece, n - i * kPiece));
-    const char* p = message + i * kPiece;
-    const char* more = i + 1 < pieces ? " ..." : "";
+  size_t from = 0;
+  do {
+    const size_t end = et_cuda_adapter::log_piece_end(message, n, from, kPiece);
+    const int len = static_cast<int>(end - from);
+    const char* p = message + from;
+    const bool first = from == 0;
+    const char* more = end < n ? " ..." : "";
     switch (level) {
       case ET_CUDA_LOG_ERROR:
-        ET_LOG(Error, "CudaBackend: %s%.*s%s", i > 0 ? "... " : "", len, p, more);
+        ET_LOG(Error, "CudaBackend: %s%.*s%s", first ? "" : "... ", len, p, more);
         break;
       case ET_CUDA_LOG_WARN:
-        ET_LOG(Info, "CudaBackend: %s%.*s%s", i > 0 ? "... " : "warning: ", len, p, more);
+        ET_LOG(Info, "CudaBackend: %s%.*s%s", first ? "warning: " : "... ", len, p, more);
         break;
       default:
-        ET_LOG(Debug, "CudaBackend: %s%.*s%s", i > 0 ? "... " : "", len, p, more);
+        ET_LOG(Debug, "CudaBackend: %s%.*s%s", first ? "" : "... ", len, p, more);
         break;
     }
-  }
+    from = end;
+  } while (from < n);
 }
 
 CudaBackend backend_instance;

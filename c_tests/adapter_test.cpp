@@ -9,6 +9,8 @@
 
 #include <executorch_cuda.h>
 
+#include "../adapter/log_split.h"
+
 #include <executorch/extension/module/module.h>
 #include <executorch/extension/tensor/tensor.h>
 #include <executorch/runtime/backend/interface.h>
@@ -37,6 +39,9 @@ using executorch::runtime::EValue;
 using executorch::runtime::FreeableBuffer;
 using executorch::runtime::NamedDataMap;
 using executorch::runtime::Result;
+
+// The library's warning shim (the ABI the generated code imports; not in the public header).
+extern "C" void aoti_torch_warn(const char* func, const char* file, uint32_t line, const char* msg);
 
 namespace {
 
@@ -229,6 +234,69 @@ void test_direct_init(const std::string& dir, bool have_device) {
   CHECK(g_log.find("unknown or already destroyed") != std::string::npos);
 }
 
+// Whether `s` is valid UTF-8 (no character cut).
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    for (size_t k = 1; k < len; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
+// A long record is forwarded in pieces of at most 180 bytes, each cut on a character
+// boundary (a record of 2-byte characters after an odd-length prefix used to be cut inside
+// one), and the pieces joined give the record back.
+void test_log_split() {
+  using et_cuda_adapter::log_piece_end;
+  const std::string e = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x9a\x80";  // a, é, €, 🚀: 1 to 4 bytes
+  for (size_t max = 4; max <= 12; ++max) {
+    std::string text;
+    for (int i = 0; i < 20; ++i) text += e;
+    std::string joined;
+    for (size_t from = 0; from < text.size();) {
+      const size_t end = log_piece_end(text.data(), text.size(), from, max);
+      CHECK(end > from && end - from <= max);
+      CHECK(valid_utf8(text.substr(from, end - from)));
+      joined += text.substr(from, end - from);
+      from = end;
+    }
+    CHECK(joined == text);
+  }
+  // Bytes that are not UTF-8 are cut at the limit, never looped on.
+  const std::string junk(50, '\x80');
+  CHECK(log_piece_end(junk.data(), junk.size(), 0, 8) == 8);
+
+  // Through the library's log: its warning shim, as generated code calls it.
+  std::string msg;
+  for (int i = 0; i < 300; ++i) msg += "\xc3\xa9";  // é
+  g_log.clear();
+  aoti_torch_warn("f", "x.c", 1, msg.c_str());
+  CHECK(g_log.find("CudaBackend: warning: ") != std::string::npos);
+  size_t lines = 0;
+  std::string joined;
+  for (size_t at = 0; at < g_log.size();) {
+    const size_t nl = g_log.find('\n', at);
+    std::string line = g_log.substr(at, nl - at);
+    at = nl + 1;
+    if (line.rfind("CudaBackend: ", 0) != 0) continue;
+    ++lines;
+    CHECK(valid_utf8(line));
+    line = line.substr(std::strlen("CudaBackend: "));
+    for (const char* prefix : {"warning: ", "... "}) {
+      if (line.rfind(prefix, 0) == 0) line = line.substr(std::strlen(prefix));
+    }
+    if (line.size() >= 4 && line.compare(line.size() - 4, 4, " ...") == 0) line.resize(line.size() - 4);
+    joined += line;
+  }
+  CHECK(lines >= 4);
+  CHECK(joined == "x.c:1 f: " + msg);
+}
+
 // Without a GPU: every way of loading fails cleanly, with the reason logged.
 void test_load_without_gpu(const std::string& dir) {
   {
@@ -351,6 +419,7 @@ int main(int argc, char** argv) {
 
   test_registration();
   test_options();
+  test_log_split();
   test_direct_init(std::string(fixtures) + "/mlp_f32", have_device);
   for (const char* name : {"mlp_f32", "conv_f32", "attn_bf16"}) {
     const std::string dir = std::string(fixtures) + "/" + name;

@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <string>
@@ -102,6 +104,100 @@ static void tokenizer_tests() {
   CHECK(wp && wp->eos_ids().empty());
   if (uni) CHECK(generate(*uni, "The runner loads a program.", {}, stopped, used) == "The runner loads a program.");
   if (wp) CHECK(generate(*wp, "The runner loads a program.", {}, stopped, used) == "the runner loads a program.");
+}
+
+// Issue 31: a hostile tokenizer.json is refused at load (it used to load, and every encode
+// then died on a 4 TiB allocation: SIGABRT); an empty encoding into a fresh vector (a null
+// buffer) is no error; tokenizer and stream handles freed twice are errors, not crashes.
+static void tokenizer_limit_and_handle_tests() {
+  std::ifstream in(data_dir + "/bpe.json", std::ios::binary);
+  std::string json((std::istreambuf_iterator<char>(in)), {});
+  const std::string from = "\"padding\":null";
+  const size_t at = json.find(from);
+  CHECK(at != std::string::npos);
+  if (at == std::string::npos) return;
+  json.replace(at, from.size(),
+               "\"padding\":{\"strategy\":{\"Fixed\":1099511627776},\"direction\":\"Right\","
+               "\"pad_to_multiple_of\":null,\"pad_id\":0,\"pad_type_id\":0,\"pad_token\":\"<pad>\"}");
+  const std::string path = "runner_text_test_hostile_tokenizer.json";
+  std::ofstream(path, std::ios::binary) << json;
+  std::string error;
+  CHECK(!Tokenizer::load(path, error));
+  CHECK(error == "tokenizer.json refused: padding.strategy.Fixed: 1099511627776, at most 131072");
+  CHECK(ETC_TOK_MAX_SEQUENCE == 131072);  // the header states the limits
+  std::remove(path.c_str());
+
+  auto bpe = load("bpe.json");
+  CHECK(bpe != nullptr);
+  if (!bpe) return;
+  std::vector<uint32_t> fresh;  // data() is null: the C API gets a null buffer on both calls
+  CHECK(bpe->encode("", fresh, error) && fresh.empty());
+
+  EtcTokenizer* tok = nullptr;
+  CHECK(etc_tok_load((data_dir + "/bpe.json").c_str(), &tok, nullptr, 0) == ETC_TOK_OK);
+  EtcTokStream* stream = nullptr;
+  CHECK(etc_tok_stream_new(tok, true, &stream, nullptr, 0) == ETC_TOK_OK);
+  CHECK(etc_tok_free(tok) == ETC_TOK_OK);
+  CHECK(etc_tok_free(tok) == ETC_TOK_INVALID_ARGUMENT);
+  char err[256] = {0};
+  size_t n = 0;
+  CHECK(etc_tok_encode(tok, "x", 1, false, nullptr, 0, &n, err, sizeof(err)) == ETC_TOK_INVALID_ARGUMENT);
+  CHECK(std::strstr(err, "is not a live handle") != nullptr);
+  CHECK(etc_tok_stream_free(stream) == ETC_TOK_OK);
+  CHECK(etc_tok_stream_free(stream) == ETC_TOK_INVALID_ARGUMENT);
+}
+
+// Issue 31: the temperature rule shared with the device sampler, and where a row is sampled.
+static void temperature_rule_tests() {
+  SamplingParams p;
+  for (double t : {0.0, 1e-6, 0.7, 1.0, 1e6}) {
+    p.temperature = t;
+    CHECK(check_sampling(p).empty());
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double t : {3e-39, 1e-7, 9.99e-7, 1.000001e6, 1e45, -1.0, inf, -inf, std::nan("")}) {
+    p.temperature = t;
+    const std::string why = check_sampling(p);
+    CHECK(why.find("outside the rule: 0 (greedy), or finite within [1e-06, 1e+06]") != std::string::npos);
+  }
+  p.temperature = 3e-39;
+  CHECK(check_sampling(p).rfind("temperature 3e-39 ", 0) == 0);
+  p.temperature = 1;
+  p.top_p = 0;
+  CHECK(check_sampling(p) == "top_p 0 is outside (0, 1]");
+
+  // Below the rule the host sampler computed 1/T = inf, NaN weights and a NaN cast to an
+  // integer (undefined behaviour); now it declines, as the runner refuses such a flag.
+  std::vector<double> row(1000);
+  for (size_t v = 0; v < row.size(); ++v) row[v] = std::sin(static_cast<double>(v) * 0.37) * 4;
+  for (double t : {3e-39, 1e45}) {
+    SamplingParams q;
+    q.temperature = t;
+    Sampler s(q);
+    CHECK(s.pick(row) == -1);
+  }
+  // At the bounds: 1e-6 is the argmax; 1e6 samples nearly uniformly (the device sampler
+  // turned greedy at 1e45; within the rule both agree, see sampling_tests' reference).
+  SamplingParams lo;
+  lo.temperature = 1e-6;
+  Sampler cold(lo);
+  for (int i = 0; i < 50; ++i) CHECK(cold.pick(row) == argmax(row));
+  SamplingParams hi;
+  hi.temperature = 1e6;
+  Sampler hot(hi);
+  std::map<int64_t, int> seen;
+  for (int i = 0; i < 200; ++i) ++seen[hot.pick(row)];
+  CHECK(seen.size() > 150);
+
+  // Where a row is sampled: --sample-on-host wins; a row past 2^22 goes to the host.
+  CHECK(sample_at(true, true, true, false, 151936) == SampleAt::Device);
+  CHECK(sample_at(true, true, true, true, 151936) == SampleAt::Host);
+  CHECK(sample_at(true, true, true, false, kMaxDeviceVocab) == SampleAt::Device);
+  CHECK(sample_at(true, true, true, false, kMaxDeviceVocab + 1) == SampleAt::HostTooLong);
+  CHECK(sample_at(true, true, true, true, kMaxDeviceVocab + 1) == SampleAt::Host);
+  CHECK(sample_at(false, true, true, false, 100) == SampleAt::Host);
+  CHECK(sample_at(true, false, true, false, 100) == SampleAt::Host);
+  CHECK(sample_at(true, true, false, false, 100) == SampleAt::Host);
 }
 
 static void sampling_tests() {
@@ -269,6 +365,8 @@ static void sampling_tests() {
 int main(int argc, char** argv) {
   data_dir = argc > 1 ? argv[1] : "tokenizer/testdata";
   tokenizer_tests();
+  tokenizer_limit_and_handle_tests();
+  temperature_rule_tests();
   sampling_tests();
   if (failures > 0) {
     std::fprintf(stderr, "%d check(s) failed\n", failures);

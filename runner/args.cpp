@@ -2,6 +2,7 @@
 
 #include "backend.h"
 #include "common.h"
+#include "sampling.h"
 
 #include <executorch/runtime/platform/runtime.h>
 
@@ -24,11 +25,21 @@ namespace et_cuda_run {
 
 namespace {
 
+// Only the digits 0-9, at least one: strtol/strtoull would also take leading
+// whitespace and a sign (" -1" became 2^64 - 1 as a seed).
+bool all_digits(const char* value) {
+  if (*value == '\0') return false;
+  for (const char* c = value; *c != '\0'; ++c) {
+    if (*c < '0' || *c > '9') return false;
+  }
+  return true;
+}
+
 long parse_count(const std::string& flag, const char* value) {
   char* end = nullptr;
   errno = 0;
-  const long n = std::strtol(value, &end, 10);
-  if (*value == '\0' || *end != '\0' || errno != 0 || n < 0) {
+  const long n = all_digits(value) ? std::strtol(value, &end, 10) : -1;
+  if (n < 0 || *end != '\0' || errno != 0) {
     usage_error(flag, std::string("expects a count, got '") + value + "'");
   }
   return n;
@@ -54,8 +65,9 @@ double parse_number(const std::string& flag, const char* value) {
 uint64_t parse_seed(const std::string& flag, const char* value) {
   char* end = nullptr;
   errno = 0;
-  const unsigned long long n = std::strtoull(value, &end, 10);
-  if (*value == '\0' || *value == '-' || *end != '\0' || errno != 0) {
+  const bool digits = all_digits(value);
+  const unsigned long long n = digits ? std::strtoull(value, &end, 10) : 0;
+  if (!digits || *end != '\0' || errno != 0) {
     usage_error(flag, std::string("expects a non-negative integer, got '") + value + "'");
   }
   return n;
@@ -70,8 +82,8 @@ std::vector<int64_t> parse_ids(const std::string& flag, const std::string& value
     const std::string item = value.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
     char* end = nullptr;
     errno = 0;
-    const long long n = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || errno != 0 || n < 0) {
+    const long long n = all_digits(item.c_str()) ? std::strtoll(item.c_str(), &end, 10) : -1;
+    if (n < 0 || *end != '\0' || errno != 0) {
       usage_error(flag, "expects comma-separated non-negative integers, got '" + value + "'");
     }
     out.push_back(n);
@@ -169,7 +181,8 @@ Text generation (the token loop with a tokenizer.json: text on stdout, figures o
   --max-new-tokens N     at most N new tokens (N >= 1; default 128, or what --seq_len leaves);
                          the same as --generate N
   --seq_len L            the prompt plus the new tokens at most L tokens
-  --temperature T        0 (default): greedy, the argmax; T > 0: sample from softmax(logits / T).
+  --temperature T        0 (default): greedy, the argmax; T in [1e-6, 1e6]: sample from
+                         softmax(logits / T) (the rule of the device sampler too).
                          With this project's backend the logits stay on the device and the token
                          is chosen there (et_cuda_sample): one host wait and 8 bytes per token
                            et_cuda_run m.pte --tokenizer t.json --prompt "Once" --temperature 0.8 --top-p 0.9 --seed 7
@@ -177,7 +190,8 @@ Text generation (the token loop with a tokenizer.json: text on stdout, figures o
                          probability reaches P, in (0, 1] (default 1: all)
   --seed S               the sampler's seed (default 0): the same seed gives the same text
   --sample-on-host       copy each row of logits to the host and choose there (same algorithm and
-                         draws as on the device; the default with another backend)
+                         draws as on the device; the default with another backend, and for a
+                         row longer than the device sampler takes: 2^22 logits)
   --stop STRING          stop when the text contains STRING (not printed); repeatable
                            --stop "User:" --stop $'\n\n'   (bash: $'..' for a newline)
   --model_path FILE      the same as MODEL.pte (the spellings of ExecuTorch's LLM runner)
@@ -272,8 +286,13 @@ Args parse_args(int argc, char** argv) {
   }
   if (a.have_prompt && a.tokenizer.empty()) usage_error("--prompt", "needs --tokenizer tokenizer.json to encode it");
   if (a.have_prompt && a.have_prompt_ids) usage_error("--prompt", "and --prompt-ids: give one prompt");
-  if (a.temperature < 0) usage_error("--temperature", "must be at least 0 (0: greedy)");
   if (!(a.top_p > 0 && a.top_p <= 1)) usage_error("--top-p", "must be in (0, 1]");
+  {
+    SamplingParams sp;
+    sp.temperature = a.temperature;  // the rule of the host and the device samplers (sampling.h)
+    const std::string bad = check_sampling(sp);
+    if (!bad.empty()) usage_error("--temperature", bad);
+  }
   if (!a.stop.empty() && a.tokenizer.empty()) usage_error("--stop", "needs --tokenizer (stop strings are text)");
   for (const std::string& s : a.stop) {
     if (s.empty()) usage_error("--stop", "an empty stop string would stop at once");

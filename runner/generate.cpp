@@ -68,10 +68,12 @@ DecoderSignature check_decoder(const MethodMeta& meta, const std::string& model,
 
 // The next token from the last row of output 0 (logits [.., T, V]). When the backend left
 // the logits on the device and can sample there (et_cuda_sample), the token is chosen on the
-// device and only its id comes back; otherwise only that row is read (copied from the device
-// when needed) and handed to the host sampler. Both draw the same numbers (see sampling.h).
+// device and only its id comes back, unless the host was asked for (--sample-on-host) or the
+// row is longer than the device sampler takes (said once on stderr); otherwise only that row
+// is read (copied from the device when needed) and handed to the host sampler. Both draw the
+// same numbers (see sampling.h).
 int64_t next_token(const std::vector<EValue>& outputs, const std::string& model, const std::string& method,
-                   int32_t device_index, Sampler& sampler, double& sampling_ms, bool& on_device) {
+                   int32_t device_index, bool host_asked, Sampler& sampler, double& sampling_ms, bool& on_device) {
   if (outputs.empty() || !outputs[0].isTensor()) fail(model, "--generate: '" + method + "' returned no logits tensor");
   const auto& t = outputs[0].toTensor();
   const DType* dtype = dtype_by_type(t.scalar_type());
@@ -88,7 +90,17 @@ int64_t next_token(const std::vector<EValue>& outputs, const std::string& model,
   const auto type = t.scalar_type();
   const bool kernel_dtype = type == ScalarType::Float || type == ScalarType::BFloat16 || type == ScalarType::Half;
   int64_t token = -1;
-  on_device = device && kernel_dtype && can_sample_on_device();
+  const SampleAt at =
+      sample_at(device, kernel_dtype, can_sample_on_device(), host_asked, static_cast<int64_t>(vocab));
+  static bool said_too_long = false;
+  if (at == SampleAt::HostTooLong && !said_too_long) {
+    std::fprintf(stderr,
+                 "et_cuda_run: note: a row of %zu logits is longer than the device sampler takes (%lld): sampling on the "
+                 "host\n",
+                 vocab, static_cast<long long>(kMaxDeviceVocab));
+    said_too_long = true;
+  }
+  on_device = at == SampleAt::Device;
   if (on_device) {
     const SamplingParams& p = sampler.params();
     const uint64_t step = sampler.greedy() ? 0 : sampler.take_step();
@@ -177,6 +189,9 @@ GeneratePlan plan_generate(Module& module, const Args& a, const Manifest* manife
   p.sampling.temperature = a.temperature;
   p.sampling.top_p = a.top_p;
   p.sampling.seed = a.seed;
+  p.sample_on_host = a.sample_on_host;
+  const std::string bad_sampling = check_sampling(p.sampling);
+  if (!bad_sampling.empty()) usage_error("--temperature/--top-p", bad_sampling);
   p.steps = a.generate;
   p.rounds = a.generate_rounds;
   p.prefill_method = !a.prefill_method.empty() ? a.prefill_method : spec.prefill_method;
@@ -271,7 +286,7 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
     std::vector<int64_t> ids = p.prompt, positions(p.prompt.size());
     for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
     tokens.push_back(next_token(step(module, model, p.prefill_method, prefill_pos, ids, positions), model,
-                                p.prefill_method, p.device, sampler, sampling_ms, on_device));
+                                p.prefill_method, p.device, p.sample_on_host, sampler, sampling_ms, on_device));
     const double first_token_ms = steady_ms();
     bool done = finished(tokens.back());
 
@@ -281,7 +296,7 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
     for (long i = 1; i < p.steps && !done; ++i) {
       std::vector<int64_t> id{tokens.back()}, pos{position++};
       tokens.push_back(next_token(step(module, model, p.decode_method, decode_pos, id, pos), model, p.decode_method,
-                                  p.device, sampler, sampling_ms, on_device));
+                                  p.device, p.sample_on_host, sampler, sampling_ms, on_device));
       done = finished(tokens.back());
     }
     const double end_ms = steady_ms();

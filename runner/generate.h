@@ -28,6 +28,7 @@ struct GeneratePlan {
   int64_t max_seq_len = 0;
   SamplingParams sampling;  // greedy unless --temperature > 0
   int32_t device = 0;       // the methods' CUDA device (--option device_index), where the logits are
+  bool sample_on_host = false;  // --sample-on-host: logits on the device are copied and sampled on the host
   // Text mode (--tokenizer): the new tokens are printed as text on stdout,
   // the figures go to stderr, and the loop stops at an end-of-sequence id or
   // a stop string.

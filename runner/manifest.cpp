@@ -80,6 +80,14 @@ TensorSpec parse_tensor(const Json& j, const std::string& file, const std::strin
   for (const Json& s : member(j, "sizes", Json::value_t::array, file, where)) {
     t.sizes.push_back(static_cast<SizesType>(integer(s, 0, INT32_MAX, file, where + ": sizes")));
   }
+  // Each size fits an int32; their product, and its bytes, must fit a size_t.
+  size_t bytes = t.dtype->size;
+  for (SizesType s : t.sizes) {
+    if (__builtin_mul_overflow(bytes, static_cast<size_t>(s), &bytes)) {
+      fail(file, where + ": sizes " + shape_str(t.sizes) + " of " + t.dtype->name +
+                     " hold more bytes than a 64-bit count holds");
+    }
+  }
   t.file = join(dir, string_member(j, "file", file, where));
   return t;
 }

@@ -30,9 +30,13 @@ struct TensorSpec {
   std::string file;  // resolved path
   std::vector<uint8_t> bytes;
 
+  // The number of elements; SIZE_MAX when the product overflows (parse_manifest refuses
+  // such sizes, so a parsed spec never gets there).
   size_t numel() const {
     size_t n = 1;
-    for (SizesType s : sizes) n *= static_cast<size_t>(s);
+    for (SizesType s : sizes) {
+      if (s < 0 || __builtin_mul_overflow(n, static_cast<size_t>(s), &n)) return SIZE_MAX;
+    }
     return n;
   }
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -89,6 +90,26 @@ int64_t argmax_row(const uint8_t* row, size_t n, RowType type) {
   return -1;
 }
 
+std::string check_sampling(const SamplingParams& p) {
+  char buf[160];
+  const double t = p.temperature;
+  if (t != 0 && !(std::isfinite(t) && t >= kMinTemperature && t <= kMaxTemperature)) {
+    std::snprintf(buf, sizeof(buf), "temperature %g is outside the rule: 0 (greedy), or finite within [%g, %g]", t,
+                  kMinTemperature, kMaxTemperature);
+    return buf;
+  }
+  if (!(p.top_p > 0 && p.top_p <= 1)) {
+    std::snprintf(buf, sizeof(buf), "top_p %g is outside (0, 1]", p.top_p);
+    return buf;
+  }
+  return "";
+}
+
+SampleAt sample_at(bool row_on_device, bool kernel_dtype, bool device_sampler, bool host_asked, int64_t vocab) {
+  if (!row_on_device || !kernel_dtype || !device_sampler || host_asked) return SampleAt::Host;
+  return vocab > kMaxDeviceVocab ? SampleAt::HostTooLong : SampleAt::Device;
+}
+
 Sampler::Sampler(const SamplingParams& p) : params_(p) {}
 
 namespace {
@@ -144,6 +165,8 @@ Sampler::Threshold Sampler::threshold(uint64_t target) {
 
 int64_t Sampler::pick(const std::vector<double>& logits) {
   if (greedy()) return argmax(logits);
+  // Outside the rule 1/T is not a finite float (NaN weights, a NaN cast to an integer).
+  if (!check_sampling(params_).empty()) return -1;
   const float inf = std::numeric_limits<float>::infinity();
   const double u = draw(params_.seed, take_step());
   float top = -inf;

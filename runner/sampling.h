@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace et_cuda_run {
@@ -21,10 +22,31 @@ namespace et_cuda_run {
 double draw(uint64_t seed, uint64_t step);
 
 struct SamplingParams {
-  double temperature = 0;  // 0: greedy; > 0: sample
+  double temperature = 0;  // 0: greedy; in [kMinTemperature, kMaxTemperature]: sample
   double top_p = 1;        // in (0, 1]: sample among the most likely tokens whose mass reaches top_p
   uint64_t seed = 0;
 };
+
+// The temperature rule, the same as the library's device sampler (et_cuda_sample): 0 is
+// greedy; any other temperature must be finite and within [1e-6, 1e6]. (Past these bounds
+// 1/T overflows or underflows a float: the host sampler's weights became NaN below about
+// 3e-39 and uniform above about 1e45, where the device sampler turned greedy.)
+constexpr double kMinTemperature = 1e-6;
+constexpr double kMaxTemperature = 1e6;
+// The largest row the device sampler takes (et_cuda_sample: 1 <= vocab <= 2^22); a longer
+// row is sampled on the host.
+constexpr int64_t kMaxDeviceVocab = int64_t{1} << 22;
+
+// Where a row of logits is sampled. On the device (et_cuda_sample) only when the row is
+// device memory of a dtype the kernel reads (float32, bfloat16, float16), the backend has
+// the device sampler, the host was not asked for (--sample-on-host), and the row fits the
+// device sampler (at most kMaxDeviceVocab); HostTooLong is the host because of the length.
+enum class SampleAt { Device, Host, HostTooLong };
+SampleAt sample_at(bool row_on_device, bool kernel_dtype, bool device_sampler, bool host_asked, int64_t vocab);
+
+// "" when `p` follows the rules (the temperature rule above, top_p in (0, 1]), else a
+// one-line message naming the value and the range.
+std::string check_sampling(const SamplingParams& p);
 
 class Sampler {
  public:
@@ -37,7 +59,7 @@ class Sampler {
   // The next token of `logits` (one row of V values). Greedy: the first
   // maximum, NaN counting as the largest. Sampled: see the top of this file;
   // NaN and -inf never chosen. Returns -1 when there is nothing to sample
-  // (every entry NaN or -inf).
+  // (every entry NaN or -inf), or when the parameters break check_sampling.
   int64_t pick(const std::vector<double>& logits);
 
  private:

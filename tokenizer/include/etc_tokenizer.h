@@ -8,11 +8,49 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// A streaming decoder (opaque). It keeps its tokenizer alive: the two may be
-// freed in any order. Free with `etc_tok_stream_free`.
+// Load limit: the largest tokenizer.json, in bytes (128 MiB).
+#define ETC_TOK_MAX_FILE_BYTES (128 << 20)
+
+// Load limit: the most ids, added tokens included (`model.vocab` entries plus `added_tokens`).
+#define ETC_TOK_MAX_VOCAB (1 << 22)
+
+// Load limit: the most entries of `added_tokens`.
+#define ETC_TOK_MAX_ADDED_TOKENS (1 << 16)
+
+// Load limit: the longest token (vocabulary, added tokens, `padding.pad_token`), in bytes.
+#define ETC_TOK_MAX_TOKEN_BYTES 1024
+
+// Load limit: the largest `padding.strategy.Fixed`, `padding.pad_to_multiple_of` and
+// `truncation.max_length`; `truncation.stride` is at most half of `max_length`, and
+// `max_length` must exceed the ids the post-processor adds.
+#define ETC_TOK_MAX_SEQUENCE (1 << 17)
+
+// Load limit: the worst-case growth of the text through the normalizer and the
+// pre-tokenizer together, and through the decoder: at most this factor, and at most this
+// many bytes added to each piece (each `Replace` content, `Prepend`, precompiled charsmap
+// replacement and Metaspace replacement counts; runner/README.md, "Tokenizer limits").
+#define ETC_TOK_MAX_GROWTH 1024
+
+// Load limit: the most ids the post-processor adds to one sequence (its single template
+// may hold the sequence at most 4 times).
+#define ETC_TOK_MAX_TEMPLATE_IDS 1024
+
+// Encode bound: an encode whose worst case of ids (the text's bytes through the growth
+// bound, truncation's overflow pieces, the post-processor, the padding) passes this is
+// refused with `ETC_TOK_ENCODE` before any work.
+#define ETC_TOK_MAX_ENCODE_IDS (1 << 22)
+
+// Decode bound: a decode whose worst case of text (ids times the longest token through
+// the decoder's growth bound) passes this many bytes is refused with `ETC_TOK_DECODE`.
+#define ETC_TOK_MAX_DECODE_BYTES (1 << 26)
+
+// A streaming decoder (opaque, a handle like `EtcTokenizer`). It keeps its
+// tokenizer alive: the two may be freed in any order. Free with
+// `etc_tok_stream_free`.
 typedef struct EtcTokStream EtcTokStream;
 
-// A loaded tokenizer (opaque). Free with `etc_tok_free`.
+// A loaded tokenizer (opaque; a key into the table of live handles, never
+// dereferenced). Free with `etc_tok_free`.
 typedef struct EtcTokenizer EtcTokenizer;
 
 // A status code: `ETC_TOK_OK` or one of the errors below.
@@ -48,7 +86,8 @@ extern "C" {
 
 // Loads a `tokenizer.json` from `path` into `*out`.
 //
-// Errors: `ETC_TOK_IO` (cannot read), `ETC_TOK_MALFORMED` (not a tokenizer),
+// Errors: `ETC_TOK_IO` (cannot read), `ETC_TOK_MALFORMED` (not a tokenizer,
+// or past a load limit `ETC_TOK_MAX_*`: the message names the field),
 // `ETC_TOK_INVALID_ARGUMENT` (null pointers, a path that is not UTF-8).
 //
 // # Safety
@@ -56,21 +95,23 @@ extern "C" {
 // null or points to `err_len` writable bytes.
 EtcTokStatus etc_tok_load(const char *path, struct EtcTokenizer **out, char *err, size_t err_len);
 
-// Frees a tokenizer from `etc_tok_load`; null is ignored. Streams made from
-// it stay valid.
-//
-// # Safety
-// `tok` is null or from `etc_tok_load`, not freed before.
-void etc_tok_free(struct EtcTokenizer *tok);
+// Frees a tokenizer from `etc_tok_load`; null is ignored (`ETC_TOK_OK`).
+// Streams made from it stay valid. A handle freed already, or not a
+// tokenizer, is `ETC_TOK_INVALID_ARGUMENT` (nothing is touched).
+EtcTokStatus etc_tok_free(struct EtcTokenizer *tok);
 
 // Encodes `text[..text_len]` (UTF-8, need not be NUL-terminated) into
 // `ids[..cap]`; `*out_len` = the number of ids. `add_special` adds what the
 // tokenizer's post-processor adds (BERT's `[CLS]`/`[SEP]`, Llama's `<s>`).
+// No ids (an empty text) is `ETC_TOK_OK` with `*out_len` = 0, whatever the
+// buffer. `ETC_TOK_ENCODE` before any work when the worst case of the ids
+// passes `ETC_TOK_MAX_ENCODE_IDS` (a text too long for this tokenizer.json).
 //
 // # Safety
-// `tok` is from `etc_tok_load`; `text` points to `text_len` readable bytes
-// (may be null when `text_len` is 0); `ids` is null or points to `cap`
-// writable ids; `out_len` is valid for a write; `err` as in `etc_tok_load`.
+// `tok` is any value (a handle that is not live is an error); `text` points
+// to `text_len` readable bytes (may be null when `text_len` is 0); `ids` is
+// null or points to `cap` writable ids; `out_len` is valid for a write;
+// `err` as in `etc_tok_load`.
 EtcTokStatus etc_tok_encode(const struct EtcTokenizer *tok,
                             const char *text,
                             size_t text_len,
@@ -84,12 +125,13 @@ EtcTokStatus etc_tok_encode(const struct EtcTokenizer *tok,
 // Decodes `ids[..n]` into `text[..cap]` (UTF-8, NUL-terminated); `*out_len`
 // = the text's length in bytes without the NUL (the buffer needs one more).
 // `skip_special` leaves special tokens out. Ids outside the vocabulary are
-// skipped.
+// skipped. `ETC_TOK_DECODE` before any work when the worst case of the text
+// passes `ETC_TOK_MAX_DECODE_BYTES`.
 //
 // # Safety
-// `tok` is from `etc_tok_load`; `ids` points to `n` ids (may be null when
-// `n` is 0); `text` is null or points to `cap` writable bytes; `out_len` is
-// valid for a write; `err` as in `etc_tok_load`.
+// `tok` is any value (a handle that is not live is an error); `ids` points
+// to `n` ids (may be null when `n` is 0); `text` is null or points to `cap`
+// writable bytes; `out_len` is valid for a write; `err` as in `etc_tok_load`.
 EtcTokStatus etc_tok_decode(const struct EtcTokenizer *tok,
                             const uint32_t *ids,
                             size_t n,
@@ -106,8 +148,9 @@ EtcTokStatus etc_tok_decode(const struct EtcTokenizer *tok,
 // `<end_of_turn>`, `<|end_of_text|>`, `<|eot_id|>`, `<|eom_id|>` or `<|end|>`.
 //
 // # Safety
-// `tok` is from `etc_tok_load`; `ids` is null or points to `cap` writable
-// ids; `out_len` is valid for a write; `err` as in `etc_tok_load`.
+// `tok` is any value (a handle that is not live is an error); `ids` is null
+// or points to `cap` writable ids; `out_len` is valid for a write; `err` as
+// in `etc_tok_load`.
 EtcTokStatus etc_tok_eos_ids(const struct EtcTokenizer *tok,
                              uint32_t *ids,
                              size_t cap,
@@ -115,10 +158,8 @@ EtcTokStatus etc_tok_eos_ids(const struct EtcTokenizer *tok,
                              char *err,
                              size_t err_len);
 
-// The number of ids, added tokens included (0 for a null `tok`).
-//
-// # Safety
-// `tok` is null or from `etc_tok_load`.
+// The number of ids, added tokens included (0 for a handle that is not a
+// live tokenizer, null included).
 size_t etc_tok_vocab_size(const struct EtcTokenizer *tok);
 
 // A streaming decoder on `tok` into `*out`: feed it the generated ids one at
@@ -127,8 +168,8 @@ size_t etc_tok_vocab_size(const struct EtcTokenizer *tok);
 // together equal `etc_tok_decode` of all the ids (see README: the exception).
 //
 // # Safety
-// `tok` is from `etc_tok_load`; `out` is valid for a write; `err` as in
-// `etc_tok_load`.
+// `tok` is any value (a handle that is not live is an error); `out` is valid
+// for a write; `err` as in `etc_tok_load`.
 EtcTokStatus etc_tok_stream_new(const struct EtcTokenizer *tok,
                                 bool skip_special,
                                 struct EtcTokStream **out,
@@ -140,9 +181,10 @@ EtcTokStatus etc_tok_stream_new(const struct EtcTokenizer *tok,
 // call or `etc_tok_stream_free`.
 //
 // # Safety
-// `stream` is from `etc_tok_stream_new`, not used by another thread at the
-// same time; `text` and `out_len` are valid for writes; `err` as in
-// `etc_tok_load`.
+// `stream` is any value (a handle that is not live is an error; calls on
+// one stream from several threads are serialized, but `*text` is only
+// valid until the stream's next call); `text` and `out_len` are valid for
+// writes; `err` as in `etc_tok_load`.
 EtcTokStatus etc_tok_stream_push(struct EtcTokStream *stream,
                                  uint32_t id,
                                  const char **text,
@@ -161,11 +203,9 @@ EtcTokStatus etc_tok_stream_finish(struct EtcTokStream *stream,
                                    char *err,
                                    size_t err_len);
 
-// Frees a stream; null is ignored.
-//
-// # Safety
-// `stream` is null or from `etc_tok_stream_new`, not freed before.
-void etc_tok_stream_free(struct EtcTokStream *stream);
+// Frees a stream; null is ignored (`ETC_TOK_OK`). A handle freed already,
+// or not a stream, is `ETC_TOK_INVALID_ARGUMENT` (nothing is touched).
+EtcTokStatus etc_tok_stream_free(struct EtcTokStream *stream);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -16,9 +16,22 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod ffi;
+#[doc(hidden)]
+pub mod fuzz;
+pub mod limits;
 
+use std::any::Any;
 use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
+
+/// The text of a caught panic.
+pub(crate) fn panic_text(p: &(dyn Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic payload".into())
+}
 
 /// An added token of `tokenizer.json` marked `"special": true` is an
 /// end-of-sequence token when its text is one of these. The list covers the
@@ -83,6 +96,9 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     eos: Vec<u32>,
+    bounds: limits::Bounds,
+    // The longest token, in bytes (for the decode bound).
+    longest: usize,
 }
 
 impl fmt::Debug for Tokenizer {
@@ -96,23 +112,44 @@ impl fmt::Debug for Tokenizer {
 
 impl Tokenizer {
     /// Reads a `tokenizer.json`. A missing file is [`Error::Io`]; a file that
-    /// is not a tokenizer (bad JSON, unknown model type, missing fields) is
-    /// [`Error::Malformed`].
+    /// is not a tokenizer (bad JSON, unknown model type, missing fields) or
+    /// breaks a limit of [`limits`] is [`Error::Malformed`].
     pub fn load(path: impl AsRef<Path>) -> Result<Tokenizer> {
-        let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| Error::Io(format!("cannot read: {e}")))?;
+        use std::io::Read;
+        let file = std::fs::File::open(path.as_ref())
+            .map_err(|e| Error::Io(format!("cannot read: {e}")))?;
+        // One byte past the limit tells a file that is too large, without reading it all.
+        let mut bytes = Vec::new();
+        file.take(limits::MAX_FILE_BYTES as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::Io(format!("cannot read: {e}")))?;
         Tokenizer::from_bytes(&bytes)
     }
 
-    /// Parses the contents of a `tokenizer.json`.
+    /// Parses the contents of a `tokenizer.json` (checked against
+    /// [`limits`] before anything is built from it).
     pub fn from_bytes(bytes: &[u8]) -> Result<Tokenizer> {
         if bytes.is_empty() {
             return Err(Error::Malformed(
                 "not a tokenizer.json: the file is empty".into(),
             ));
         }
-        let inner = tokenizers::Tokenizer::from_bytes(bytes)
-            .map_err(|e| Error::Malformed(format!("not a tokenizer.json: {e}")))?;
+        let bounds = limits::check_file(bytes)?;
+        // The tokenizers crate panics on some malformed parts (a SentencePiece
+        // charsmap it cannot parse): that is a malformed file too.
+        let inner = catch_unwind(AssertUnwindSafe(|| {
+            tokenizers::Tokenizer::from_bytes(bytes)
+        }))
+        .map_err(|p| Error::Malformed(format!("not a tokenizer.json: {}", panic_text(&*p))))?
+        .map_err(|e| Error::Malformed(format!("not a tokenizer.json: {e}")))?;
+        let vocab = inner.get_vocab_size(true);
+        if vocab > limits::MAX_VOCAB {
+            return Err(Error::Malformed(format!(
+                "tokenizer.json refused: the vocabulary: {vocab} ids, at most {}",
+                limits::MAX_VOCAB
+            )));
+        }
+        let longest = longest_token(&inner)?;
         let mut eos: Vec<u32> = inner
             .get_added_tokens_decoder()
             .iter()
@@ -120,24 +157,54 @@ impl Tokenizer {
             .map(|(id, _)| *id)
             .collect();
         eos.sort_unstable();
-        Ok(Tokenizer { inner, eos })
+        Ok(Tokenizer {
+            inner,
+            eos,
+            bounds,
+            longest,
+        })
     }
 
     /// The ids of `text`; `add_special` adds what the post-processor adds
-    /// (for example BERT's `[CLS]`/`[SEP]`, Llama's `<s>`).
+    /// (for example BERT's `[CLS]`/`[SEP]`, Llama's `<s>`). Refused, before
+    /// any work, when the worst case of the ids passes
+    /// [`limits::MAX_ENCODE_IDS`].
     pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
-        let enc = self
-            .inner
-            .encode(text, add_special)
+        let worst = self.bounds.encode_ids(
+            text.len(),
+            add_special,
+            self.inner.get_padding(),
+            self.inner.get_truncation(),
+        );
+        if worst > limits::MAX_ENCODE_IDS as u64 {
+            return Err(Error::Encode(format!(
+                "cannot encode: a text of {} bytes may make up to {worst} ids with this tokenizer.json, more than the limit of {} (encode a shorter text)",
+                text.len(),
+                limits::MAX_ENCODE_IDS
+            )));
+        }
+        // The tokenizers crate panics on some files that load (an empty match of a
+        // Replace regex before a ByteLevel pre-tokenizer): an error, not a panic.
+        let enc = catch_unwind(AssertUnwindSafe(|| self.inner.encode(text, add_special)))
+            .map_err(|p| Error::Encode(format!("cannot encode: {}", panic_text(&*p))))?
             .map_err(|e| Error::Encode(format!("cannot encode: {e}")))?;
         Ok(enc.get_ids().to_vec())
     }
 
     /// The text of `ids`; `skip_special` leaves special tokens out. Ids the
-    /// vocabulary does not have are skipped.
+    /// vocabulary does not have are skipped. Refused, before any work, when
+    /// the worst case of the text passes [`limits::MAX_DECODE_BYTES`].
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
-        self.inner
-            .decode(ids, skip_special)
+        let worst = self.bounds.decode_bytes(ids.len(), self.longest);
+        if worst > limits::MAX_DECODE_BYTES as u64 {
+            return Err(Error::Decode(format!(
+                "cannot decode: {} ids may make up to {worst} bytes of text with this tokenizer.json, more than the limit of {} (decode fewer ids)",
+                ids.len(),
+                limits::MAX_DECODE_BYTES
+            )));
+        }
+        catch_unwind(AssertUnwindSafe(|| self.inner.decode(ids, skip_special)))
+            .map_err(|p| Error::Decode(format!("cannot decode: {}", panic_text(&*p))))?
             .map_err(|e| Error::Decode(format!("cannot decode: {e}")))
     }
 
@@ -155,6 +222,24 @@ impl Tokenizer {
     /// The id of a token's text (base vocabulary or added token).
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
+    }
+}
+
+/// The longest token of the vocabulary (added tokens included) in bytes,
+/// refused past [`limits::MAX_TOKEN_BYTES`].
+fn longest_token(inner: &tokenizers::Tokenizer) -> Result<usize> {
+    let longest = inner
+        .get_vocab(true)
+        .into_iter()
+        .max_by_key(|(t, _)| t.len());
+    match longest {
+        Some((t, id)) if t.len() > limits::MAX_TOKEN_BYTES => Err(Error::Malformed(format!(
+            "tokenizer.json refused: the vocabulary: token {id} has {} bytes, at most {}",
+            t.len(),
+            limits::MAX_TOKEN_BYTES
+        ))),
+        Some((t, _)) => Ok(t.len()),
+        None => Ok(0),
     }
 }
 

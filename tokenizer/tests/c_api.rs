@@ -247,11 +247,8 @@ fn encode_decode_and_the_buffer_protocol() {
     // An empty text is no error: zero ids.
     let (st, ids, _) = encode(tok, b"");
     assert_eq!((st, ids.len()), (ETC_TOK_OK, 0));
-    // SAFETY: from etc_tok_load; null is ignored.
-    unsafe {
-        etc_tok_free(tok);
-        etc_tok_free(null_mut());
-    }
+    assert_eq!(etc_tok_free(tok), ETC_TOK_OK);
+    assert_eq!(etc_tok_free(null_mut()), ETC_TOK_OK);
 }
 
 #[test]
@@ -274,8 +271,8 @@ fn eos_ids_and_a_stream_that_outlives_its_tokenizer() {
         unsafe { etc_tok_stream_new(tok, true, &mut stream, null_mut(), 0) },
         ETC_TOK_OK
     );
-    // SAFETY: the stream keeps the tokenizer alive.
-    unsafe { etc_tok_free(tok) };
+    // The stream keeps the tokenizer alive.
+    assert_eq!(etc_tok_free(tok), ETC_TOK_OK);
     let mut out = String::new();
     for &id in &ids {
         let mut text: *const c_char = null();
@@ -309,7 +306,96 @@ fn eos_ids_and_a_stream_that_outlives_its_tokenizer() {
             etc_tok_stream_push(null_mut(), 1, &mut text, &mut len, null_mut(), 0),
             ETC_TOK_INVALID_ARGUMENT
         );
-        etc_tok_stream_free(stream);
-        etc_tok_stream_free(null_mut());
     }
+    assert_eq!(etc_tok_stream_free(stream), ETC_TOK_OK);
+    assert_eq!(etc_tok_stream_free(null_mut()), ETC_TOK_OK);
+}
+
+/// Calls `etc_tok_encode` as C++ does with an empty `std::vector`: a null
+/// buffer of capacity 0, on both calls of the size protocol.
+fn encode_into_null(tok: *const EtcTokenizer, text: &[u8]) -> (EtcTokStatus, usize, String) {
+    let mut err = Err::new();
+    let mut n = usize::MAX;
+    // SAFETY: text is readable; a null id buffer of capacity 0.
+    let st = unsafe {
+        etc_tok_encode(
+            tok,
+            text.as_ptr().cast(),
+            text.len(),
+            false,
+            null_mut(),
+            0,
+            &mut n,
+            err.0.as_mut_ptr(),
+            256,
+        )
+    };
+    (st, n, err.text())
+}
+
+#[test]
+fn an_empty_encoding_needs_no_buffer() {
+    let tok = load("bpe.json");
+    // Before the fix this was BUFFER_TOO_SMALL with *out_len = 0, however
+    // often it was called: "the output needs room for 0 elements".
+    assert_eq!(encode_into_null(tok, b""), (ETC_TOK_OK, 0, String::new()));
+    // A text with ids still asks for room.
+    let (st, n, msg) = encode_into_null(tok, b"hello");
+    assert_eq!(st, ETC_TOK_BUFFER_TOO_SMALL, "{msg}");
+    assert!(n > 0);
+    // No end-of-sequence ids (bpe.json has <|endoftext|>; wordpiece.json has none).
+    let wp = load("wordpiece.json");
+    let mut m = usize::MAX;
+    // SAFETY: a null id buffer of capacity 0.
+    let st = unsafe { etc_tok_eos_ids(wp, null_mut(), 0, &mut m, null_mut(), 0) };
+    assert_eq!((st, m), (ETC_TOK_OK, 0));
+    assert_eq!(etc_tok_free(tok), ETC_TOK_OK);
+    assert_eq!(etc_tok_free(wp), ETC_TOK_OK);
+}
+
+#[test]
+fn freed_and_made_up_handles_are_errors_not_crashes() {
+    let tok = load("bpe.json");
+    let mut stream = null_mut();
+    // SAFETY: a live tokenizer and an out pointer.
+    let st = unsafe { etc_tok_stream_new(tok, true, &mut stream, null_mut(), 0) };
+    assert_eq!(st, ETC_TOK_OK);
+    // The wrong kind of handle is refused and frees nothing.
+    assert_eq!(etc_tok_free(stream.cast()), ETC_TOK_INVALID_ARGUMENT);
+    assert_eq!(etc_tok_stream_free(tok.cast()), ETC_TOK_INVALID_ARGUMENT);
+    let (st, _, msg) = encode(stream.cast(), b"x");
+    assert_eq!(st, ETC_TOK_INVALID_ARGUMENT);
+    assert!(msg.contains("stream handle, not a tokenizer"), "{msg}");
+
+    assert_eq!(etc_tok_free(tok), ETC_TOK_OK);
+    // Double free: a clean error (was a SIGSEGV / heap corruption).
+    assert_eq!(etc_tok_free(tok), ETC_TOK_INVALID_ARGUMENT);
+    // Use after free.
+    let (st, _, msg) = encode(tok, b"x");
+    assert_eq!(st, ETC_TOK_INVALID_ARGUMENT);
+    assert!(msg.contains("is not a live handle"), "{msg}");
+    assert_eq!(etc_tok_vocab_size(tok), 0);
+    let mut s2 = null_mut();
+    // SAFETY: a dead handle is looked up, not dereferenced.
+    let st = unsafe { etc_tok_stream_new(tok, true, &mut s2, null_mut(), 0) };
+    assert_eq!(st, ETC_TOK_INVALID_ARGUMENT);
+    // The stream still works (it keeps the tokenizer alive), then goes.
+    let mut text: *const c_char = null();
+    let mut len = 0usize;
+    // SAFETY: a live stream, valid out pointers.
+    let st = unsafe { etc_tok_stream_push(stream, 31, &mut text, &mut len, null_mut(), 0) };
+    assert_eq!(st, ETC_TOK_OK);
+    assert_eq!(etc_tok_stream_free(stream), ETC_TOK_OK);
+    assert_eq!(etc_tok_stream_free(stream), ETC_TOK_INVALID_ARGUMENT);
+    // SAFETY: as above.
+    let st = unsafe { etc_tok_stream_push(stream, 31, &mut text, &mut len, null_mut(), 0) };
+    assert_eq!(st, ETC_TOK_INVALID_ARGUMENT);
+    // A made-up pointer is never dereferenced.
+    let fake = 0xdead_beef_usize as *mut EtcTokenizer;
+    assert_eq!(etc_tok_free(fake), ETC_TOK_INVALID_ARGUMENT);
+    assert_eq!(encode(fake, b"x").0, ETC_TOK_INVALID_ARGUMENT);
+    // A new tokenizer never gets a freed handle back.
+    let again = load("bpe.json");
+    assert_ne!(again, tok);
+    assert_eq!(etc_tok_free(again), ETC_TOK_OK);
 }
