@@ -19,8 +19,6 @@
 //! AOTITorchError aoti_torch_cuda_et_decode_attention_len(AtenTensorHandle q,
 //!     AtenTensorHandle k_cache, AtenTensorHandle v_cache, int64_t valid_len, double scale,
 //!     AtenTensorHandle* ret0);
-//! ```
-//!
 //! // et_cuda::et_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor pos,
 //! //                        float scale, int window) -> Tensor   ([B, Lq, Hq, D] in memory)
 //! AOTITorchError aoti_torch_cuda_et_attention(AtenTensorHandle q,
@@ -33,15 +31,11 @@
 //!     int64_t norm_mode, double eps, double norm_offset, int64_t act, AtenTensorHandle* ret0);
 //! ```
 //!
-//! (Optional tensors come as a pointer to a handle, null for `None`.)
-//!
-//! ```c
-//! // (the GEMV and attention ops above, unchanged)
-//! ```
+//! Optional tensors (`Tensor?`) come as a pointer to a handle, null for `None`.
 //!
 //! Each returns a new tensor the caller owns, computed on the device's current
 //! stream without a host wait. The work and the argument rules are in
-//! `crate::kernels::gemv` and `crate::kernels::attention`.
+//! `crate::kernels::gemv`, `crate::kernels::linear` and `crate::kernels::attention`.
 
 use super::{give, named, optional, AOTITorchError, AtenTensorHandle};
 use crate::error::invalid;
