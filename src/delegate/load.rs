@@ -84,7 +84,7 @@ impl CudaHandle {
         // The CUDA check comes before dlopen: without a driver the .so cannot run, and
         // opening it may need a newer C library than a CPU-only machine has.
         let device = cuda::device(cfg.device)?;
-// A library the program's ops need (cuBLASLt) is missing: fail now, naming it. The CUDA
+        // A library the program's ops need (cuBLASLt) is missing: fail now, naming it. The CUDA
         // runtime is loaded first where it can be (cuBLASLt is also looked for in its folder;
         // when it cannot, `open` below reports why).
         if !elf.companion_imports.is_empty() {
