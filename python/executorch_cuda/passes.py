@@ -70,11 +70,24 @@ def _transposed_weight(n):
     return None
 
 
+def _unchanging(ep, n):
+    """A weight no step of the program writes: a parameter, a constant, or a buffer the graph
+    does not mutate. The fused linear reads its weight before the kernel before it has ended
+    (a programmatic dependent launch), so a weight written by the program must not get there."""
+    if not _is_weight(ep, n):
+        return False
+    if ep is None or n.op != "placeholder":
+        return True
+    sig = ep.graph_signature
+    buf = sig.inputs_to_buffers.get(n.name)
+    return buf is None or buf not in set(sig.buffers_to_mutate.values())
+
+
 def _gemv_ok(ep, x, w, max_m=None):
     """A bf16/fp16 linear over a 2-d weight of the program (``max_m`` is ignored: kept so
     that old callers still work; the op handles every M)."""
     xv, wv = _val(x), _val(w)
-    if xv is None or wv is None or not _is_weight(ep, w):
+    if xv is None or wv is None or not _unchanging(ep, w):
         return False
     return wv.dim() == 2 and wv.dtype in _LOW and xv.dtype == wv.dtype and xv.dim() >= 1
 
@@ -175,7 +188,7 @@ def _linear_node(g, ep, n, max_m):
             return None
     else:
         return None
-    if w is None or not _gemv_ok(ep, x, w, max_m) or (b is not None and not _is_weight(ep, b)):
+    if w is None or not _gemv_ok(ep, x, w, max_m) or (b is not None and not _unchanging(ep, b)):
         return None
     with g.inserting_before(n):
         return g.call_function(lin, (x, w, b, None, None, 0, 0.0, 0.0, 0))

@@ -186,6 +186,25 @@ class Companion(unittest.TestCase):
         report = executorch_cuda.rewrite(ep32.graph_module, ep32, positions="cache_position")
         self.assertEqual((report["linear"], report["attention"]), (0, 0), report)
 
+    def test_a_weight_the_program_writes_stays_with_the_lowering(self):
+        import executorch_cuda
+
+        class Adapted(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("w", torch.randn(32, 64).to(torch.bfloat16))
+                self.fixed = torch.nn.Linear(64, 32, bias=False).to(torch.bfloat16)
+
+            def forward(self, x, delta):
+                self.w.add_(delta)  # the weight changes every step
+                return F.linear(x, self.w) + self.fixed(x)
+
+        m = Adapted()
+        x, d = torch.randn(1, 64).to(torch.bfloat16), torch.randn(32, 64).to(torch.bfloat16)
+        ep = torch.export.export(m, (x, d), strict=False)
+        report = executorch_cuda.rewrite(ep.graph_module, ep, attention=False)
+        self.assertEqual(report["linear"], 1, report)  # the parameter's linear only
+
     def test_linear_reference_op_matches_its_formula(self):
         import executorch_cuda  # noqa: F401
 
