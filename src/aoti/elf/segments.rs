@@ -33,8 +33,7 @@ pub(super) fn read_program_headers(b: &[u8], table: &PhTable) -> Result<ProgramH
     let mut loads: Vec<Seg> = Vec::new();
     // Segments the loader or the unwinder read through their addresses.
     let mut located: Vec<(u32, String, Seg)> = Vec::new();
-    let mut dynamic: Option<Seg> = None;
-    let mut relro = false;
+    let (mut dynamic, mut relro): (Option<Seg>, bool) = (None, false);
     for i in 0..phnum {
         let h = (phoff + i * phentsize) as usize;
         let p_type = u32_at(b, h)?;
