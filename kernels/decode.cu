@@ -165,122 +165,6 @@ template <> struct Mma<__half> {
   }
 };
 
-// NW warps per block, RT tiles of 8 W rows per block, U chunks of 32 k per
-// load batch (halved with X16, which loads twice the x), X16: 16 rows of x per
-// block row (else 8).
-template <typename T, int NW, int RT, int U0, bool X16>
-__device__ __forceinline__ void gemv_mma(const T* __restrict__ x, long long sx,
-                                         const T* __restrict__ w, long long sw,
-                                         const T* __restrict__ bias, T* __restrict__ y,
-                                         int M, int N, int K) {
-  constexpr int MROWS = X16 ? 16 : 8;
-  constexpr int U = X16 && U0 > 2 ? U0 / 2 : U0;
-  __shared__ float red[NW][RT][MROWS][8];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, c = lane & 3;
-  // 64-bit where N or K near 2^31 would overflow.
-  const long long n0 = (long long)blockIdx.x * (8 * RT);
-  const int m0 = blockIdx.y * MROWS;
-  const int mcount = min(MROWS, M - m0);
-  const int chunks = (int)(((long long)K + 31) >> 5);
-  const int per = (chunks + NW - 1) / NW;
-  const int jb = min(chunks, warp * per), je = min(chunks, jb + per);
-
-  // Per-lane bases (bytes): W row n0 + 8t + g and x rows m0 + g (+ 8), at k = 8c.
-  const char* wp[RT];
-  bool wok[RT];
-#pragma unroll
-  for (int t = 0; t < RT; ++t) {
-    const long long n = n0 + 8 * t + g;
-    wok[t] = n < N;
-    wp[t] = reinterpret_cast<const char*>(w + (wok[t] ? n : 0) * sw) + c * 16;
-  }
-  const bool aok = g < mcount, bok = X16 && g + 8 < mcount;
-  const char* ap = reinterpret_cast<const char*>(x + (long long)(m0 + (aok ? g : 0)) * sx) + c * 16;
-  const char* bp = reinterpret_cast<const char*>(x + (long long)(m0 + (bok ? g + 8 : 0)) * sx) + c * 16;
-
-  // With one tile, two accumulator sets (even and odd chunks) halve the chain of
-  // dependent mma; with more, the tiles' chains are independent already.
-  constexpr int NACC = RT == 1 ? 2 : 1;
-  float acc[NACC][RT][4];
-#pragma unroll
-  for (int e = 0; e < NACC; ++e)
-#pragma unroll
-    for (int t = 0; t < RT; ++t)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[e][t][i] = 0.f;
-
-  // `never` is 0 (K >= 0) but unknown to the compiler; see below.
-  const uint32_t never = (uint32_t)(K >> 31);
-  // Chunks this lane may read: below je, and 8c inside K.
-  const int jlim = min(je, (int)(((long long)K - c * 8 + 31) >> 5));
-  for (int j = jb; j < je; j += U) {
-    const int nvalid = jlim - j;  // chunks j + u with u < nvalid are read
-    const long long off = (long long)j * 64;
-    uint4 wv[U][RT], av[U], bv[U];
-    // All loads of the batch first (W, then x), then the math.
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int t = 0; t < RT; ++t) wv[u][t] = ld_w(wp[t] + off + u * 64, u < nvalid && wok[t]);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      av[u] = ld_x(ap + off + u * 64, u < nvalid && aok);
-      bv[u] = X16 ? ld_x(bp + off + u * 64, u < nvalid && bok) : make_uint4(0, 0, 0, 0);
-    }
-    // ptxas would otherwise start the first mma (which waits for the first load, about
-    // a microsecond from HBM) before issuing the last loads of the batch, putting a whole
-    // memory latency between them. One word of every load, masked to zero at run time
-    // and added to the first accumulator, makes the first mma wait for all of them, so
-    // every load is issued first.
-    uint32_t dep = 0;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-#pragma unroll
-      for (int t = 0; t < RT; ++t) dep |= wv[u][t].x;
-      dep |= av[u].x | bv[u].x;
-    }
-    acc[0][0][0] += __uint_as_float(dep & never);
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int t = 0; t < RT; ++t) {
-        float(&d)[4] = acc[u % NACC][t];
-        Mma<T>::run(d, av[u].x, bv[u].x, av[u].y, bv[u].y, wv[u][t].x, wv[u][t].y);
-        Mma<T>::run(d, av[u].z, bv[u].z, av[u].w, bv[u].w, wv[u][t].z, wv[u][t].w);
-      }
-  }
-#pragma unroll
-  for (int e = 1; e < NACC; ++e)
-#pragma unroll
-    for (int t = 0; t < RT; ++t)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[0][t][i] += acc[e][t][i];
-
-  // acc[0][t] = D[row g (and g + 8) of x][W rows n0 + 8t + 2c, + 1], this warp's k only.
-#pragma unroll
-  for (int t = 0; t < RT; ++t) {
-    red[warp][t][g][2 * c] = acc[0][t][0];
-    red[warp][t][g][2 * c + 1] = acc[0][t][1];
-    if constexpr (X16) {
-      red[warp][t][g + 8][2 * c] = acc[0][t][2];
-      red[warp][t][g + 8][2 * c + 1] = acc[0][t][3];
-    }
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < RT * MROWS * 8; i += 32 * NW) {
-    const int t = i / (MROWS * 8), m = (i >> 3) % MROWS, r = i & 7;
-    const long long n = n0 + 8 * t + r;
-    if (m < mcount && n < N) {
-      float s = 0.f;
-#pragma unroll
-      for (int q = 0; q < NW; ++q) s += red[q][t][m][r];
-      if (bias) s += Ops<T>::to_f(bias[n]);
-      y[(long long)(m0 + m) * N + n] = Ops<T>::from_f(s);
-    }
-  }
-}
-
 // Any strides, any alignment, any K; one warp per row of W, 16 rows of x at
 // a time. Grid: (ceil(N / 8)); block 256.
 template <typename T>
@@ -628,8 +512,9 @@ template <int ACT> __device__ __forceinline__ float act_fn(float g) {
 }
 
 // NW warps, RT output tiles of 8 columns per block (2 RT weight tiles with an act), U chunks
-// of 32 k per load batch, X16: 16 rows of x per block row (else 8). Same lane layout and
-// requirements as gemv_mma.
+// of 32 k per load batch (halved with X16, which loads twice the x), X16: 16 rows of x per
+// block row (else 8). The lane layout and requirements are the GEMV's (above); the plain GEMV
+// entry points (et_gemv_*) are this kernel with no norm, act or residual.
 template <typename T, int NW, int RT, int U0, bool X16, int ACT>
 __device__ __forceinline__ void linear_mma(const LinArgs& a) {
   constexpr int MROWS = X16 ? 16 : 8;
@@ -855,7 +740,8 @@ using namespace et_decode;
   extern "C" __global__ void __launch_bounds__(32 * NW, MINB)                                    \
       NAME(const T* x, long long sx, const T* w, long long sw, const T* bias, T* y, int M, int N, \
            int K) {                                                                             \
-    gemv_mma<T, NW, RT, U, X16>(x, sx, w, sw, bias, y, M, N, K);                                \
+    LinArgs a{x, sx, w, sw, bias, nullptr, nullptr, 0, y, 0.f, 0.f, M, N, K, 0};                \
+    linear_mma<T, NW, RT, U, X16, 0>(a);                                                        \
   }
 #define GEMV_VARIANTS(DT, T)                                                                    \
   GEMV_MMA(et_gemv_##DT##_v0_m8, T, 8, 1, 8, false, 2)                                          \
