@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CPU emulation (plain Python) of the tensor-core GEMV of kernels/decode.cu (`gemv_mma`).
+"""CPU emulation (plain Python) of the tensor-core GEMV of kernels/decode.cu (`linear_mma`, which the et_gemv_* entry points also run).
 
 Each lane's registers are built exactly as the kernel builds them (which row and which k
 every 16-byte load reads, which loads are predicated off), the mma.m16n8k16 fragments are
