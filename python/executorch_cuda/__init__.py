@@ -1,7 +1,8 @@
 """Export companion of executorch-cuda (libexecutorch_cuda.so): routes the
-decode-hot ops of a program lowered to ExecuTorch's CudaBackend to the
-library's own kernels (GEMV for small-M bf16/fp16 linears, decode attention
-over a static KV cache).
+linears and attention of a program lowered to ExecuTorch's CudaBackend to the
+library's own kernels (``et_linear``: every bf16/fp16 linear, with the decoder
+layer's RMSNorm, gated act and residual fused in, GEMV or GEMM chosen on M when it
+runs; ``et_attention`` over a static KV cache once its mask is proven).
 
 One step, on the exported program, before ``to_edge_transform_and_lower``::
 
