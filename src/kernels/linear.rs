@@ -385,11 +385,7 @@ fn composite(l: &Linear, x: &Tensor, w: &Tensor, f: &Fusion, y: Tensor) -> Resul
                 sx: p.sx.0,
                 ..base_args(l, f, &xn)
             };
-            let name = if p.dtype == dtype::BFLOAT16 {
-                "et_lin_norm_bf16"
-            } else {
-                "et_lin_norm_f16"
-            };
+            let name = names::NORM[usize::from(p.dtype != dtype::BFLOAT16)];
             // SAFETY: one block per row of x (M rows of unit K stride, row stride sx, checked);
             // it reads K elements of its row and of the [K] norm weight and writes row m of
             // the fresh contiguous [M, K] scratch.
@@ -432,7 +428,7 @@ fn composite(l: &Linear, x: &Tensor, w: &Tensor, f: &Fusion, y: Tensor) -> Resul
 #[path = "linear/names.rs"]
 mod names;
 #[cfg(test)]
-pub use names::KERNELS;
+pub use names::kernels;
 
 #[cfg(test)]
 #[path = "linear/tests.rs"]

@@ -291,7 +291,7 @@ mod tests {
         for name in super::gemv::KERNELS
             .iter()
             .chain(super::attention::KERNELS)
-            .chain(super::linear::KERNELS)
+            .chain(&super::linear::kernels())
         {
             assert!(
                 entries.contains(name),
@@ -302,7 +302,7 @@ mod tests {
             entries.len(),
             super::gemv::KERNELS.len()
                 + super::attention::KERNELS.len()
-                + super::linear::KERNELS.len()
+                + super::linear::kernels().len()
         );
         assert!(entries.iter().all(|e| e.starts_with("et_")));
     }

@@ -89,51 +89,16 @@ pub(super) const EPILOGUE: [[&str; 3]; 2] = [
     ],
 ];
 
+/// The norm kernels of the prefill path: [bf16, f16].
+pub(super) const NORM: [&str; 2] = ["et_lin_norm_bf16", "et_lin_norm_f16"];
+
 /// Every entry point of the fused linear in `kernels/decode.cu` (checked against the PTX).
 #[cfg(test)]
-pub const KERNELS: &[&str] = &[
-    "et_lin_bf16_v0_m8_a0",
-    "et_lin_bf16_v0_m8_a1",
-    "et_lin_bf16_v0_m8_a2",
-    "et_lin_bf16_v0_m16_a0",
-    "et_lin_bf16_v0_m16_a1",
-    "et_lin_bf16_v0_m16_a2",
-    "et_lin_bf16_v1_m8_a0",
-    "et_lin_bf16_v1_m8_a1",
-    "et_lin_bf16_v1_m8_a2",
-    "et_lin_bf16_v1_m16_a0",
-    "et_lin_bf16_v1_m16_a1",
-    "et_lin_bf16_v1_m16_a2",
-    "et_lin_bf16_v2_m8_a0",
-    "et_lin_bf16_v2_m8_a1",
-    "et_lin_bf16_v2_m8_a2",
-    "et_lin_bf16_v2_m16_a0",
-    "et_lin_bf16_v2_m16_a1",
-    "et_lin_bf16_v2_m16_a2",
-    "et_lin_f16_v0_m8_a0",
-    "et_lin_f16_v0_m8_a1",
-    "et_lin_f16_v0_m8_a2",
-    "et_lin_f16_v0_m16_a0",
-    "et_lin_f16_v0_m16_a1",
-    "et_lin_f16_v0_m16_a2",
-    "et_lin_f16_v1_m8_a0",
-    "et_lin_f16_v1_m8_a1",
-    "et_lin_f16_v1_m8_a2",
-    "et_lin_f16_v1_m16_a0",
-    "et_lin_f16_v1_m16_a1",
-    "et_lin_f16_v1_m16_a2",
-    "et_lin_f16_v2_m8_a0",
-    "et_lin_f16_v2_m8_a1",
-    "et_lin_f16_v2_m8_a2",
-    "et_lin_f16_v2_m16_a0",
-    "et_lin_f16_v2_m16_a1",
-    "et_lin_f16_v2_m16_a2",
-    "et_lin_norm_bf16",
-    "et_lin_norm_f16",
-    "et_lin_epi_bf16_a0",
-    "et_lin_epi_bf16_a1",
-    "et_lin_epi_bf16_a2",
-    "et_lin_epi_f16_a0",
-    "et_lin_epi_f16_a1",
-    "et_lin_epi_f16_a2",
-];
+pub fn kernels() -> Vec<&'static str> {
+    let fused = FUSED.iter().flatten().flatten();
+    fused
+        .chain(&NORM)
+        .chain(EPILOGUE.iter().flatten())
+        .copied()
+        .collect()
+}
