@@ -38,8 +38,7 @@ mod matmul;
 #[cfg(test)]
 mod tests;
 
-use crate::dtype::codes as dtype;
-use crate::dtype::describe;
+use super::gemv::{check_device, check_dtypes, check_shapes, row_stride};
 use crate::error::{Error, Result};
 use crate::tensor::{self, Device, Tensor};
 
@@ -83,34 +82,22 @@ pub struct Problem {
     pub device: i32,
 }
 
-fn err(msg: impl std::fmt::Display) -> Error {
-    Error::invalid_argument(format!("et_cuda gemm: {msg}"))
-}
+/// The op named in the GEMM's messages.
+const OP: &str = "et_cuda gemm";
 
-/// The stride of the rows of `x` when its leading dimensions (`sizes`, `strides`) collapse
-/// into one (`None` when they do not); rows of one element when there is no row.
-fn row_stride(sizes: &[i64], strides: &[i64], k: i64) -> Option<i64> {
-    let lead: Vec<(i64, i64)> = sizes
-        .iter()
-        .zip(strides)
-        .map(|(&s, &t)| (s, t))
-        .filter(|&(s, _)| s != 1)
-        .collect();
-    match lead.last() {
-        None => Some(k),
-        Some(&(_, inner)) => lead
-            .windows(2)
-            .all(|w| w[0].1 == w[1].1.saturating_mul(w[1].0))
-            .then_some(inner),
-    }
+fn err(msg: impl std::fmt::Display) -> Error {
+    Error::invalid_argument(format!("{OP}: {msg}"))
 }
 
 /// Check `x`, `W` and the optional `bias` (see the module docs for the rules).
 /// Shapes, dtypes and strides come first, then the devices, so that CPU tensors
 /// exercise every other check.
 pub fn check(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Problem> {
-    check_dtypes(x, w, bias)?;
-    let (m, n, k) = check_shapes(x, w, bias)?;
+    check_dtypes(OP, x, w, bias)?;
+    let (m, n, k) = check_shapes(OP, x, w, bias, "cuBLASLt's")?;
+    if k < 1 {
+        return Err(err(format!("K = {k}: the weight has no columns")));
+    }
     let r = x.sizes.len();
     if x.strides.iter().chain(&w.strides).any(|&s| s < 0) {
         return Err(err("negative strides are not supported"));
@@ -121,7 +108,7 @@ pub fn check(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Problem> {
             "x and the weight need unit stride along K (x's is {sxk}, the weight's {swk})"
         )));
     }
-    let ldx = match row_stride(&x.sizes[..r - 1], &x.strides[..r - 1], k) {
+    let ldx = match row_stride(&x.sizes[..r - 1], &x.strides[..r - 1], 1, k) {
         _ if m <= 1 => k,
         Some(s) => s,
         None => {
@@ -144,7 +131,7 @@ pub fn check(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Problem> {
             }
         }
     }
-    let device = check_device(x, w, bias)?;
+    let device = check_device(OP, x, w, bias)?;
     let mut out_sizes = x.sizes[..r - 1].to_vec();
     out_sizes.push(n);
     Ok(Problem {
@@ -158,77 +145,6 @@ pub fn check(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Problem> {
         out_sizes,
         device,
     })
-}
-
-/// One dtype (bfloat16 or float16) for x, the weight and the bias.
-fn check_dtypes(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<()> {
-    let dt = x.dtype;
-    if dt != dtype::BFLOAT16 && dt != dtype::FLOAT16 {
-        return Err(err(format!(
-            "x must be bfloat16 or float16, not {}",
-            describe(dt)
-        )));
-    }
-    if w.dtype != dt || bias.is_some_and(|b| b.dtype != dt) {
-        return Err(err(format!(
-            "x ({}), weight ({}) and bias ({}) must have one dtype",
-            describe(dt),
-            describe(w.dtype),
-            bias.map_or("none".into(), |b| describe(b.dtype))
-        )));
-    }
-    Ok(())
-}
-
-/// The ranks and sizes against each other and cuBLASLt's 32-bit sizes; returns (M, N, K).
-fn check_shapes(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<(i64, i64, i64)> {
-    let r = x.sizes.len();
-    if r == 0 {
-        return Err(err("x must have at least one dimension [..., K]"));
-    }
-    if w.sizes.len() != 2 {
-        return Err(err(format!(
-            "the weight must be 2-d [N, K], not sizes {:?}",
-            w.sizes
-        )));
-    }
-    let (n, k) = (w.sizes[0], w.sizes[1]);
-    if x.sizes[r - 1] != k {
-        return Err(err(format!(
-            "x sizes {:?} and weight sizes {:?} disagree on K",
-            x.sizes, w.sizes
-        )));
-    }
-    if let Some(b) = bias {
-        if b.sizes != [n] || !b.is_contiguous() {
-            return Err(err(format!(
-                "the bias must be a contiguous [{n}] tensor, not sizes {:?} strides {:?}",
-                b.sizes, b.strides
-            )));
-        }
-    }
-    let m = tensor::checked_numel(&x.sizes[..r - 1])?;
-    if k < 1 {
-        return Err(err(format!("K = {k}: the weight has no columns")));
-    }
-    let lim = i64::from(i32::MAX);
-    if m > lim || n > lim || k > lim {
-        return Err(err(format!(
-            "M={m} N={n} K={k} exceed cuBLASLt's 32-bit sizes"
-        )));
-    }
-    Ok((m, n, k))
-}
-
-/// x, the weight and the bias on one CUDA device; returns its ordinal.
-fn check_device(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<i32> {
-    match (x.device(), w.device(), bias.map(|b| b.device())) {
-        (Device::Cuda(a), Device::Cuda(b), None) if a == b => Ok(a),
-        (Device::Cuda(a), Device::Cuda(b), Some(Device::Cuda(c))) if a == b && b == c => Ok(a),
-        (a, b, c) => Err(err(format!(
-            "x, weight and bias must be on one CUDA device; they are on {a:?}, {b:?}, {c:?}"
-        ))),
-    }
 }
 
 /// Check, allocate the result on the device's current stream (stream-ordered pool)

@@ -127,16 +127,19 @@ pub(crate) fn row_stride(sizes: &[i64], strides: &[i64], k_stride: i64, k: i64) 
 /// tensors exercise every shape check.
 pub fn check(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Problem> {
     let mut p = check_layout(x, w, bias)?;
-    p.device = check_device(x, w, bias)?;
+    p.device = check_device(OP, x, w, bias)?;
     Ok(p)
 }
+
+/// The op named in the GEMV's messages.
+pub(crate) const OP: &str = "et_cuda gemv";
 
 /// [`check`] without the devices (`device` is left -1): the shapes, dtypes and strides.
 pub(crate) fn check_layout(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Problem> {
     let dt = x.dtype;
-    check_dtypes(x, w, bias)?;
+    check_dtypes(OP, x, w, bias)?;
     let r = x.sizes.len();
-    let (m, n, k) = check_shapes(x, w, bias)?;
+    let (m, n, k) = check_shapes(OP, x, w, bias, "the kernels'")?;
     if x.strides.iter().chain(&w.strides).any(|&s| s < 0) {
         return invalid("et_cuda gemv: negative strides are not supported");
     }
@@ -178,18 +181,19 @@ pub(crate) fn check_layout(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Res
     })
 }
 
-/// One dtype (bfloat16 or float16) for x, the weight and the bias.
-fn check_dtypes(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<()> {
+/// One dtype (bfloat16 or float16) for x, the weight and the bias (`op` names the caller in
+/// the message; the GEMM checks its arguments with these too).
+pub(crate) fn check_dtypes(op: &str, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<()> {
     let dt = x.dtype;
     if dt != dtype::BFLOAT16 && dt != dtype::FLOAT16 {
         return invalid(format!(
-            "et_cuda gemv: x must be bfloat16 or float16, not {}",
+            "{op}: x must be bfloat16 or float16, not {}",
             describe(dt)
         ));
     }
     if w.dtype != dt || bias.is_some_and(|b| b.dtype != dt) {
         return invalid(format!(
-            "et_cuda gemv: x ({}), weight ({}) and bias ({}) must have one dtype",
+            "{op}: x ({}), weight ({}) and bias ({}) must have one dtype",
             describe(dt),
             describe(w.dtype),
             bias.map_or("none".into(), |b| describe(b.dtype))
@@ -198,29 +202,36 @@ fn check_dtypes(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<()> {
     Ok(())
 }
 
-/// The ranks and sizes against each other and the kernels' 32-bit limits; returns (M, N, K).
-fn check_shapes(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<(i64, i64, i64)> {
+/// The ranks and sizes against each other and 32-bit sizes (`limit`: whose, for the
+/// message); returns (M, N, K).
+pub(crate) fn check_shapes(
+    op: &str,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    limit: &str,
+) -> Result<(i64, i64, i64)> {
     let r = x.sizes.len();
     if r == 0 {
-        return invalid("et_cuda gemv: x must have at least one dimension [..., K]");
+        return invalid(format!("{op}: x must have at least one dimension [..., K]"));
     }
     if w.sizes.len() != 2 {
         return invalid(format!(
-            "et_cuda gemv: weight must be 2-d [N, K], not sizes {:?}",
+            "{op}: weight must be 2-d [N, K], not sizes {:?}",
             w.sizes
         ));
     }
     let (n, k) = (w.sizes[0], w.sizes[1]);
     if x.sizes[r - 1] != k {
         return invalid(format!(
-            "et_cuda gemv: x sizes {:?} and weight sizes {:?} disagree on K",
+            "{op}: x sizes {:?} and weight sizes {:?} disagree on K",
             x.sizes, w.sizes
         ));
     }
     if let Some(b) = bias {
         if b.sizes != [n] || !b.is_contiguous() {
             return invalid(format!(
-                "et_cuda gemv: bias must be a contiguous [{n}] tensor, not sizes {:?} strides {:?}",
+                "{op}: bias must be a contiguous [{n}] tensor, not sizes {:?} strides {:?}",
                 b.sizes, b.strides
             ));
         }
@@ -229,21 +240,21 @@ fn check_shapes(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<(i64, i
     let lim = i64::from(i32::MAX);
     if m > lim || n > lim || k > lim {
         return invalid(format!(
-            "et_cuda gemv: M={m} N={n} K={k} exceed the kernels' 32-bit sizes"
+            "{op}: M={m} N={n} K={k} exceed {limit} 32-bit sizes"
         ));
     }
     Ok((m, n, k))
 }
 
 /// x, the weight and the bias on one CUDA device; returns its ordinal.
-pub(crate) fn check_device(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<i32> {
+pub(crate) fn check_device(op: &str, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<i32> {
     let device = match (x.device(), w.device(), bias.map(|b| b.device())) {
         (Device::Cuda(a), Device::Cuda(b), None) if a == b => a,
         (Device::Cuda(a), Device::Cuda(b), Some(Device::Cuda(c))) if a == b && b == c => a,
         (a, b, c) => {
             return invalid(format!(
-                "et_cuda gemv: x, weight and bias must be on one CUDA device; they are on {a:?}, {b:?}, {c:?}"
-            ))
+            "{op}: x, weight and bias must be on one CUDA device; they are on {a:?}, {b:?}, {c:?}"
+        ))
         }
     };
     Ok(device)

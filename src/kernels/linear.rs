@@ -165,7 +165,7 @@ pub fn check(x: &Tensor, w: &Tensor, f: &Fusion) -> Result<Linear> {
         None => 0,
         Some(r) => residual_stride(r, &out_sizes, p.dtype)?,
     };
-    p.device = gemv::check_device(x, w, f.bias)?;
+    p.device = gemv::check_device(gemv::OP, x, w, f.bias)?;
     if let Some(nm) = &f.norm {
         same_device(nm.weight, p.device, "norm weight")?;
     }

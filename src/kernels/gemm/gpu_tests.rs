@@ -20,6 +20,7 @@ use super::*;
 use crate::cuda::copy::copy_tensor;
 use crate::cuda::graph::Capture;
 use crate::cuda::stream::{CudaStream, StreamScope};
+use crate::dtype::codes as dtype;
 use crate::kernels::cpu_tensor;
 
 pub(super) const BF16: i32 = dtype::BFLOAT16;

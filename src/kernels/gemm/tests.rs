@@ -4,6 +4,7 @@
 use super::cublaslt::{self, LIB_ENV};
 use super::matmul::{alignment, describe, Key};
 use super::*;
+use crate::dtype::codes as dtype;
 use crate::error::ErrorKind;
 use crate::kernels::cpu_tensor as t;
 
@@ -99,12 +100,12 @@ fn misaligned_elements_are_refused() {
 #[test]
 fn leading_dims_collapse_into_one_row_stride_or_are_refused() {
     // [2, 3, K] with rows of 128: one stride; size-1 dims ignored; no rows: K.
-    assert_eq!(row_stride(&[3], &[72], 64), Some(72));
-    assert_eq!(row_stride(&[2, 3], &[3 * 128, 128], 64), Some(128));
-    assert_eq!(row_stride(&[1, 1], &[7, 9], 64), Some(64));
-    assert_eq!(row_stride(&[], &[], 64), Some(64));
+    assert_eq!(row_stride(&[3], &[72], 1, 64), Some(72));
+    assert_eq!(row_stride(&[2, 3], &[3 * 128, 128], 1, 64), Some(128));
+    assert_eq!(row_stride(&[1, 1], &[7, 9], 1, 64), Some(64));
+    assert_eq!(row_stride(&[], &[], 1, 64), Some(64));
     // A gap between the leading dims: no single row stride.
-    assert_eq!(row_stride(&[2, 3], &[1000, 64], 64), None);
+    assert_eq!(row_stride(&[2, 3], &[1000, 64], 1, 64), None);
 }
 
 fn problem(m: i64, n: i64, out_sizes: Vec<i64>) -> Problem {
