@@ -4,8 +4,8 @@ same weights and the same inputs without saving any state.
 
 - deep_bf16, heavy_bf16, encdec: our models; each is built right after
   torch.manual_seed(SEEDS[name]) on the CPU.
-- mlp_f32, conv_f32, attn_bf16: the shared fixtures (../shared/fixtures),
-  rebuilt as ../shared/tools/export_fixtures.py built them: one process,
+- mlp_f32, conv_f32, attn_bf16: the test programs of tests/fixtures (exported from these
+  builders by tests/fixtures/export.py): one process,
   torch.manual_seed(0) once, then for each model in this order its module and
   then its input (export does not draw from the generator). The rebuilt inputs
   match the fixtures' .bin files bit for bit (torch 2.11), which

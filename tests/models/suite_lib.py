@@ -1,7 +1,7 @@
 """Shared machinery of export_suite.py (ExecuTorch 1.2) and export_et15.py
 (ExecuTorch 1.5.1): program specs, eager references and tolerances, lowering,
-the manifest (../shared/fixtures/README.md format plus /work/notes'
-manifest extensions, see tests/models/README.md), the delegate blobs' imported
+the manifest (the format of tests/fixtures' manifests, runner/README.md, plus the
+extensions tests/models/README.md lists), the delegate blobs' imported
 symbols, and the parallel driver (one subprocess per program).
 """
 import argparse
