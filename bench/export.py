@@ -1,5 +1,5 @@
 """Export the benchmark programs (ExecuTorch 1.2, CudaPartitioner) with their
-reference IO, in the manifest format of tests/fixtures (runner/README.md, "Manifest").
+reference IO, in the manifest format of tests/fixtures (runner/README.md, "The manifest").
 
   python3 bench/export.py OUTDIR [names...]      (default: all of models.ALL_MODELS)
   python3 bench/export.py OUTDIR --et15 et15dev_mlp_f32 ...   (ExecuTorch 1.5.1, device IO)
