@@ -393,7 +393,7 @@ pub fn decode_attention(
     let stream = cuda::stream::current(p.device).raw;
     let grid = (nsplit as u32, (p.hkv * rgroups) as u32, p.b as u32);
     let mut params: [*mut c_void; 1] = [(&mut args as *mut Args).cast()];
-    let pdl = super::linear::pdl_enabled();
+    let pdl = super::pdl_enabled();
     // SAFETY: (every block waits for the kernel before with griddepcontrol.wait before reading
     // anything, so a programmatic launch is safe) the kernel takes one `AttnArgs` by value, which `Args` mirrors field for
     // field (repr(C)); `check` proved the sizes, strides and alignment it relies on, the
@@ -471,7 +471,7 @@ unsafe fn launch_combine(
         (&mut bthd as *mut i32).cast(),
     ];
     let cgrid = (((nrows + 3) / 4) as u32, 1, 1);
-    let pdl = super::linear::pdl_enabled();
+    let pdl = super::pdl_enabled();
     // SAFETY: (ptr, ptr, ptr, i64, int, int, int, int) as the combine kernel takes; the
     // workspaces hold nrows x nsplit partials written by the attention launch before it on the
     // same stream (this function's contract); every block waits for it first (PDL).

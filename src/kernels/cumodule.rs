@@ -15,6 +15,28 @@ pub enum Image {
     Ptx,
 }
 
+/// -1: not read yet; 0 off; 1 on.
+static PDL: std::sync::atomic::AtomicI8 = std::sync::atomic::AtomicI8::new(-1);
+
+/// Whether launches are programmatic dependent launches: `ET_CUDA_PDL` (read once; `0`
+/// turns them off; default on), unless [`set_pdl`] said otherwise.
+pub fn pdl_enabled() -> bool {
+    use std::sync::atomic::Ordering;
+    match PDL.load(Ordering::Relaxed) {
+        -1 => {
+            let on = std::env::var_os("ET_CUDA_PDL").is_none_or(|v| v != "0");
+            PDL.store(i8::from(on), Ordering::Relaxed);
+            on
+        }
+        v => v == 1,
+    }
+}
+
+/// Turn programmatic dependent launches on or off for later launches (benchmarks).
+pub fn set_pdl(on: bool) {
+    PDL.store(i8::from(on), std::sync::atomic::Ordering::Relaxed);
+}
+
 /// A loaded module and what the launch code needs to know about its device.
 #[derive(Debug)]
 pub struct Module {

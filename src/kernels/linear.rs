@@ -264,28 +264,6 @@ pub fn variant_for(n_out: i64, act: Act, sms: i64) -> usize {
     }
 }
 
-/// -1: not read yet; 0 off; 1 on.
-static PDL: std::sync::atomic::AtomicI8 = std::sync::atomic::AtomicI8::new(-1);
-
-/// Whether launches are programmatic dependent launches: `ET_CUDA_PDL` (read once; `0`
-/// turns them off; default on), unless [`set_pdl`] said otherwise.
-pub fn pdl_enabled() -> bool {
-    use std::sync::atomic::Ordering;
-    match PDL.load(Ordering::Relaxed) {
-        -1 => {
-            let on = std::env::var_os("ET_CUDA_PDL").is_none_or(|v| v != "0");
-            PDL.store(i8::from(on), Ordering::Relaxed);
-            on
-        }
-        v => v == 1,
-    }
-}
-
-/// Turn programmatic dependent launches on or off for later launches (benchmarks).
-pub fn set_pdl(on: bool) {
-    PDL.store(i8::from(on), std::sync::atomic::Ordering::Relaxed);
-}
-
 /// Check, allocate the result on the device's current stream and enqueue the work there.
 pub fn linear(x: &Tensor, w: &Tensor, f: &Fusion) -> Result<Tensor> {
     let l = check(x, w, f)?;
@@ -357,7 +335,17 @@ unsafe fn launch(
     let stream: sys::CUstream = cuda::stream::current(device).raw;
     let mut params: [*mut c_void; 1] = [(args as *mut Args).cast()];
     // SAFETY: forwarded contract.
-    unsafe { m.launch_with(name, grid, 256, 0, stream, &mut params, pdl_enabled()) }
+    unsafe {
+        m.launch_with(
+            name,
+            grid,
+            256,
+            0,
+            stream,
+            &mut params,
+            super::pdl_enabled(),
+        )
+    }
 }
 
 /// Rows the fused kernel does not take: the norm into a scratch `[M, K]`, the product

@@ -41,7 +41,7 @@ use crate::cuda;
 use crate::error::Result;
 #[cfg(test)]
 use cumodule::aligned_copy;
-pub use cumodule::{Module, Resident};
+pub use cumodule::{pdl_enabled, set_pdl, Module, Resident};
 
 /// A parameter slot for `cuLaunchKernel`: the address of one argument value.
 pub(crate) fn param<T>(v: &mut T) -> *mut std::ffi::c_void {

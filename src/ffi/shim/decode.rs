@@ -271,11 +271,11 @@ pub extern "C" fn et_cuda_debug_gemv_tuning(variant: i32) -> AOTITorchError {
 
 /// Benchmarks only (`tests/decode_gpu.rs`): `on` != 0 makes the fused linear kernels'
 /// later launches programmatic dependent launches, 0 plain launches (the default comes from
-/// `ET_CUDA_PDL`, see `crate::kernels::linear::pdl_enabled`).
+/// `ET_CUDA_PDL`, see `crate::kernels::pdl_enabled`).
 #[no_mangle]
 pub extern "C" fn et_cuda_debug_pdl(on: i32) -> AOTITorchError {
     guard::<Aoti>("et_cuda_debug_pdl", || {
-        linear::set_pdl(on != 0);
+        crate::kernels::set_pdl(on != 0);
         Ok(())
     })
 }
