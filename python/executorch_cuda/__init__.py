@@ -59,14 +59,20 @@ __all__ = ["prepare", "install", "rewrite", "C_SHIMS", "custom_ops_to_c_shims", 
            "NoCudaDeviceError", "InputError", "TorchVersionError"]
 
 
-def prepare(ep, *, positions=None, linear=True, attention=True, fuse=True, max_m=None):
+def prepare(ep, *, positions=None, linear=True, attention=True, fuse=True, max_m=None,
+            keep_buffers=()):
     """Rewrite ``ep`` (a ``torch.export.ExportedProgram``) in place and make
     CudaBackend map the new ops to the library's C shims. Returns ``(ep, report)``,
     report = ``{"linear": n, "attention": n, "gated_mlp": n, "merged": n, "norm": n,
     "residual": n, "skipped_attention": [...], "patched": [...]}``. Every bf16/fp16 linear
     over a weight of the program is rewritten whatever the prefill bound (``max_m`` is
-    accepted and ignored)."""
+    accepted and ignored). Buffers the program only overwrites and never reads (HF's
+    per-layer ``cumulative_length``) leave it (``buffers.drop_write_only``), listed as
+    ``report["write_only_buffers"]``; ``keep_buffers``: names to keep all the same."""
+    from .buffers import drop_write_only
+
     report = rewrite(ep.graph_module, ep, max_m=max_m, positions=positions, linear=linear,
                      attention=attention, fuse=fuse)
+    report["write_only_buffers"] = drop_write_only(ep, keep=tuple(keep_buffers))
     report["patched"] = install()
     return ep, report

@@ -3,6 +3,7 @@ tests need only Python; the op and graph-rewrite tests need torch and are
 skipped, with the reason printed, where it is not installed.
 Run: python3 -m unittest discover -s python/tests -v"""
 
+import copy
 import os
 import re
 import sys
@@ -204,6 +205,45 @@ class Companion(unittest.TestCase):
         ep = torch.export.export(m, (x, d), strict=False)
         report = executorch_cuda.rewrite(ep.graph_module, ep, attention=False)
         self.assertEqual(report["linear"], 1, report)  # the parameter's linear only
+
+    def test_write_only_buffers_leave_and_read_ones_stay(self):
+        from executorch_cuda.buffers import drop_write_only
+
+        class Counters(torch.nn.Module):
+            """HF's cumulative_length (overwritten, then read and bumped), a buffer read
+            before it is written, and one written in part."""
+
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("length", torch.zeros((), dtype=torch.int64))
+                self.register_buffer("total", torch.zeros((), dtype=torch.int64))
+                self.register_buffer("row", torch.zeros(4, dtype=torch.int64))
+
+            def forward(self, pos):
+                self.length.copy_(pos[0])
+                idx = torch.arange(pos.shape[0]) + self.length
+                self.length.add_(pos.shape[0])
+                y = idx * 2 + self.total
+                self.total.copy_(pos[-1])
+                self.row[:3].copy_(pos)
+                return y + self.row.sum()
+
+        pos = torch.arange(3, 6)
+        for functional in (False, True):
+            ep = torch.export.export(Counters(), (pos,), strict=False)
+            if functional:
+                ep = ep.run_decompositions({})
+            want = Counters()(pos + 7)  # fresh buffers (a module of ep would write ep's)
+            self.assertTrue(torch.equal(copy.deepcopy(ep).module()(pos + 7), want))
+            self.assertEqual(drop_write_only(ep), ["length"], functional)
+            self.assertNotIn("length", ep.state_dict)
+            self.assertEqual(sorted(ep.state_dict), ["row", "total"])
+            self.assertTrue(torch.equal(copy.deepcopy(ep).module()(pos + 7), want))
+            after = ep.run_decompositions({})
+            self.assertEqual(sorted(s.target for s in after.graph_signature.output_specs
+                                    if s.target), ["row", "total"])
+            got = after.module()(pos + 7)
+            self.assertTrue(torch.equal(got, want), (functional, got, want))
 
     def test_linear_reference_op_matches_its_formula(self):
         import executorch_cuda  # noqa: F401
