@@ -407,6 +407,163 @@ __device__ __forceinline__ void attn_split(const AttnArgs& a) {
   }
 }
 
+// Decode attention at short contexts, one kernel: block (hkv, b) takes every row of one KV
+// head (at most R: the g * Lq rows, head-major, as above) and every visible key, split over
+// its DEC_WARPS warps by tiles of 32 (warp w takes tiles w, w + DEC_WARPS, ...), so that a
+// warp's whole tile (K row of key `lane` in registers, V values of the lane's output dims for
+// the 32 keys) is in flight at once instead of one tile of the block at a time. Each warp keeps
+// an online softmax per row; the warps' partial results are combined through shared memory.
+// Keys outside [first visible, last visible] (a sliding window's past, the unwritten cache) are
+// not read. Grid: (1, Hkv, B); block 32 * DEC_WARPS.
+constexpr int DEC_WARPS = 8;
+
+template <int DPL> struct VVec;
+template <> struct VVec<2> { using type = uint32_t; };
+template <> struct VVec<4> { using type = uint2; };
+
+template <typename T, int D, int R>
+__device__ __forceinline__ void attn_decode(const AttnArgs& a) {
+  constexpr int DPL = D / 32;
+  constexpr int VEC = D / 8;
+  using V = typename VVec<DPL>::type;
+  __shared__ __align__(16) float qs[R][D];
+  __shared__ int qpos[R];
+  __shared__ int span[2];
+  __shared__ float wm[DEC_WARPS][R], wl[DEC_WARPS][R];
+  __shared__ float wacc[DEC_WARPS][R][D];
+
+  pdl_launch_dependents();
+  pdl_wait();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int hkv = blockIdx.y, b = blockIdx.z;
+  const int g = a.Hq / a.Hkv;
+  const int rows = g * a.Lq;  // <= R (the caller's choice)
+
+  if (threadIdx.x == 0) {
+    span[0] = a.Lmax;
+    span[1] = -1;
+  }
+  __syncthreads();
+  if (threadIdx.x < R) {
+    int p = -1;
+    if ((int)threadIdx.x < rows) {
+      p = query_pos(a, threadIdx.x % a.Lq);
+      atomicMax(&span[1], p);
+      atomicMin(&span[0], a.window > 0 ? max(0, p - a.window + 1) : 0);
+    }
+    qpos[threadIdx.x] = p;
+  }
+  for (int t = threadIdx.x; t < R * D; t += blockDim.x) {
+    const int r = t / D, d = t % D;
+    float val = 0.f;
+    if (r < rows) {
+      const int h = hkv * g + r / a.Lq, i = r % a.Lq;
+      const T* q = reinterpret_cast<const T*>(a.q);
+      val = Ops<T>::to_f(q[b * a.qsb + h * a.qsh + i * a.qsl + d * a.qsd]) * a.scale_log2;
+    }
+    qs[r][d] = val;
+  }
+  __syncthreads();
+  const int kbeg = span[0], kend = span[1] + 1;
+  int pr[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) pr[r] = qpos[r];
+
+  float m[R], l[R], acc[R][DPL];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.f;
+#pragma unroll
+    for (int d = 0; d < DPL; ++d) acc[r][d] = 0.f;
+  }
+  const char* kb = reinterpret_cast<const char*>(a.k) + (b * a.ksb + hkv * a.ksh) * (long long)sizeof(T);
+  const char* vb = reinterpret_cast<const char*>(a.v) + (b * a.vsb + hkv * a.vsh) * (long long)sizeof(T);
+  for (int base = kbeg + warp * 32; base < kend; base += DEC_WARPS * 32) {
+    const int key = base + lane;
+    const bool kin = key < kend;
+    uint4 kr[VEC];
+    V vr[32];
+#pragma unroll
+    for (int i = 0; i < VEC; ++i)
+      kr[i] = kin ? ld_stream(kb + (key * a.ksl + i * 8) * (long long)sizeof(T)) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int t = 0; t < 32; ++t) {
+      const int kt = base + t;
+      vr[t] = kt < kend ? *reinterpret_cast<const V*>(vb + (kt * a.vsl + lane * DPL) * (long long)sizeof(T))
+                        : V{};
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r >= rows) break;
+      float sc = 0.f;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const uint32_t words[4] = {kr[i].x, kr[i].y, kr[i].z, kr[i].w};
+        const float4 q0 = *reinterpret_cast<const float4*>(&qs[r][i * 8]);
+        const float4 q1 = *reinterpret_cast<const float4*>(&qs[r][i * 8 + 4]);
+        const float2 k0 = Ops<T>::pair(words[0]), k1 = Ops<T>::pair(words[1]);
+        const float2 k2 = Ops<T>::pair(words[2]), k3 = Ops<T>::pair(words[3]);
+        sc = fmaf(q0.x, k0.x, fmaf(q0.y, k0.y, fmaf(q0.z, k1.x, fmaf(q0.w, k1.y, sc))));
+        sc = fmaf(q1.x, k2.x, fmaf(q1.y, k2.y, fmaf(q1.z, k3.x, fmaf(q1.w, k3.y, sc))));
+      }
+      const int p = pr[r];
+      const bool vis = kin && key <= p && (a.window <= 0 || key > p - a.window);
+      const float x = vis ? sc : -INFINITY;
+      const float mn = fmaxf(m[r], warp_max(x));
+      if (mn == -INFINITY) continue;  // nothing visible to this row yet (uniform over the warp)
+      const float corr = exp2f(m[r] - mn);
+      const float pv = vis ? exp2f(x - mn) : 0.f;
+      m[r] = mn;
+      l[r] = l[r] * corr + pv;  // lane-partial; summed over the warp at the end
+#pragma unroll
+      for (int d = 0; d < DPL; ++d) acc[r][d] *= corr;
+#pragma unroll
+      for (int t = 0; t < 32; ++t) {
+        const float pt = __shfl_sync(0xffffffffu, pv, t);
+        const uint32_t* vw = reinterpret_cast<const uint32_t*>(&vr[t]);
+#pragma unroll
+        for (int d = 0; d < DPL; d += 2) {
+          const float2 vf = Ops<T>::pair(vw[d / 2]);
+          acc[r][d] = fmaf(pt, vf.x, acc[r][d]);
+          acc[r][d + 1] = fmaf(pt, vf.y, acc[r][d + 1]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float ls = warp_sum(l[r]);
+    if (lane == 0) {
+      wm[warp][r] = m[r];
+      wl[warp][r] = ls;
+    }
+#pragma unroll
+    for (int d = 0; d < DPL; ++d) wacc[warp][r][lane * DPL + d] = acc[r][d];
+  }
+  __syncthreads();
+  for (int t = threadIdx.x; t < R * D; t += blockDim.x) {
+    const int r = t / D, d = t % D;
+    if (r >= rows) continue;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < DEC_WARPS; ++w) mx = fmaxf(mx, wm[w][r]);
+    float ls = 0.f, o = 0.f;
+    if (mx != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < DEC_WARPS; ++w) {
+        if (wm[w][r] == -INFINITY) continue;
+        const float f = exp2f(wm[w][r] - mx);
+        ls = fmaf(wl[w][r], f, ls);
+        o = fmaf(wacc[w][r][d], f, o);
+      }
+    }
+    const int h = hkv * g + r / a.Lq, i = r % a.Lq;
+    T* out = reinterpret_cast<T*>(a.out) + attn_out_row(a.out_bthd, b, h, i, a.Hq, a.Lq) * D;
+    out[d] = Ops<T>::from_f(ls > 0.f ? o / ls : 0.f);
+  }
+}
+
 // One warp per output row: out = sum_s o_s * 2^(m_s - M) / sum_s l_s * 2^(m_s - M).
 // Grid: ceil(rows / 4); block 128.
 template <typename T, int D>
@@ -560,33 +717,28 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
 
   const int mode = a.norm_mode;
   if (mode != 0) {
-    // Every thread of the block takes 8 k of every row at once (all loads in flight
-    // together), then the block sums the rows' squares through shared memory.
-    float part[MROWS];
+    // One row at a time (rows past M cost nothing; few registers, as the first batch of
+    // weights is held in registers meanwhile): every thread of the block takes 8 k per load,
+    // two loads in flight, then the block sums the row's squares through shared memory.
+#pragma unroll 1
+    for (int m = 0; m < mcount; ++m) {
+      const T* xr = x + (long long)(m0 + m) * a.sx;
+      float part = 0.f;
+      for (int k = threadIdx.x * 8; k < K; k += 2 * 32 * NW * 8) {
+        const int k2 = k + 32 * NW * 8;
+        const uint4 v0 = ld_x(xr + k, true), v1 = ld_x(xr + (k2 < K ? k2 : k), k2 < K);
+        const uint32_t ws[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
 #pragma unroll
-    for (int m = 0; m < MROWS; ++m) part[m] = 0.f;
-    for (int k = threadIdx.x * 8; k < K; k += 32 * NW * 8) {
-      uint4 v[MROWS];
-#pragma unroll
-      for (int m = 0; m < MROWS; ++m)
-        v[m] = ld_x(x + (long long)(m0 + (m < mcount ? m : 0)) * a.sx + k, m < mcount);
-#pragma unroll
-      for (int m = 0; m < MROWS; ++m) {
-        const uint32_t ws[4] = {v[m].x, v[m].y, v[m].z, v[m].w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < 8; ++i) {
           const float2 f = Ops<T>::pair(ws[i]);
-          part[m] = fmaf(f.x, f.x, fmaf(f.y, f.y, part[m]));
+          part = fmaf(f.x, f.x, fmaf(f.y, f.y, part));
         }
       }
-    }
-#pragma unroll
-    for (int m = 0; m < MROWS; ++m) {
-      const float s = warp_sum(part[m]);
-      if (lane == 0) red[warp][0][m][0] = s;
+      const float sum = warp_sum(part);
+      if (lane == 0) red[warp][0][m][0] = sum;
     }
     __syncthreads();
-    if (threadIdx.x < MROWS) {
+    if (threadIdx.x < mcount) {
       float s = 0.f;
 #pragma unroll
       for (int q = 0; q < NW; ++q) s += red[q][0][threadIdx.x][0];
@@ -773,6 +925,20 @@ GEMV_GENERIC(et_gemv_generic_f16, __half)
               int hq, int lq, int bthd) {                                                       \
     attn_combine<T, D>(part_o, part_ml, out, nrows, nsplit, hq, lq, bthd);                      \
   }
+
+// Short-context decode attention: et_attn_dec_<dtype>_d<D>_r<R> (at most R rows per KV head).
+#define ATTN_DEC(NAME, T, D, R)                                                                 \
+  extern "C" __global__ void __launch_bounds__(32 * DEC_WARPS) NAME(AttnArgs a) {               \
+    attn_decode<T, D, R>(a);                                                                    \
+  }
+ATTN_DEC(et_attn_dec_bf16_d64_r4, __nv_bfloat16, 64, 4)
+ATTN_DEC(et_attn_dec_bf16_d64_r8, __nv_bfloat16, 64, 8)
+ATTN_DEC(et_attn_dec_bf16_d128_r4, __nv_bfloat16, 128, 4)
+ATTN_DEC(et_attn_dec_bf16_d128_r8, __nv_bfloat16, 128, 8)
+ATTN_DEC(et_attn_dec_f16_d64_r4, __half, 64, 4)
+ATTN_DEC(et_attn_dec_f16_d64_r8, __half, 64, 8)
+ATTN_DEC(et_attn_dec_f16_d128_r4, __half, 128, 4)
+ATTN_DEC(et_attn_dec_f16_d128_r8, __half, 128, 8)
 
 ATTN(et_attn_bf16_d64, et_attn_combine_bf16_d64, __nv_bfloat16, 64)
 ATTN(et_attn_bf16_d128, et_attn_combine_bf16_d128, __nv_bfloat16, 128)

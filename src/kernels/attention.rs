@@ -32,6 +32,7 @@ use crate::error::{invalid, Result};
 use crate::tensor::{self, Device, Tensor};
 use cudarc::driver::sys;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicI8, Ordering};
 
 /// Every attention entry point of `kernels/decode.cu` (checked against the PTX by a test).
 #[cfg(test)]
@@ -44,6 +45,14 @@ pub const KERNELS: &[&str] = &[
     "et_attn_combine_f16_d64",
     "et_attn_f16_d128",
     "et_attn_combine_f16_d128",
+    "et_attn_dec_bf16_d64_r4",
+    "et_attn_dec_bf16_d64_r8",
+    "et_attn_dec_bf16_d128_r4",
+    "et_attn_dec_bf16_d128_r8",
+    "et_attn_dec_f16_d64_r4",
+    "et_attn_dec_f16_d64_r8",
+    "et_attn_dec_f16_d128_r4",
+    "et_attn_dec_f16_d128_r8",
 ];
 
 /// Query rows per block (`ATTN_ROWS`), keys per tile (`ATTN_TILE`), threads per block.
@@ -325,6 +334,54 @@ pub fn split(p: &Problem, sms: i64) -> (i64, i64, i64) {
     (rgroups, chunk, nsplit.max(1))
 }
 
+/// Whether the short-context kernel is used: -1 not decided yet (the environment decides).
+static DECODE_KERNEL: AtomicI8 = AtomicI8::new(-1);
+
+/// Use the short-context decode kernel where it applies (`Some(true)`, the default), never
+/// (`Some(false)`), or as `ET_CUDA_ATTN_DECODE` says (`None`). For benchmarks (programs use
+/// the environment variable).
+#[cfg(test)]
+pub fn set_decode_kernel(on: Option<bool>) {
+    DECODE_KERNEL.store(on.map_or(-1, i8::from), Ordering::Relaxed);
+}
+
+/// Threads per block of the short-context decode kernel (`DEC_WARPS` warps).
+const DEC_THREADS: u32 = 256;
+
+/// The short-context decode kernel for `p` when it takes it: one split (the whole cache in one
+/// kernel) and at most 8 rows per KV head (`Hq/Hkv * Lq`); it reads a warp's whole tile of 32
+/// keys at once and splits the keys over its 8 warps.
+/// `ET_CUDA_ATTN_DECODE=0` (read once) or [`set_decode_kernel`] turn it off (the benchmark's
+/// comparison row).
+pub fn decode_kernel(p: &Problem, nsplit: i64) -> Option<&'static str> {
+    let on = match DECODE_KERNEL.load(Ordering::Relaxed) {
+        -1 => {
+            let on = std::env::var_os("ET_CUDA_ATTN_DECODE").is_none_or(|v| v != "0");
+            DECODE_KERNEL.store(i8::from(on), Ordering::Relaxed);
+            on
+        }
+        v => v == 1,
+    };
+    let rows = p.hq / p.hkv * p.lq;
+    if !on || nsplit != 1 || rows > 8 {
+        return None;
+    }
+    const NAMES: [&str; 8] = [
+        "et_attn_dec_bf16_d64_r4",
+        "et_attn_dec_bf16_d64_r8",
+        "et_attn_dec_bf16_d128_r4",
+        "et_attn_dec_bf16_d128_r8",
+        "et_attn_dec_f16_d64_r4",
+        "et_attn_dec_f16_d64_r8",
+        "et_attn_dec_f16_d128_r4",
+        "et_attn_dec_f16_d128_r8",
+    ];
+    let i = usize::from(p.dtype != dtype::BFLOAT16) * 4
+        + usize::from(p.d != 64) * 2
+        + usize::from(rows > 4);
+    Some(NAMES[i])
+}
+
 fn names(p: &Problem) -> (&'static str, &'static str) {
     match (p.dtype == dtype::BFLOAT16, p.d) {
         (true, 64) => ("et_attn_bf16_d64", "et_attn_combine_bf16_d64"),
@@ -391,7 +448,14 @@ pub fn decode_attention(
     };
     let _ctx = ContextGuard::device(module.device())?;
     let stream = cuda::stream::current(p.device).raw;
-    let grid = (nsplit as u32, (p.hkv * rgroups) as u32, p.b as u32);
+    let (name, grid, threads) = match decode_kernel(&p, nsplit) {
+        Some(dec) => (dec, (1, p.hkv as u32, p.b as u32), DEC_THREADS),
+        None => (
+            name,
+            (nsplit as u32, (p.hkv * rgroups) as u32, p.b as u32),
+            THREADS,
+        ),
+    };
     let mut params: [*mut c_void; 1] = [(&mut args as *mut Args).cast()];
     let pdl = super::pdl_enabled();
     // SAFETY: (every block waits for the kernel before with griddepcontrol.wait before reading
@@ -399,7 +463,8 @@ pub fn decode_attention(
     // field (repr(C)); `check` proved the sizes, strides and alignment it relies on, the
     // positions are int64 on this device (or absent), and the output and workspaces were
     // just allocated with the sizes the grid writes.
-    unsafe { module.launch_with(name, grid, THREADS, 0, stream, &mut params, pdl)? };
+    // The decode kernel reads the same fields (one block per KV head and batch, every key).
+    unsafe { module.launch_with(name, grid, threads, 0, stream, &mut params, pdl)? };
     if let (Some(po), Some(pm)) = (&part_o, &part_ml) {
         let shape = (nrows, nsplit, &args);
         // SAFETY: the workspaces hold nrows x nsplit partials written by the launch above

@@ -30,10 +30,10 @@
 //! stream, to a fresh aligned buffer.
 
 #[cfg(test)]
-mod bench;
+pub(crate) mod bench;
 mod cublaslt;
 #[cfg(test)]
-mod gpu_tests;
+pub(crate) mod gpu_tests;
 mod matmul;
 #[cfg(test)]
 mod tests;

@@ -419,5 +419,8 @@ mod names;
 pub use names::kernels;
 
 #[cfg(test)]
+#[path = "linear/bench.rs"]
+mod bench;
+#[cfg(test)]
 #[path = "linear/tests.rs"]
 mod tests;

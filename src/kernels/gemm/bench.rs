@@ -108,7 +108,11 @@ fn gemm_bench() {
 
 /// GPU time per call (µs) of `reps` calls of `f` captured into one graph on `stream`,
 /// from CUDA events around replays (the first replay is a warm-up).
-fn time_graph(stream: &std::sync::Arc<CudaStream>, reps: usize, f: &mut dyn FnMut(usize)) -> f64 {
+pub(crate) fn time_graph(
+    stream: &std::sync::Arc<CudaStream>,
+    reps: usize,
+    f: &mut dyn FnMut(usize),
+) -> f64 {
     let device = stream.device.clone();
     let _ctx = crate::cuda::ContextGuard::device(&device).expect("context");
     let capture = Capture::begin(device.clone(), stream.raw()).expect("begin capture");

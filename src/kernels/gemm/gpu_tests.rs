@@ -36,7 +36,7 @@ const QWEN: [(usize, usize); 5] = [
     (1024, 3072),
 ];
 
-pub(super) fn require_gpu(test: &str) {
+pub(crate) fn require_gpu(test: &str) {
     match crate::cuda::device_count() {
         Ok(n) if n > 0 => {}
         r => panic!("{test} needs a CUDA device: {r:?}"),
@@ -47,9 +47,9 @@ pub(super) fn require_gpu(test: &str) {
 }
 
 /// Deterministic values, multiples of 1/32 in [-1, 1].
-pub(super) struct Rng(pub(super) u64);
+pub(crate) struct Rng(pub(crate) u64);
 impl Rng {
-    pub(super) fn vec(&mut self, n: usize) -> Vec<f32> {
+    pub(crate) fn vec(&mut self, n: usize) -> Vec<f32> {
         (0..n)
             .map(|_| {
                 self.0 = self
@@ -114,7 +114,7 @@ fn scatter(vals: &[f32], dt: i32, sizes: &[i64], strides: &[i64], offset: i64) -
 
 /// A device tensor view (`sizes`, `strides`, element `offset`) whose elements are `vals`
 /// (in the view's row-major order); the rest of its storage is zero.
-pub(super) fn upload(vals: &[f32], dt: i32, sizes: &[i64], strides: &[i64], offset: i64) -> Tensor {
+pub(crate) fn upload(vals: &[f32], dt: i32, sizes: &[i64], strides: &[i64], offset: i64) -> Tensor {
     let flat = scatter(vals, dt, sizes, strides, offset);
     let host = cpu_tensor(dt, &[flat.len() as i64]);
     // SAFETY: the host tensor holds flat.len() 2-byte elements.
@@ -155,7 +155,7 @@ fn test_helpers_encode_exactly_and_place_elements_by_stride() {
 }
 
 /// A contiguous device tensor's elements as f32 (waits for the current stream).
-pub(super) fn download(t: &Tensor) -> Vec<f32> {
+pub(crate) fn download(t: &Tensor) -> Vec<f32> {
     let host = cpu_tensor(t.dtype, &t.sizes);
     copy_tensor(&host, t).expect("download");
     let n = host.numel() as usize;
