@@ -27,6 +27,7 @@ namespace et_decode {
 template <typename T> struct Ops;
 
 template <> struct Ops<__nv_bfloat16> {
+  static constexpr bool kBf16 = true;
   static __device__ __forceinline__ float2 pair(uint32_t u) {
     __nv_bfloat162 h = *reinterpret_cast<__nv_bfloat162*>(&u);
     return __bfloat1622float2(h);
@@ -36,6 +37,7 @@ template <> struct Ops<__nv_bfloat16> {
 };
 
 template <> struct Ops<__half> {
+  static constexpr bool kBf16 = false;
   static __device__ __forceinline__ float2 pair(uint32_t u) {
     __half2 h = *reinterpret_cast<__half2*>(&u);
     return __half22float2(h);
@@ -662,6 +664,32 @@ __device__ __forceinline__ uint4 norm8(uint4 v, uint4 gv, float r, int mode, flo
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
+// Sum of the squares of eight elements (fp32).
+template <typename T> __device__ __forceinline__ float sumsq8(uint4 v) {
+  const uint32_t in[4] = {v.x, v.y, v.z, v.w};
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = Ops<T>::pair(in[i]);
+    s = fmaf(f.x, f.x, fmaf(f.y, f.y, s));
+  }
+  return s;
+}
+
+// Eight elements of x times the norm weight (mode 1: g; mode 2: add + g), rounded to T.
+template <typename T>
+__device__ __forceinline__ uint4 gmul8(uint4 v, uint4 gv, int mode, float add) {
+  const uint32_t in[4] = {v.x, v.y, v.z, v.w}, gw[4] = {gv.x, gv.y, gv.z, gv.w};
+  uint32_t out[4];
+  const float ad = mode == 1 ? 0.f : add;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = Ops<T>::pair(in[i]), g = Ops<T>::pair(gw[i]);
+    out[i] = pack2<T>(f.x * (ad + g.x), f.y * (ad + g.y));
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
 template <int ACT> __device__ __forceinline__ float act_fn(float g) {
   if (ACT == 1) return g / (1.f + expf(-g));
   const float c = 0.7978845608028654f;  // sqrt(2 / pi)
@@ -677,8 +705,14 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
   constexpr int MROWS = X16 ? 16 : 8;
   constexpr int RTW = ACT ? 2 * RT : RT;
   constexpr int U = X16 && U0 > 2 ? U0 / 2 : U0;
+  // bf16 takes the norm late: the loop multiplies x by the norm weight (rounded to T, as the
+  // MMA reads it) and sums x's squares from the same loads; the row's r scales the sums at
+  // the end. No pass over x before the loop (a round trip and two barriers less on the
+  // block's critical path). fp16 keeps the pass (x * g could overflow fp16 before r scales it).
+  constexpr bool LATE = Ops<T>::kBf16;
   __shared__ float red[NW][RTW][MROWS][8];
   __shared__ float rs[MROWS];
+  __shared__ float rss[NW][MROWS];
   pdl_launch_dependents();
   const T* __restrict__ x = reinterpret_cast<const T*>(a.x);
   const T* __restrict__ w = reinterpret_cast<const T*>(a.w);
@@ -716,7 +750,7 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
   pdl_wait();
 
   const int mode = a.norm_mode;
-  if (mode != 0) {
+  if (mode != 0 && !LATE) {
     // One row at a time (rows past M cost nothing; few registers, as the first batch of
     // weights is held in registers meanwhile): every thread of the block takes 8 k per load,
     // two loads in flight, then the block sums the row's squares through shared memory.
@@ -747,8 +781,9 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
     __syncthreads();
   }
   const bool aok = g < mcount, bok = X16 && g + 8 < mcount;
-  const float ra = mode != 0 && aok ? rs[g] : 0.f;
-  const float rb = mode != 0 && bok ? rs[g + 8] : 0.f;
+  const float ra = mode != 0 && !LATE && aok ? rs[g] : 0.f;
+  const float rb = mode != 0 && !LATE && bok ? rs[g + 8] : 0.f;
+  float ssa = 0.f, ssb = 0.f;  // LATE: this lane's sums of x's squares, rows g and g + 8
   const char* ap = reinterpret_cast<const char*>(x + (long long)(m0 + (aok ? g : 0)) * a.sx) + c * 16;
   const char* bp = reinterpret_cast<const char*>(x + (long long)(m0 + (bok ? g + 8 : 0)) * a.sx) + c * 16;
   const char* gp = reinterpret_cast<const char*>(a.norm) + c * 16;
@@ -777,8 +812,17 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const uint4 gv = ld_x(gp + off + u * 64, u < nvalid && (aok || bok));
-        av[u] = norm8<T>(av[u], gv, ra, mode, a.norm_add);
-        if (X16) bv[u] = norm8<T>(bv[u], gv, rb, mode, a.norm_add);
+        if constexpr (LATE) {
+          ssa += sumsq8<T>(av[u]);
+          av[u] = gmul8<T>(av[u], gv, mode, a.norm_add);
+          if (X16) {
+            ssb += sumsq8<T>(bv[u]);
+            bv[u] = gmul8<T>(bv[u], gv, mode, a.norm_add);
+          }
+        } else {
+          av[u] = norm8<T>(av[u], gv, ra, mode, a.norm_add);
+          if (X16) bv[u] = norm8<T>(bv[u], gv, rb, mode, a.norm_add);
+        }
       }
     }
     uint32_t dep = 0;
@@ -804,6 +848,17 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
     for (int t = 0; t < RTW; ++t)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[0][t][i] += acc[e][t][i];
+  if (LATE && mode != 0) {
+    // The four lanes of a row hold different k: sum them, then one lane per row writes.
+    ssa += __shfl_xor_sync(0xffffffffu, ssa, 1);
+    ssa += __shfl_xor_sync(0xffffffffu, ssa, 2);
+    ssb += __shfl_xor_sync(0xffffffffu, ssb, 1);
+    ssb += __shfl_xor_sync(0xffffffffu, ssb, 2);
+    if (c == 0) {
+      rss[warp][g] = ssa;
+      if constexpr (X16) rss[warp][g + 8] = ssb;
+    }
+  }
 #pragma unroll
   for (int t = 0; t < RTW; ++t) {
     red[warp][t][g][2 * c] = acc[0][t][0];
@@ -824,11 +879,20 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
       float s = 0.f;
 #pragma unroll
       for (int q = 0; q < NW; ++q) s += red[q][t][m][r];
+      float rm = 1.f;
+      if (LATE && mode != 0) {
+        float q2 = 0.f;
+#pragma unroll
+        for (int q = 0; q < NW; ++q) q2 += rss[q][m];
+        rm = rsqrtf(q2 / (float)K + a.eps);
+      }
+      s *= rm;
       if (bias) s += Ops<T>::to_f(bias[n]);
       if constexpr (ACT != 0) {
         float u = 0.f;
 #pragma unroll
         for (int q = 0; q < NW; ++q) u += red[q][RT + t][m][r];
+        u *= rm;
         if (bias) u += Ops<T>::to_f(bias[N + n]);
         s = rnd<T>(act_fn<ACT>(rnd<T>(s))) * rnd<T>(u);
       }

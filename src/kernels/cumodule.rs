@@ -47,6 +47,8 @@ pub struct Module {
     pub sm_count: i32,
     /// Functions looked up so far, with the dynamic shared memory they allow.
     pub(super) functions: Mutex<HashMap<&'static str, (usize, i32)>>,
+    /// Blocks per SM of the kernels asked about so far ([`Module::blocks_per_sm`]).
+    pub(super) occupancy: Mutex<HashMap<&'static str, i32>>,
 }
 
 // SAFETY: module and function handles are usable from any thread.
@@ -182,7 +184,44 @@ impl Module {
             device,
             sm_count,
             functions: Mutex::new(HashMap::new()),
+            occupancy: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Blocks of kernel `name`, launched with `threads` threads and no dynamic shared memory,
+    /// that one SM holds at once (the driver's occupancy calculator; cached per name). 1 when
+    /// the driver cannot say (the launch itself reports real errors).
+    pub fn blocks_per_sm(&self, name: &'static str, threads: u32) -> i32 {
+        if let Some(&n) = self
+            .occupancy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+        {
+            return n;
+        }
+        let n = self.function(name, 0).ok().and_then(|f| {
+            let _g = ContextGuard::device(&self.device).ok()?;
+            // cudarc panics when a driver symbol is missing: keep that inside.
+            let r = std::panic::catch_unwind(|| {
+                let mut n: std::ffi::c_int = 0;
+                // SAFETY: a live function of this module; out-pointer to a local.
+                let r = unsafe {
+                    sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, f, threads as i32, 0)
+                };
+                (r, n)
+            });
+            match r {
+                Ok((sys::CUresult::CUDA_SUCCESS, n)) => Some(n),
+                _ => None,
+            }
+        });
+        let n = n.unwrap_or(1).max(1);
+        self.occupancy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name, n);
+        n
     }
 
     pub fn device(&self) -> &Arc<DeviceState> {
@@ -417,6 +456,7 @@ impl Resident {
             device,
             sm_count,
             functions: Mutex::new(HashMap::new()),
+            occupancy: Mutex::new(HashMap::new()),
         })
     }
 }

@@ -253,15 +253,50 @@ pub fn fused_shape(l: &Linear, act: Act, v: usize) -> (&'static str, (u32, u32, 
     (name, (gx as u32, gy as u32, 1))
 }
 
-/// The variant for `n_out` columns: the GEMV's choice, at most variant 1 with a gated act
-/// (whose blocks read twice the weight tiles; variant 2 would need 228 registers a thread).
-pub fn variant_for(n_out: i64, act: Act, sms: i64) -> usize {
-    let v = gemv::variant_for(n_out, sms);
-    if act == Act::None {
-        v
-    } else {
-        v.min(1)
+/// Threads per block of every kernel here (8 warps).
+const THREADS: u32 = 256;
+
+/// The variant whose grid takes the fewest waves of resident blocks, from each variant's
+/// `(blocks, blocks one SM holds)` on `sms` SMs. A grid of a wave or two is latency-bound (a
+/// block's weights are in flight at once, then it reduces): a partial wave costs nearly a
+/// full one, so the fewest waves win, then the most blocks (the most SMs reading). From three
+/// waves on, bandwidth-bound: the largest tiles among the fewest waves (fewer loads of x and
+/// reductions per byte of W).
+pub fn variant_by_waves(cands: &[(i64, i64)], sms: i64) -> usize {
+    let waves: Vec<i64> = cands
+        .iter()
+        .map(|&(blocks, per_sm)| {
+            (blocks + per_sm.max(1) * sms.max(1) - 1) / (per_sm.max(1) * sms.max(1))
+        })
+        .collect();
+    let least = waves.iter().copied().min().unwrap_or(1);
+    let mut best = 0;
+    for (v, &(blocks, _)) in cands.iter().enumerate() {
+        if waves[v] != least {
+            continue;
+        }
+        let better = if least <= 2 {
+            waves[best] != least || blocks > cands[best].0
+        } else {
+            waves[best] != least || blocks < cands[best].0
+        };
+        if better {
+            best = v;
+        }
     }
+    best
+}
+
+/// The variant for `l` on `module`'s device ([`variant_by_waves`] over the kernels' occupancy).
+fn pick_variant(l: &Linear, act: Act, module: &Module) -> usize {
+    let cands: Vec<(i64, i64)> = (0..gemv::VARIANT_ROWS.len())
+        .map(|v| {
+            let (name, g) = fused_shape(l, act, v);
+            let per_sm = module.blocks_per_sm(name, THREADS);
+            (i64::from(g.0) * i64::from(g.1), i64::from(per_sm))
+        })
+        .collect();
+    variant_by_waves(&cands, i64::from(module.sm_count))
 }
 
 /// Check, allocate the result on the device's current stream and enqueue the work there.
@@ -305,7 +340,7 @@ fn launch_fused(l: &Linear, x: &Tensor, w: &Tensor, f: &Fusion, y: &Tensor) -> R
     let module = module(l.gemv.device)?;
     let v = match gemv::forced_variant() {
         Some(v) => v,
-        None => variant_for(l.n_out, f.act, i64::from(module.sm_count)),
+        None => pick_variant(l, f.act, &module),
     };
     let (name, grid) = fused_shape(l, f.act, v);
     let mut args = Args {
@@ -339,7 +374,7 @@ unsafe fn launch(
         m.launch_with(
             name,
             grid,
-            256,
+            THREADS,
             0,
             stream,
             &mut params,

@@ -132,11 +132,20 @@ fn fused_kernels_cover_every_row_and_column() {
             }
         }
     }
-    // A gated act reads twice the weight tiles: at most variant 1.
-    assert_eq!(variant_for(8192, Act::SiluMul, 132), 1);
-    assert_eq!(variant_for(16384, Act::SiluMul, 132), 1);
-    assert_eq!(variant_for(16384, Act::None, 132), 2);
-    assert_eq!(variant_for(2048, Act::SiluMul, 132), 0);
+    // (blocks, blocks per SM) of variants 0, 1, 2 on 132 SMs, as the H200 runs them.
+    // Llama's QKV (3072 rows): variant 0 is 384 blocks, a wave and a half; variant 1 one wave.
+    assert_eq!(variant_by_waves(&[(384, 2), (192, 2), (96, 1)], 132), 1);
+    // O (2048 rows): one wave either way; the most blocks.
+    assert_eq!(variant_by_waves(&[(256, 2), (128, 2), (64, 1)], 132), 0);
+    // Gate/up with the act (8192 columns over 16384 rows): two waves of variant 1.
+    assert_eq!(variant_by_waves(&[(1024, 2), (512, 2), (256, 1)], 132), 1);
+    // A vocabulary head (128256 rows): many waves; the largest tiles among the fewest.
+    assert_eq!(
+        variant_by_waves(&[(16032, 2), (8016, 2), (4008, 1)], 132),
+        2
+    );
+    // An occupancy the driver could not give (0) counts as one block per SM.
+    assert_eq!(variant_by_waves(&[(10, 0), (5, 0), (3, 0)], 132), 0);
 }
 
 #[test]
