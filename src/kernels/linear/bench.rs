@@ -115,18 +115,31 @@ fn model(name: &str, layers: usize, ops: [Op; 4], stream: &std::sync::Arc<CudaSt
         let x = [h, a, h1, ygu][j];
         let y = [yqkv, h1, ygu, h2][j];
         let r = if j == 1 { h } else { h1 };
-        let us = time_graph(stream, (copies * 2).clamp(20, 200), &mut |i| {
-            run(*op, x, &cs[i % copies], &g, r, y)
-        });
-        let gbs = (op.n * op.k * 2) as f64 / us / 1e3;
+        let mut line = String::new();
+        for v in [None, Some(0), Some(1), Some(2)] {
+            gemv::set_tuning(v).expect("variant");
+            let us = time_graph(stream, (copies * 2).clamp(20, 200), &mut |i| {
+                run(*op, x, &cs[i % copies], &g, r, y)
+            });
+            let gbs = (op.n * op.k * 2) as f64 / us / 1e3;
+            match v {
+                None => {
+                    line += &format!(
+                        "{us:>7.2} us {gbs:>5.0} GB/s {:>5.1} % (variant 0/1/2:",
+                        gbs / HBM_GBS * 100.0
+                    )
+                }
+                Some(_) => line += &format!(" {us:.2}"),
+            }
+        }
+        gemv::set_tuning(None).expect("variant");
         println!(
-            "    N={:>6} K={:>5} norm={} act={:?} res={}: {us:>7.2} us {gbs:>5.0} GB/s {:>5.1} %",
+            "    N={:>6} K={:>5} norm={} act={:?} res={}: {line} us)",
             op.n,
             op.k,
             u8::from(op.norm),
             op.act,
             u8::from(op.residual),
-            gbs / HBM_GBS * 100.0
         );
     }
 }
