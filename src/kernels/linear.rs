@@ -4,7 +4,10 @@
 //!
 //! - `x` `[..., K]`, `W` `[Nw, K]`, `bias` `[Nw]`, as for [`super::gemv`].
 //! - `norm`: RMSNorm of every row of `x` first, with a weight `[K]`, `eps`, and one of two
-//!   roundings ([`NormMode`]).
+//!   roundings ([`NormMode`]). In bf16 the fused kernel takes it late: `x` times the norm weight,
+//!   rounded, feeds the product and the row's `rsqrt(mean(x²) + eps)` scales the product (one
+//!   rounding of each product input away from eager PyTorch, which rounds `x · r` first; the
+//!   prefill path and fp16 round as eager does).
 //! - `act`: [`Act::SiluMul`] / [`Act::GeluTanhMul`] take `W` as the gate rows then the up
 //!   rows (`Nw = 2N`) and give `act(gate) · up`, `N` columns; [`Act::None`] gives `Nw`.
 //! - `residual`: a tensor of the result's sizes added last.
@@ -12,7 +15,8 @@
 //! Dispatch on the rows `M` when it runs: up to 16 rows with the GEMV's layout rules (`K % 8
 //! == 0`, unit stride along `K`, 16-byte aligned `x`, `W` and norm weight; a norm only up to
 //! [`MAX_NORM_FUSED_COLS`] output columns) take one fused
-//! tensor-core GEMV kernel, launched as a programmatic dependent launch (its first weight
+//! tensor-core GEMV kernel, in the weight-tile variant whose grid takes the fewest waves of
+//! resident blocks ([`variant_by_waves`]), launched as a programmatic dependent launch (its first weight
 //! loads overlap the kernel before it; `ET_CUDA_PDL=0` turns that off); anything else (a
 //! prefill) runs the parts in turn: the norm kernel, the product (cuBLASLt's GEMM above 16
 //! rows, [`super::gemm`]; the GEMV for layouts it does not take), the act/residual kernel.
@@ -172,7 +176,8 @@ pub fn check(x: &Tensor, w: &Tensor, f: &Fusion) -> Result<Linear> {
     if let Some(r) = f.residual {
         same_device(r, p.device, "residual")?;
     }
-    let fused = takes_fused(p.fast && norm_aligned, f.norm.is_some(), n_out, p.m);
+    let norm_first = f.norm.is_some() && !late_norm(p.dtype);
+    let fused = takes_fused(p.fast && norm_aligned, norm_first, n_out, p.m);
     Ok(Linear {
         gemv: p,
         n_out,
@@ -182,12 +187,19 @@ pub fn check(x: &Tensor, w: &Tensor, f: &Fusion) -> Result<Linear> {
     })
 }
 
+/// Whether the fused kernel takes a norm late (bf16) rather than in a pass before its loop
+/// (fp16): `LATE` of `linear_mma` in `kernels/decode.cu`.
+pub fn late_norm(dt: i32) -> bool {
+    dt == dtype::BFLOAT16
+}
+
 /// Whether the fused kernel takes a problem: the fast layout, at most [`MAX_FUSED_ROWS`] rows,
-/// and a norm only up to [`MAX_NORM_FUSED_COLS`] columns (every block of the fused kernel sums
-/// x's squares itself: over many waves of blocks, a vocabulary head, that costs more than one
-/// norm kernel before a plain GEMV).
-pub fn takes_fused(fast_layout: bool, norm: bool, n_out: i64, m: i64) -> bool {
-    fast_layout && m <= MAX_FUSED_ROWS && (!norm || n_out <= MAX_NORM_FUSED_COLS)
+/// and a norm taken before the loop (`norm_first`: fp16) only up to [`MAX_NORM_FUSED_COLS`]
+/// columns (every block then sums x's squares in a pass of its own: over many waves of blocks,
+/// a vocabulary head, that costs more than one norm kernel before a plain GEMV). bf16 takes the
+/// norm late, from the loads of the product, at any width.
+pub fn takes_fused(fast_layout: bool, norm_first: bool, n_out: i64, m: i64) -> bool {
+    fast_layout && m <= MAX_FUSED_ROWS && (!norm_first || n_out <= MAX_NORM_FUSED_COLS)
 }
 
 fn same_device(t: &Tensor, device: i32, what: &str) -> Result<()> {

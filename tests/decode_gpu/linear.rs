@@ -74,27 +74,43 @@ struct Spec {
 
 /// The reference of module docs' arithmetic (bf16 roundings where the kernels round).
 #[allow(clippy::too_many_arguments)]
+/// The linear's formula in bf16. With a norm, up to 16 rows (the fused kernel): each x element
+/// times its norm weight (mode 1: g, mode 2: 1 + g) rounded to bf16 feeds the product, and the
+/// row's r = rsqrt(mean(x^2) + eps) scales the product before the bias. More rows (the norm
+/// kernel, then the GEMM): eager PyTorch's rounding, x * r first. The two differ by a rounding of
+/// each product input; the end-to-end token tests compare with eager.
 fn lin_ref(s: &Spec, x: &[f32], w: &[f32], b: &[f32], g: &[f32], r: &[f32], eps: f32) -> Vec<f32> {
     let nw = if s.act == 0 { s.n } else { 2 * s.n };
     let mut h = x.to_vec();
+    let mut scale = vec![1f32; s.m];
     if s.norm != 0 {
-        for row in h.chunks_mut(s.k) {
+        for (row, sc) in h.chunks_mut(s.k).zip(scale.iter_mut()) {
             let ms: f64 = row
                 .iter()
                 .map(|v| f64::from(*v) * f64::from(*v))
                 .sum::<f64>()
                 / s.k as f64;
             let rr = (1.0 / (ms + f64::from(eps)).sqrt()) as f32;
+            let late = s.m <= 16;
+            if late {
+                *sc = rr;
+            }
             for (v, gk) in row.iter_mut().zip(g) {
-                *v = if s.norm == 1 {
-                    rnd(rnd(*v * rr) * gk)
-                } else {
-                    rnd(*v * rr * (1.0 + gk))
+                *v = match (late, s.norm == 1) {
+                    (true, true) => rnd(*v * gk),
+                    (true, false) => rnd(*v * (1.0 + gk)),
+                    (false, true) => rnd(rnd(*v * rr) * gk),
+                    (false, false) => rnd(*v * rr * (1.0 + gk)),
                 };
             }
         }
     }
-    let prod = gemv_ref(&h, w, s.bias.then_some(b), s.m, nw, s.k);
+    let mut prod = gemv_ref(&h, w, None, s.m, nw, s.k);
+    for (i, row) in prod.chunks_mut(nw).enumerate() {
+        for (j, v) in row.iter_mut().enumerate() {
+            *v = *v * scale[i] + if s.bias { b[j] } else { 0.0 };
+        }
+    }
     let mut y = vec![0f32; s.m * s.n];
     for i in 0..s.m {
         for j in 0..s.n {

@@ -157,10 +157,12 @@ fn args_layout_matches_the_kernel() {
 }
 
 #[test]
-fn a_norm_before_a_vocabulary_head_is_not_fused() {
+fn an_fp16_norm_before_a_vocabulary_head_is_not_fused() {
     assert!(takes_fused(true, true, 16384, 1));
     assert!(takes_fused(true, false, 128256, 1));
     assert!(!takes_fused(true, true, 128256, 1));
     assert!(!takes_fused(true, false, 2048, MAX_FUSED_ROWS + 1));
     assert!(!takes_fused(false, false, 2048, 1));
+    // bf16 takes the norm late (no pass of its own before the loop), at any width.
+    assert!(late_norm(dtype::BFLOAT16) && !late_norm(dtype::FLOAT16));
 }
