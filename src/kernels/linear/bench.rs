@@ -165,6 +165,34 @@ fn linear_bench() {
     );
     set_pdl(true);
 
+    // Vocabulary heads (tied embeddings), plain and with the final norm folded in.
+    let mut rng = Rng(5);
+    println!("vocabulary heads, M=1, 4 back-to-back calls over 2 copies (PDL on):");
+    for (n, k) in [(128256usize, 2048usize), (151936, 1024)] {
+        let ws = [dev(&mut rng, &[n, k]), dev(&mut rng, &[n, k])];
+        let (x, g, y) = (
+            dev(&mut rng, &[1, k]),
+            dev(&mut rng, &[k]),
+            dev(&mut rng, &[1, n]),
+        );
+        for norm in [false, true] {
+            let op = Op {
+                n,
+                k,
+                norm,
+                act: Act::None,
+                residual: false,
+            };
+            let us = time_graph(&stream, 4, &mut |i| run(op, &x, &ws[i % 2], &g, &y, &y));
+            let gbs = (n * k * 2) as f64 / us / 1e3;
+            println!(
+                "  N={n:>6} K={k:>5} norm={}: {us:>7.2} us {gbs:>5.0} GB/s {:>5.1} %",
+                u8::from(norm),
+                gbs / HBM_GBS * 100.0
+            );
+        }
+    }
+
     // Attention at the Llama-1B decode shape, 96 of 512 positions filled.
     let mut rng = Rng(9);
     let q = dev(&mut rng, &[1, 32, 1, 64]);
