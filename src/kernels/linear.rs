@@ -130,8 +130,7 @@ pub struct Linear {
 
 /// Rows the fused kernel takes at most (two block rows of 8, or one of 16).
 pub const MAX_FUSED_ROWS: i64 = 16;
-/// Output columns up to which the fused kernel folds the norm in (on the H200 the 128,256-column
-/// head ran at 62 % of HBM with the norm folded in, 94 % as a norm kernel and a plain GEMV).
+/// Output columns up to which the fused kernel folds the norm in ([`takes_fused`]).
 pub const MAX_NORM_FUSED_COLS: i64 = 32768;
 
 /// Check the arguments (shapes, dtypes and strides first, then devices).
@@ -176,8 +175,7 @@ pub fn check(x: &Tensor, w: &Tensor, f: &Fusion) -> Result<Linear> {
     if let Some(r) = f.residual {
         same_device(r, p.device, "residual")?;
     }
-    let norm_first = f.norm.is_some() && !late_norm(p.dtype);
-    let fused = takes_fused(p.fast && norm_aligned, norm_first, n_out, p.m);
+    let fused = takes_fused(p.fast && norm_aligned, f.norm.is_some(), n_out, p.m);
     Ok(Linear {
         gemv: p,
         n_out,
@@ -187,19 +185,14 @@ pub fn check(x: &Tensor, w: &Tensor, f: &Fusion) -> Result<Linear> {
     })
 }
 
-/// Whether the fused kernel takes a norm late (bf16) rather than in a pass before its loop
-/// (fp16): `LATE` of `linear_mma` in `kernels/decode.cu`.
-pub fn late_norm(dt: i32) -> bool {
-    dt == dtype::BFLOAT16
-}
-
 /// Whether the fused kernel takes a problem: the fast layout, at most [`MAX_FUSED_ROWS`] rows,
-/// and a norm taken before the loop (`norm_first`: fp16) only up to [`MAX_NORM_FUSED_COLS`]
-/// columns (every block then sums x's squares in a pass of its own: over many waves of blocks,
-/// a vocabulary head, that costs more than one norm kernel before a plain GEMV). bf16 takes the
-/// norm late, from the loads of the product, at any width.
-pub fn takes_fused(fast_layout: bool, norm_first: bool, n_out: i64, m: i64) -> bool {
-    fast_layout && m <= MAX_FUSED_ROWS && (!norm_first || n_out <= MAX_NORM_FUSED_COLS)
+/// and a norm only up to [`MAX_NORM_FUSED_COLS`] columns. Every block of the fused kernel
+/// applies the norm itself (fp16: a pass over x before its loop; bf16: x times the norm weight
+/// in its loop): over the many waves of a vocabulary head that costs more than one norm kernel
+/// before a plain GEMV (H200, 128256 x 2048, bf16: 140.7 µs with the norm folded in, 126.3 µs
+/// without, `linear_bench`).
+pub fn takes_fused(fast_layout: bool, norm: bool, n_out: i64, m: i64) -> bool {
+    fast_layout && m <= MAX_FUSED_ROWS && (!norm || n_out <= MAX_NORM_FUSED_COLS)
 }
 
 fn same_device(t: &Tensor, device: i32, what: &str) -> Result<()> {
@@ -269,11 +262,12 @@ pub fn fused_shape(l: &Linear, act: Act, v: usize) -> (&'static str, (u32, u32, 
 const THREADS: u32 = 256;
 
 /// The variant whose grid takes the fewest waves of resident blocks, from each variant's
-/// `(blocks, blocks one SM holds)` on `sms` SMs. A grid of a wave or two is latency-bound (a
-/// block's weights are in flight at once, then it reduces): a partial wave costs nearly a
-/// full one, so the fewest waves win, then the most blocks (the most SMs reading). From three
-/// waves on, bandwidth-bound: the largest tiles among the fewest waves (fewer loads of x and
-/// reductions per byte of W).
+/// `(blocks, blocks one SM holds)` on `sms` SMs. A block's weights are in flight at once and
+/// then it reduces, so a partial wave costs nearly a full one: the fewest waves win. Among
+/// those, in one wave the most blocks (the most SMs reading); over several, the largest tiles
+/// (fewer loads of x and reductions per byte of W). H200, `linear_bench`: Llama's gate/up
+/// (two waves either way) 17.98 µs with 256 blocks, 20.10 µs with 512; O (one wave) 3.29 µs
+/// with 256 blocks, 3.74 µs with 128.
 pub fn variant_by_waves(cands: &[(i64, i64)], sms: i64) -> usize {
     let waves: Vec<i64> = cands
         .iter()
@@ -287,7 +281,7 @@ pub fn variant_by_waves(cands: &[(i64, i64)], sms: i64) -> usize {
         if waves[v] != least {
             continue;
         }
-        let better = if least <= 2 {
+        let better = if least <= 1 {
             waves[best] != least || blocks > cands[best].0
         } else {
             waves[best] != least || blocks < cands[best].0
