@@ -198,6 +198,12 @@ __device__ __forceinline__ void gemv_generic(const T* __restrict__ x, long long 
 
 // ------------------------------------------------------------------ attention
 
+template <bool B, typename A, typename C> struct Pick { using type = A; };
+template <typename A, typename C> struct Pick<false, A, C> { using type = C; };
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
 constexpr int ATTN_WARPS = 4;
 constexpr int ATTN_ROWS = 16;  // query rows per block: ATTN_ROWS / ATTN_WARPS per warp
 constexpr int ATTN_RPW = ATTN_ROWS / ATTN_WARPS;
@@ -253,7 +259,11 @@ __device__ __forceinline__ void attn_split(const AttnArgs& a) {
   constexpr int KPAD = D + 8;       // padded K row, elements
   constexpr int LOADS = ATTN_TILE * VEC / (32 * ATTN_WARPS);  // vectors per thread per tile, K or V
   static_assert(LOADS >= 1 && ATTN_TILE * VEC % (32 * ATTN_WARPS) == 0, "tile split");
-  __shared__ float qs[ATTN_ROWS][D];
+  // D = 256: the queries are kept as T, unscaled (exact), and the scores scaled after the dot
+  // product, so that the block's shared memory stays under 48 KB; smaller D: fp32, prescaled.
+  constexpr bool QLOW = D > 128;
+  using QT = typename Pick<QLOW, T, float>::type;
+  __shared__ QT qs[ATTN_ROWS][D];
   __shared__ __align__(16) T ks[ATTN_TILE][KPAD];
   __shared__ __align__(16) T vs[ATTN_TILE][D];
   __shared__ int qpos[ATTN_ROWS];
@@ -284,9 +294,10 @@ __device__ __forceinline__ void attn_split(const AttnArgs& a) {
     if (r < rows) {
       const int h = hkv * g + r / a.Lq, i = r % a.Lq;
       const T* q = reinterpret_cast<const T*>(a.q);
-      val = Ops<T>::to_f(q[b * a.qsb + h * a.qsh + i * a.qsl + d * a.qsd]) * a.scale_log2;
+      val = Ops<T>::to_f(q[b * a.qsb + h * a.qsh + i * a.qsl + d * a.qsd]);
     }
-    qs[rr][d] = val;
+    if constexpr (QLOW) qs[rr][d] = Ops<T>::from_f(val);
+    else qs[rr][d] = val * a.scale_log2;
   }
   __syncthreads();
 
@@ -346,10 +357,14 @@ __device__ __forceinline__ void attn_split(const AttnArgs& a) {
 #pragma unroll
         for (int j = 0; j < ATTN_RPW; ++j) {
           const int rr = j * ATTN_WARPS + warp;
-          sc[j] = fmaf(qs[rr][vec * 8 + 2 * h2], kf.x, sc[j]);
-          sc[j] = fmaf(qs[rr][vec * 8 + 2 * h2 + 1], kf.y, sc[j]);
+          sc[j] = fmaf(to_float(qs[rr][vec * 8 + 2 * h2]), kf.x, sc[j]);
+          sc[j] = fmaf(to_float(qs[rr][vec * 8 + 2 * h2 + 1]), kf.y, sc[j]);
         }
       }
+    }
+    if constexpr (QLOW) {
+#pragma unroll
+      for (int j = 0; j < ATTN_RPW; ++j) sc[j] *= a.scale_log2;
     }
 #pragma unroll
     for (int j = 0; j < ATTN_RPW; ++j) {
@@ -422,11 +437,14 @@ constexpr int DEC_WARPS = 8;
 template <int DPL> struct VVec;
 template <> struct VVec<2> { using type = uint32_t; };
 template <> struct VVec<4> { using type = uint2; };
+template <> struct VVec<8> { using type = uint4; };
 
 template <typename T, int D, int R>
 __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
   constexpr int DPL = D / 32;
-  constexpr int VEC = D / 8;
+  constexpr int KL = D > 128 ? 2 : 1;  // lanes per key: each holds D / KL of the key's K row
+  constexpr int TILE = 32 / KL;        // keys per warp tile
+  constexpr int KVEC = D / 8 / KL;     // 16-byte K vectors per lane
   using V = typename VVec<DPL>::type;
   __shared__ __align__(16) float qs[R][D];
   __shared__ int qpos[R];
@@ -481,16 +499,17 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
   }
   const char* kb = reinterpret_cast<const char*>(a.k) + (b * a.ksb + hkv * a.ksh) * (long long)sizeof(T);
   const char* vb = reinterpret_cast<const char*>(a.v) + (b * a.vsb + hkv * a.vsh) * (long long)sizeof(T);
-  for (int base = kbeg + warp * 32; base < kend; base += DEC_WARPS * 32) {
-    const int key = base + lane;
+  const int part = lane % KL, d0 = part * (D / KL);
+  for (int base = kbeg + warp * TILE; base < kend; base += DEC_WARPS * TILE) {
+    const int key = base + lane / KL;
     const bool kin = key < kend;
-    uint4 kr[VEC];
-    V vr[32];
+    uint4 kr[KVEC];
+    V vr[TILE];
 #pragma unroll
-    for (int i = 0; i < VEC; ++i)
-      kr[i] = kin ? ld_stream(kb + (key * a.ksl + i * 8) * (long long)sizeof(T)) : make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < KVEC; ++i)
+      kr[i] = kin ? ld_stream(kb + (key * a.ksl + d0 + i * 8) * (long long)sizeof(T)) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-    for (int t = 0; t < 32; ++t) {
+    for (int t = 0; t < TILE; ++t) {
       const int kt = base + t;
       vr[t] = kt < kend ? *reinterpret_cast<const V*>(vb + (kt * a.vsl + lane * DPL) * (long long)sizeof(T))
                         : V{};
@@ -500,15 +519,16 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
       if (r >= rows) break;
       float sc = 0.f;
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) {
+      for (int i = 0; i < KVEC; ++i) {
         const uint32_t words[4] = {kr[i].x, kr[i].y, kr[i].z, kr[i].w};
-        const float4 q0 = *reinterpret_cast<const float4*>(&qs[r][i * 8]);
-        const float4 q1 = *reinterpret_cast<const float4*>(&qs[r][i * 8 + 4]);
+        const float4 q0 = *reinterpret_cast<const float4*>(&qs[r][d0 + i * 8]);
+        const float4 q1 = *reinterpret_cast<const float4*>(&qs[r][d0 + i * 8 + 4]);
         const float2 k0 = Ops<T>::pair(words[0]), k1 = Ops<T>::pair(words[1]);
         const float2 k2 = Ops<T>::pair(words[2]), k3 = Ops<T>::pair(words[3]);
         sc = fmaf(q0.x, k0.x, fmaf(q0.y, k0.y, fmaf(q0.z, k1.x, fmaf(q0.w, k1.y, sc))));
         sc = fmaf(q1.x, k2.x, fmaf(q1.y, k2.y, fmaf(q1.z, k3.x, fmaf(q1.w, k3.y, sc))));
       }
+      if constexpr (KL == 2) sc += __shfl_xor_sync(0xffffffffu, sc, 1);
       const int p = pr[r];
       const bool vis = kin && key <= p && (a.window <= 0 || key > p - a.window);
       const float x = vis ? sc : -INFINITY;
@@ -517,12 +537,13 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
       const float corr = exp2f(m[r] - mn);
       const float pv = vis ? exp2f(x - mn) : 0.f;
       m[r] = mn;
-      l[r] = l[r] * corr + pv;  // lane-partial; summed over the warp at the end
+      // lane-partial (one lane per key); summed over the warp at the end
+      l[r] = l[r] * corr + (part == 0 ? pv : 0.f);
 #pragma unroll
       for (int d = 0; d < DPL; ++d) acc[r][d] *= corr;
 #pragma unroll
-      for (int t = 0; t < 32; ++t) {
-        const float pt = __shfl_sync(0xffffffffu, pv, t);
+      for (int t = 0; t < TILE; ++t) {
+        const float pt = __shfl_sync(0xffffffffu, pv, t * KL);
         const uint32_t* vw = reinterpret_cast<const uint32_t*>(&vr[t]);
 #pragma unroll
         for (int d = 0; d < DPL; d += 2) {
@@ -1003,11 +1024,15 @@ ATTN_DEC(et_attn_dec_f16_d64_r4, __half, 64, 4)
 ATTN_DEC(et_attn_dec_f16_d64_r8, __half, 64, 8)
 ATTN_DEC(et_attn_dec_f16_d128_r4, __half, 128, 4)
 ATTN_DEC(et_attn_dec_f16_d128_r8, __half, 128, 8)
+ATTN_DEC(et_attn_dec_bf16_d256_r4, __nv_bfloat16, 256, 4)
+ATTN_DEC(et_attn_dec_f16_d256_r4, __half, 256, 4)
 
 ATTN(et_attn_bf16_d64, et_attn_combine_bf16_d64, __nv_bfloat16, 64)
 ATTN(et_attn_bf16_d128, et_attn_combine_bf16_d128, __nv_bfloat16, 128)
 ATTN(et_attn_f16_d64, et_attn_combine_f16_d64, __half, 64)
 ATTN(et_attn_f16_d128, et_attn_combine_f16_d128, __half, 128)
+ATTN(et_attn_bf16_d256, et_attn_combine_bf16_d256, __nv_bfloat16, 256)
+ATTN(et_attn_f16_d256, et_attn_combine_f16_d256, __half, 256)
 
 // Fused linear: et_lin_<dtype>_v<variant>_m<8|16>_a<act> (src/kernels/linear.rs names and picks them).
 #define LIN(NAME, T, NW, RT, U, X16, ACT, MINB)                                                 \

@@ -724,7 +724,7 @@ fn decode_attention_matches_fp32_reference() {
     let mut worst = 0f32;
     let mut seed = 7u64;
     let lmax = 1024;
-    for d in [64, 128] {
+    for d in [64, 128, 256] {
         for g in [1, 2, 4, 8] {
             for fill in [1, 17, 511, 1024] {
                 for lq in [1, 3, 16] {

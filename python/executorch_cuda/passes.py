@@ -285,8 +285,8 @@ def _attention_blocker(ep, q, k, v, mask, dropout, causal, pos_node):
         return "no 4-d query metadata"
     if qv.dtype not in _LOW:
         return f"dtype {qv.dtype}"
-    if int(qv.shape[-1]) not in (64, 128):
-        return f"head size {qv.shape[-1]} (the kernel has 64 and 128)"
+    if int(qv.shape[-1]) not in (64, 128, 256):
+        return f"head size {qv.shape[-1]} (the kernel has 64, 128 and 256)"
     if dropout not in (0, 0.0) or causal:
         return "dropout or is_causal"
     if pos_node is None:

@@ -4,7 +4,7 @@
 //! `q` `[B, Hq, Lq, D]` (any strides), `k_cache` and `v_cache` `[B, Hkv, Lmax, D]`
 //! (unit stride along `D`, other strides multiples of 8 elements, 16-byte
 //! aligned), `Hq` a multiple of `Hkv` (query head `h` reads KV head `h / (Hq/Hkv)`),
-//! `D` 64 or 128, all bf16 or all fp16 on one CUDA device. Query `i` sits at
+//! `D` 64, 128 or 256, all bf16 or all fp16 on one CUDA device. Query `i` sits at
 //! cache position `p_i` and sees the keys `0..=p_i` (causal within the new
 //! tokens, nothing past them). The positions come from
 //! - a device int64 tensor `pos`: `Lq` elements (one per query) or one element
@@ -45,6 +45,10 @@ pub const KERNELS: &[&str] = &[
     "et_attn_combine_f16_d64",
     "et_attn_f16_d128",
     "et_attn_combine_f16_d128",
+    "et_attn_bf16_d256",
+    "et_attn_combine_bf16_d256",
+    "et_attn_f16_d256",
+    "et_attn_combine_f16_d256",
     "et_attn_dec_bf16_d64_r4",
     "et_attn_dec_bf16_d64_r8",
     "et_attn_dec_bf16_d128_r4",
@@ -53,6 +57,8 @@ pub const KERNELS: &[&str] = &[
     "et_attn_dec_f16_d64_r8",
     "et_attn_dec_f16_d128_r4",
     "et_attn_dec_f16_d128_r8",
+    "et_attn_dec_bf16_d256_r4",
+    "et_attn_dec_f16_d256_r4",
 ];
 
 /// Query rows per block (`ATTN_ROWS`), keys per tile (`ATTN_TILE`), threads per block.
@@ -194,9 +200,9 @@ fn check_sizes(q: &Tensor, k: &Tensor, scale: f64) -> Result<(i64, i64, i64, i64
             q.sizes, k.sizes
         ));
     }
-    if d != 64 && d != 128 {
+    if d != 64 && d != 128 && d != 256 {
         return invalid(format!(
-            "et_cuda decode_attention: head size D = {d} is not supported (64 or 128)"
+            "et_cuda decode_attention: head size D = {d} is not supported (64, 128 or 256)"
         ));
     }
     if hkv <= 0 || hq <= 0 || hq % hkv != 0 {
@@ -363,31 +369,35 @@ pub fn decode_kernel(p: &Problem, nsplit: i64) -> Option<&'static str> {
         v => v == 1,
     };
     let rows = p.hq / p.hkv * p.lq;
-    if !on || nsplit != 1 || rows > 8 {
+    // D = 256: rows of 4 at most (the warps' partial outputs of 8 rows would not fit in the
+    // block's 48 KB of shared memory).
+    let most = if p.d == 256 { 4 } else { 8 };
+    if !on || nsplit != 1 || rows > most {
         return None;
     }
-    const NAMES: [&str; 8] = [
-        "et_attn_dec_bf16_d64_r4",
-        "et_attn_dec_bf16_d64_r8",
-        "et_attn_dec_bf16_d128_r4",
-        "et_attn_dec_bf16_d128_r8",
-        "et_attn_dec_f16_d64_r4",
-        "et_attn_dec_f16_d64_r8",
-        "et_attn_dec_f16_d128_r4",
-        "et_attn_dec_f16_d128_r8",
-    ];
-    let i = usize::from(p.dtype != dtype::BFLOAT16) * 4
-        + usize::from(p.d != 64) * 2
-        + usize::from(rows > 4);
-    Some(NAMES[i])
+    let bf = p.dtype == dtype::BFLOAT16;
+    Some(match (bf, p.d, rows > 4) {
+        (true, 64, false) => "et_attn_dec_bf16_d64_r4",
+        (true, 64, true) => "et_attn_dec_bf16_d64_r8",
+        (true, 128, false) => "et_attn_dec_bf16_d128_r4",
+        (true, 128, true) => "et_attn_dec_bf16_d128_r8",
+        (true, _, _) => "et_attn_dec_bf16_d256_r4",
+        (false, 64, false) => "et_attn_dec_f16_d64_r4",
+        (false, 64, true) => "et_attn_dec_f16_d64_r8",
+        (false, 128, false) => "et_attn_dec_f16_d128_r4",
+        (false, 128, true) => "et_attn_dec_f16_d128_r8",
+        (false, _, _) => "et_attn_dec_f16_d256_r4",
+    })
 }
 
 fn names(p: &Problem) -> (&'static str, &'static str) {
     match (p.dtype == dtype::BFLOAT16, p.d) {
         (true, 64) => ("et_attn_bf16_d64", "et_attn_combine_bf16_d64"),
-        (true, _) => ("et_attn_bf16_d128", "et_attn_combine_bf16_d128"),
+        (true, 128) => ("et_attn_bf16_d128", "et_attn_combine_bf16_d128"),
+        (true, _) => ("et_attn_bf16_d256", "et_attn_combine_bf16_d256"),
         (false, 64) => ("et_attn_f16_d64", "et_attn_combine_f16_d64"),
-        (false, _) => ("et_attn_f16_d128", "et_attn_combine_f16_d128"),
+        (false, 128) => ("et_attn_f16_d128", "et_attn_combine_f16_d128"),
+        (false, _) => ("et_attn_f16_d256", "et_attn_combine_f16_d256"),
     }
 }
 

@@ -432,6 +432,10 @@ fn attention_window_and_output_layout_match_reference() {
         (16, 8, 3, 2048, 128, 1500, 0),
         (16, 8, 3, 2048, 128, 1500, 100),
         (8, 2, 5, 64, 64, 0, 3),
+        // Gemma-3-1B's decode shape (D 256, one KV head), a sliding and a full layer.
+        (4, 1, 1, 1024, 256, 700, 512),
+        (4, 1, 1, 1024, 256, 700, 0),
+        (4, 1, 2, 1024, 256, 700, 512),
     ] {
         let q = rng.vec(hq * lq * d);
         let (kc, vc) = (rng.vec(hkv * lmax * d), rng.vec(hkv * lmax * d));
