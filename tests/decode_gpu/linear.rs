@@ -91,8 +91,9 @@ fn lin_ref(s: &Spec, x: &[f32], w: &[f32], b: &[f32], g: &[f32], r: &[f32], eps:
                 .sum::<f64>()
                 / s.k as f64;
             let rr = (1.0 / (ms + f64::from(eps)).sqrt()) as f32;
-            // The fused kernel: at most 16 rows in its layout (row strides multiples of 8).
-            let late = s.m <= 16 && s.pad % 8 == 0;
+            // The fused kernel: at most 16 rows in its layout (row strides multiples of 8; one
+            // row has no row stride).
+            let late = s.m <= 16 && (s.m == 1 || s.pad % 8 == 0);
             if late {
                 *sc = rr;
             }
