@@ -32,34 +32,6 @@ use crate::error::{invalid, Result};
 use crate::tensor::{self, Device, Tensor};
 use cudarc::driver::sys;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicI8, Ordering};
-
-/// Every attention entry point of `kernels/decode.cu` (checked against the PTX by a test).
-#[cfg(test)]
-pub const KERNELS: &[&str] = &[
-    "et_attn_bf16_d64",
-    "et_attn_combine_bf16_d64",
-    "et_attn_bf16_d128",
-    "et_attn_combine_bf16_d128",
-    "et_attn_f16_d64",
-    "et_attn_combine_f16_d64",
-    "et_attn_f16_d128",
-    "et_attn_combine_f16_d128",
-    "et_attn_bf16_d256",
-    "et_attn_combine_bf16_d256",
-    "et_attn_f16_d256",
-    "et_attn_combine_f16_d256",
-    "et_attn_dec_bf16_d64_r4",
-    "et_attn_dec_bf16_d64_r8",
-    "et_attn_dec_bf16_d128_r4",
-    "et_attn_dec_bf16_d128_r8",
-    "et_attn_dec_f16_d64_r4",
-    "et_attn_dec_f16_d64_r8",
-    "et_attn_dec_f16_d128_r4",
-    "et_attn_dec_f16_d128_r8",
-    "et_attn_dec_bf16_d256_r4",
-    "et_attn_dec_f16_d256_r4",
-];
 
 /// Query rows per block (`ATTN_ROWS`), keys per tile (`ATTN_TILE`), threads per block.
 const ROWS: i64 = 16;
@@ -320,87 +292,6 @@ fn check_window(window: i64) -> Result<i32> {
     }
 }
 
-/// Keys a split takes at least: a cache of up to this many positions is read by one block
-/// per row group (one kernel, no combine); longer ones are split, each split at least this long.
-pub const MIN_SPLIT_KEYS: i64 = 1024;
-
-/// Rows groups, chunk (keys per split) and number of splits for a GPU of `sms` SMs: about two
-/// blocks per SM, with splits of at least [`MIN_SPLIT_KEYS`] (decode at short contexts is one
-/// kernel; the host does not know how much of the cache is filled).
-pub fn split(p: &Problem, sms: i64) -> (i64, i64, i64) {
-    let rows = p.hq / p.hkv * p.lq;
-    let rgroups = (rows + ROWS - 1) / ROWS;
-    let base = p.b * p.hkv * rgroups;
-    let tiles = (p.span + TILE - 1) / TILE;
-    let want = (2 * sms.max(1) + base - 1) / base;
-    let by_len = (p.span + MIN_SPLIT_KEYS - 1) / MIN_SPLIT_KEYS;
-    let nsplit = want.clamp(1, tiles.max(1)).min(by_len.max(1));
-    let chunk = ((p.span + nsplit - 1) / nsplit + TILE - 1) / TILE * TILE;
-    let nsplit = (p.span + chunk - 1) / chunk;
-    (rgroups, chunk, nsplit.max(1))
-}
-
-/// Whether the short-context kernel is used: -1 not decided yet (the environment decides).
-static DECODE_KERNEL: AtomicI8 = AtomicI8::new(-1);
-
-/// Use the short-context decode kernel where it applies (`Some(true)`, the default), never
-/// (`Some(false)`), or as `ET_CUDA_ATTN_DECODE` says (`None`). For benchmarks (programs use
-/// the environment variable).
-#[cfg(test)]
-pub fn set_decode_kernel(on: Option<bool>) {
-    DECODE_KERNEL.store(on.map_or(-1, i8::from), Ordering::Relaxed);
-}
-
-/// Threads per block of the short-context decode kernel (`DEC_WARPS` warps).
-const DEC_THREADS: u32 = 256;
-
-/// The short-context decode kernel for `p` when it takes it: one split (the whole cache in one
-/// kernel) and at most 8 rows per KV head (`Hq/Hkv * Lq`); it reads a warp's whole tile of 32
-/// keys at once and splits the keys over its 8 warps.
-/// `ET_CUDA_ATTN_DECODE=0` (read once) or [`set_decode_kernel`] turn it off (the benchmark's
-/// comparison row).
-pub fn decode_kernel(p: &Problem, nsplit: i64) -> Option<&'static str> {
-    let on = match DECODE_KERNEL.load(Ordering::Relaxed) {
-        -1 => {
-            let on = std::env::var_os("ET_CUDA_ATTN_DECODE").is_none_or(|v| v != "0");
-            DECODE_KERNEL.store(i8::from(on), Ordering::Relaxed);
-            on
-        }
-        v => v == 1,
-    };
-    let rows = p.hq / p.hkv * p.lq;
-    // D = 256: rows of 4 at most (the warps' partial outputs of 8 rows would not fit in the
-    // block's 48 KB of shared memory).
-    let most = if p.d == 256 { 4 } else { 8 };
-    if !on || nsplit != 1 || rows > most {
-        return None;
-    }
-    let bf = p.dtype == dtype::BFLOAT16;
-    Some(match (bf, p.d, rows > 4) {
-        (true, 64, false) => "et_attn_dec_bf16_d64_r4",
-        (true, 64, true) => "et_attn_dec_bf16_d64_r8",
-        (true, 128, false) => "et_attn_dec_bf16_d128_r4",
-        (true, 128, true) => "et_attn_dec_bf16_d128_r8",
-        (true, _, _) => "et_attn_dec_bf16_d256_r4",
-        (false, 64, false) => "et_attn_dec_f16_d64_r4",
-        (false, 64, true) => "et_attn_dec_f16_d64_r8",
-        (false, 128, false) => "et_attn_dec_f16_d128_r4",
-        (false, 128, true) => "et_attn_dec_f16_d128_r8",
-        (false, _, _) => "et_attn_dec_f16_d256_r4",
-    })
-}
-
-fn names(p: &Problem) -> (&'static str, &'static str) {
-    match (p.dtype == dtype::BFLOAT16, p.d) {
-        (true, 64) => ("et_attn_bf16_d64", "et_attn_combine_bf16_d64"),
-        (true, 128) => ("et_attn_bf16_d128", "et_attn_combine_bf16_d128"),
-        (true, _) => ("et_attn_bf16_d256", "et_attn_combine_bf16_d256"),
-        (false, 64) => ("et_attn_f16_d64", "et_attn_combine_f16_d64"),
-        (false, 128) => ("et_attn_f16_d128", "et_attn_combine_f16_d128"),
-        (false, _) => ("et_attn_f16_d256", "et_attn_combine_f16_d256"),
-    }
-}
-
 /// Check, allocate the output (and the split workspace) on the device's
 /// current stream and enqueue the kernels there. No host wait.
 pub fn decode_attention(
@@ -428,7 +319,7 @@ pub fn decode_attention(
     let (rgroups, chunk, nsplit) = split(&p, i64::from(module.sm_count));
     let nrows = p.b * p.hq * p.lq;
     let (part_o, part_ml) = split_workspaces(nrows, nsplit, p.d, dev)?;
-    let (name, combine) = names(&p);
+    let combine = names(&p).1;
     let mut args = Args {
         q: q.data_ptr() as u64,
         qs: [q.strides[0], q.strides[1], q.strides[2], q.strides[3]],
@@ -458,14 +349,7 @@ pub fn decode_attention(
     };
     let _ctx = ContextGuard::device(module.device())?;
     let stream = cuda::stream::current(p.device).raw;
-    let (name, grid, threads) = match decode_kernel(&p, nsplit) {
-        Some(dec) => (dec, (1, p.hkv as u32, p.b as u32), DEC_THREADS),
-        None => (
-            name,
-            (nsplit as u32, (p.hkv * rgroups) as u32, p.b as u32),
-            THREADS,
-        ),
-    };
+    let (name, grid, threads) = launch_shape(&p, rgroups, nsplit);
     let mut params: [*mut c_void; 1] = [(&mut args as *mut Args).cast()];
     let pdl = super::pdl_enabled();
     // SAFETY: (every block waits for the kernel before with griddepcontrol.wait before reading
@@ -553,6 +437,13 @@ unsafe fn launch_combine(
     unsafe { module.launch_with(combine, cgrid, 128, 0, stream, &mut cparams, pdl)? };
     Ok(())
 }
+
+#[path = "attention/choice.rs"]
+mod choice;
+pub use choice::split;
+#[cfg(test)]
+pub use choice::{set_decode_kernel, KERNELS};
+use choice::{launch_shape, names};
 
 #[cfg(test)]
 mod tests;
