@@ -5,7 +5,7 @@
 #      decode fatbin and the cuBLASLt GEMM, 3.75 MB once the short-context decode attention (12
 #      kernels) and head size 256 joined them; a build with DWARF is about 12 MB), no DWARF (.debug_* sections), the
 #      SONAME, and only aoti_torch_*, et_cuda_* and cuModuleLoadData (served to the
-#      generated code, see src/ffi/shim/driver.rs) among its exported symbols.
+#      generated code, see src/shim/driver.rs) among its exported symbols.
 # RUNPATH_FILES: no empty RUNPATH entry (which searches the current folder) and
 #      no entry containing FORBIDDEN (e.g. the source or build folder).
 if(NOT DEFINED MAX_BYTES)

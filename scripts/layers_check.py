@@ -2,8 +2,11 @@
 """The architecture's import rules, checked on the sources (no dependencies):
   1. no import circles between the files of src/ (a file's `crate::a::b` and `super::x`
      references, outside its unit tests and comments; a module and its own submodules excepted);
-  2. the C API's files (src/ffi/ apart from the AOTI shims in src/ffi/shim/) use the public safe
-     API and the C-free types only: no `crate::delegate`, `crate::cuda` or `crate::aoti`.
+  2. the C API's files (src/ffi/) use the public safe API and the C-free types only: no
+     `crate::delegate`, `crate::cuda`, `crate::aoti`, nor the shim ABI (`crate::shim`, its own
+     layer beside the C API, which the generated code calls back into);
+  3. below the two C surfaces, nothing uses them: no file outside src/ffi/ and src/shim/ uses
+     `crate::ffi` or `crate::shim` (both share only `crate::boundary`, the one guard).
 Prints every violation and exits 1 when there is one."""
 import glob
 import os
@@ -82,12 +85,15 @@ def main():
     for c in cycles(edges(files)):
         bad.append("import circle: " + " <-> ".join(c))
     for m, s in sorted(files.items()):
-        if m.startswith("ffi/") and not m.startswith("ffi/shim"):
-            for x in sorted(set(re.findall(r"crate::(delegate|cuda|aoti)\b", s))):
+        if m == "ffi" or m.startswith("ffi/"):
+            for x in sorted(set(re.findall(r"crate::(delegate|cuda|aoti|shim)\b", s))):
                 bad.append(f"src/{m}.rs uses crate::{x} (the C API goes through the safe API)")
+        elif not (m == "shim" or m.startswith("shim/") or m == "lib"):
+            for x in sorted(set(re.findall(r"crate::(ffi|shim)\b", s))):
+                bad.append(f"src/{m}.rs uses crate::{x} (the C surfaces are the top layer)")
     for b in bad:
         print(b)
-    print(f"layers_check: {'ok (no import circles; the C API uses the safe API only)' if not bad else str(len(bad)) + ' problem(s)'}")
+    print(f"layers_check: {'ok (no import circles; the C API uses the safe API only; nothing below uses the C surfaces)' if not bad else str(len(bad)) + ' problem(s)'}")
     return 1 if bad else 0
 
 

@@ -68,6 +68,7 @@
 
 pub(crate) mod aoti;
 pub mod api;
+mod boundary;
 pub mod config;
 pub(crate) mod cuda;
 pub(crate) mod delegate;
@@ -77,6 +78,7 @@ pub mod ffi;
 pub(crate) mod kernels;
 pub mod logging;
 pub mod options;
+pub mod shim;
 mod stats;
 pub(crate) mod tensor;
 

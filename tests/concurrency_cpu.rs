@@ -2,8 +2,8 @@
 //! many threads, per-thread last-error messages, and options read and written
 //! concurrently. (The GPU-side test with eight handles is in tests/gpu.rs.)
 
-use executorch_cuda::ffi::shim::*;
 use executorch_cuda::ffi::{options::*, types::*};
+use executorch_cuda::shim::*;
 use std::ffi::{CStr, CString};
 
 #[test]

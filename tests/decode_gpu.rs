@@ -105,7 +105,7 @@ fn shims() -> &'static Shims {
             assert!(!p.is_null(), "the library does not export {n}");
             p
         };
-        // SAFETY: each symbol has the declared signature (src/ffi/shim/decode.rs, views.rs, device.rs).
+        // SAFETY: each symbol has the declared signature (src/shim/decode.rs, views.rs, device.rs).
         unsafe {
             Shims {
                 gemv: std::mem::transmute::<*mut c_void, Gemv>(sym("aoti_torch_cuda_et_gemv")),

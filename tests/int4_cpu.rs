@@ -4,7 +4,7 @@
 //! unit tests in src/kernels/mod.rs.)
 
 use executorch_cuda::ffi::last_error_message;
-use executorch_cuda::ffi::shim::*;
+use executorch_cuda::shim::*;
 use std::ffi::c_void;
 use std::ptr::null_mut;
 

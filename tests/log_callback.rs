@@ -4,8 +4,8 @@
 //! The only test in its binary: the log callback is process-wide.
 
 use executorch_cuda::ffi::options::et_cuda_set_log_callback;
-use executorch_cuda::ffi::shim::diag::aoti_torch_warn;
 use executorch_cuda::ffi::{EtCudaLogLevel, ET_CUDA_LOG_WARN, ET_CUDA_STATUS_OK};
+use executorch_cuda::shim::diag::aoti_torch_warn;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::mpsc;

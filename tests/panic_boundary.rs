@@ -2,8 +2,8 @@
 //! never an unwind across the boundary or an abort. Uses the test-only hook
 //! `ffi::FORCE_PANIC`, which makes every boundary panic inside its guard.
 
-use executorch_cuda::ffi::shim::*;
 use executorch_cuda::ffi::{api::*, memory::*, options::*, types::*};
+use executorch_cuda::shim::*;
 use std::ffi::{CStr, CString};
 use std::sync::atomic::Ordering;
 

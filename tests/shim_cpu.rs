@@ -1,7 +1,7 @@
 //! Every shim function on CPU tensors (no GPU needed), called through its C signature.
 
 use executorch_cuda::dtype::codes as dtype;
-use executorch_cuda::ffi::shim::*;
+use executorch_cuda::shim::*;
 use std::ffi::c_void;
 use std::ptr::null_mut;
 

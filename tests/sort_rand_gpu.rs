@@ -94,7 +94,7 @@ fn shims() -> &'static Shims {
             assert!(!p.is_null(), "missing {n}");
             p
         };
-        // SAFETY: each symbol has the declared C signature (src/ffi/shim).
+        // SAFETY: each symbol has the declared C signature (src/shim).
         unsafe {
             Shims {
                 from_blob: std::mem::transmute(sym("aoti_torch_create_tensor_from_blob")),

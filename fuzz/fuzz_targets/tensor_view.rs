@@ -1,7 +1,7 @@
 //! Caller-provided tensor descriptions (sizes, strides, offsets, dtypes)
 //! through the tensor model and the CPU shim functions that build views.
 #![no_main]
-use executorch_cuda::ffi::shim::*;
+use executorch_cuda::shim::*;
 use executorch_cuda::fuzzing as tensor;
 use libfuzzer_sys::fuzz_target;
 

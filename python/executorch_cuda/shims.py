@@ -1,7 +1,7 @@
 """The mapping of the companion's ops to the C shims of libexecutorch_cuda.so,
 for AOTInductor's ``aot_inductor.custom_ops_to_c_shims`` (the declarations
 Inductor writes into the generated wrapper; the signatures are the ones
-``src/ffi/shim/decode.rs`` defines)."""
+``src/shim/decode.rs`` defines)."""
 
 # op name (namespace et_cuda) -> C declaration of its shim
 C_SHIMS = {

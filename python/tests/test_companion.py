@@ -25,7 +25,7 @@ from executorch_cuda import shims  # noqa: E402
 
 def _rust_shims():
     """{name: [C parameter types]} of the library's aoti_torch_cuda_et_* entry points."""
-    with open(os.path.join(ROOT, "src", "ffi", "shim", "decode.rs")) as f:
+    with open(os.path.join(ROOT, "src", "shim", "decode.rs")) as f:
         src = f.read()
     out = {}
     for m in re.finditer(r'pub unsafe extern "C" fn (aoti_torch_cuda_et_\w+)\(([^)]*)\)', src):

@@ -4,7 +4,7 @@
 //!
 //! The AOTI ABI's tensor handle lives here because both sides of that ABI
 //! need it: the container hands tensors to the generated code, and the shims
-//! (in `ffi::shim`) receive them back.
+//! (in `shim`) receive them back.
 
 pub(crate) mod container;
 pub(crate) mod elf;

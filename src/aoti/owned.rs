@@ -2,7 +2,7 @@
 //! itself, released by the library when that container is deleted:
 //! - the CUDA modules of its kernels: the generated code loads them per
 //!   model instance with `cuModuleLoadData` (which the `.so` imports from
-//!   the global scope, where this library serves it: `ffi::shim::driver`)
+//!   the global scope, where this library serves it: `shim::driver`)
 //!   and keeps no way to unload them, so every load/destroy cycle would leave
 //!   one set behind;
 //! - the handles it makes over user-managed constants

@@ -1,6 +1,6 @@
 //! `aten.sort.stable`, `aten.rand` and `aten.randint` on CUDA: argument
 //! checks, output layout, launch of `kernels/sort_rand.cu`, and the per-device
-//! generator state. The C entry points are in `src/ffi/shim/sort_rand.rs`;
+//! generator state. The C entry points are in `src/shim/sort_rand.rs`;
 //! the design is in `kernels/README.md` ("sort_rand.cu").
 //!
 //! Module lifetime: unlike the int4 module (released with its last

@@ -42,7 +42,7 @@ fn lin() -> &'static Lin {
             assert!(!p.is_null(), "the library does not export {n}");
             p
         };
-        // SAFETY: the symbols have these signatures (src/ffi/shim/decode.rs).
+        // SAFETY: the symbols have these signatures (src/shim/decode.rs).
         unsafe {
             Lin {
                 linear: std::mem::transmute::<*mut c_void, Linear>(sym(

@@ -15,10 +15,11 @@
 //! The work and the generator's semantics are in `crate::kernels::sort_rand`
 //! and `kernels/README.md`.
 
+use super::Aoti;
 use super::{give, named, AOTITorchError, AtenTensorHandle};
+use crate::boundary::{dims_from_raw, guard};
 use crate::dtype::codes;
 use crate::error::{invalid, Result};
-use crate::ffi::{dims_from_raw, guard, Aoti};
 use crate::kernels::sort_rand;
 use crate::tensor::{device_type, Device};
 

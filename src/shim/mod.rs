@@ -4,7 +4,7 @@
 //!
 //! Error-returning functions return `AOTI_TORCH_SUCCESS` (0) or
 //! `AOTI_TORCH_FAILURE` (1), never unwind, and keep the reason as the
-//! thread's last error (the one guard, `super::guard`). The delete
+//! thread's last error (the one guard, `crate::boundary::guard`). The delete
 //! functions that run inside the `.so`'s destructors (tensor, CUDA guard,
 //! CUDA stream guard) always return success.
 //!
@@ -33,7 +33,8 @@ pub use sort_rand::*;
 pub use tensor::*;
 pub use views::*;
 
-use super::write_out;
+use crate::boundary::{write_out, Abi};
+use crate::error::Error;
 use crate::error::{invalid, Result};
 use crate::tensor::Tensor;
 
@@ -59,7 +60,7 @@ pub(crate) unsafe fn tensor<'a>(h: AtenTensorHandle) -> Result<&'a Tensor> {
 /// As for [`tensor`].
 pub(crate) unsafe fn named<'a>(h: AtenTensorHandle, what: &str) -> Result<&'a Tensor> {
     // SAFETY: per the contract, a non-null handle is a live boxed tensor.
-    Ok(&unsafe { super::non_null(h.cast_const(), what)? }.0)
+    Ok(&unsafe { crate::boundary::non_null(h.cast_const(), what)? }.0)
 }
 
 /// Borrow the tensor of an optional-tensor argument (`Tensor?` in the op's schema, which
@@ -99,4 +100,30 @@ pub(crate) unsafe fn give(ret: *mut AtenTensorHandle, t: Tensor) -> Result<()> {
 pub(crate) unsafe fn out<T>(p: *mut T, v: T) -> Result<()> {
     // SAFETY: forwarded contract (null-checked by write_out).
     unsafe { write_out(p, v, "return pointer") }
+}
+
+/// Fallible `aoti_torch_*` functions: `AOTI_TORCH_SUCCESS` / `AOTI_TORCH_FAILURE`.
+pub(crate) struct Aoti;
+impl Abi for Aoti {
+    type Out = AOTITorchError;
+    fn success() -> AOTITorchError {
+        AOTI_TORCH_SUCCESS
+    }
+    fn failure(_: &Error) -> AOTITorchError {
+        AOTI_TORCH_FAILURE
+    }
+}
+
+/// The delete shims: run in the generated code's destructors, so they always
+/// succeed; a problem is logged and leaves the last error alone.
+pub(crate) struct AotiDelete;
+impl Abi for AotiDelete {
+    type Out = AOTITorchError;
+    fn success() -> AOTITorchError {
+        AOTI_TORCH_SUCCESS
+    }
+    fn failure(_: &Error) -> AOTITorchError {
+        AOTI_TORCH_SUCCESS
+    }
+    const REPORTS: bool = false;
 }

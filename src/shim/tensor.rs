@@ -2,9 +2,10 @@
 //! deletion, and every attribute getter.
 
 use super::{give, out, tensor, AOTITorchError, AtenTensorHandle};
+use super::{Aoti, AotiDelete};
+use crate::boundary::{guard, guard_value};
 use crate::dtype::{self, codes};
 use crate::error::{invalid, Result};
-use crate::ffi::{guard, guard_value, Aoti, AotiDelete};
 use crate::tensor::{device_type, Device, Tensor};
 use std::cell::Cell;
 use std::ffi::c_void;

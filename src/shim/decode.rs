@@ -37,9 +37,10 @@
 //! stream without a host wait. The work and the argument rules are in
 //! `crate::kernels::gemv`, `crate::kernels::linear` and `crate::kernels::attention`.
 
+use super::Aoti;
 use super::{give, named, optional, AOTITorchError, AtenTensorHandle};
+use crate::boundary::guard;
 use crate::error::invalid;
-use crate::ffi::{guard, Aoti};
 use crate::kernels::attention::{self, Layout, Positions};
 use crate::kernels::gemv;
 use crate::kernels::linear::{self, Act, Fusion, Norm};

@@ -1,8 +1,9 @@
 //! Diagnostics from the generated code, and what this backend does not provide.
 
+use super::Aoti;
 use super::{AOTITorchError, AtenTensorHandle};
+use crate::boundary::{guard, guard_value};
 use crate::error::Error;
-use crate::ffi::{guard, guard_value, Aoti};
 use std::ffi::{c_char, CStr};
 
 /// A C string, lossily, or "" for null.

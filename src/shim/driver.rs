@@ -8,7 +8,7 @@
 //! never unloads them. Loads made outside a container's calls (any other
 //! library in the process that binds this symbol) are only passed through.
 
-use crate::ffi::guard_value;
+use crate::boundary::guard_value;
 use cudarc::driver::sys;
 use std::ffi::c_void;
 

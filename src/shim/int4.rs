@@ -4,9 +4,10 @@
 //! `torch/csrc/inductor/aoti_torch/generated/c_shim_cuda.h`. The work is in
 //! `crate::kernels::int4mm`.
 
+use super::Aoti;
 use super::{give, named, AOTITorchError, AtenTensorHandle};
+use crate::boundary::guard;
 use crate::error::invalid;
-use crate::ffi::{guard, Aoti};
 use crate::kernels::int4mm::{self, Plan};
 
 /// `y = self · dequant(mat2)ᵀ` in bf16 with fp32 accumulation; the result is a

@@ -1,11 +1,12 @@
 //! Tensor creation, views, copies and scalar reads.
 
 use super::tensor::LAYOUT_STRIDED;
+use super::Aoti;
 use super::{give, tensor, AOTITorchError, AtenTensorHandle};
+use crate::boundary::{dims_from_raw, guard};
 use crate::cuda::copy;
 use crate::dtype::{self, codes};
 use crate::error::{invalid, Error, Result};
-use crate::ffi::{dims_from_raw, guard, Aoti};
 use crate::tensor::{contiguous_strides, Device, Tensor};
 use std::ffi::c_void;
 

@@ -1,9 +1,10 @@
 //! Device and stream guards, the current stream and device.
 
 use super::{out, AOTITorchError};
+use super::{Aoti, AotiDelete};
+use crate::boundary::{guard, non_null_mut};
 use crate::cuda::{self, stream::StreamScope, ContextGuard};
 use crate::error::Result;
-use crate::ffi::{guard, non_null_mut, Aoti, AotiDelete};
 use cudarc::driver::sys::CUcontext;
 use std::ffi::c_void;
 
