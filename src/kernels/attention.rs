@@ -441,9 +441,9 @@ unsafe fn launch_combine(
 #[path = "attention/choice.rs"]
 mod choice;
 pub use choice::split;
+use choice::{launch_shape, names};
 #[cfg(test)]
 pub use choice::{set_decode_kernel, KERNELS};
-use choice::{launch_shape, names};
 
 #[cfg(test)]
 mod tests;
