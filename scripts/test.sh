@@ -77,7 +77,7 @@ if [ "${SKIP_CARGO_CHECKS:-0}" != 1 ]; then
   # 2^20-entry payloads side by side contend for memory (2.08 s of CPU instead of 1.23 s here).
   step "a 2^20-entry per-FQN payload refused in under 2 s, optimised build (tests/linear_load.rs; log ${LOGS#"$ROOT/"}/linear_load.log)"
   cargo_test linear_load --release --test linear_load -- --nocapture --test-threads=1
-  grep -E "^[0-9]+ entries" "$LOGS/linear_load.log" | sed 's/: .*//; s/^/    /'
+  { grep -oE "[0-9]+ entries, [0-9]+ per storage: [^ ]+ of CPU" "$LOGS/linear_load.log" || true; } | sed 's/^/    /'
 fi
 
 if [ -z "$valgrind_note" ]; then
