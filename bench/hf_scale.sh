@@ -15,7 +15,8 @@
 # modeling code with random weights (planted greedy margins), exported by tests/models/decode_llama.py
 # through TorchExportableModuleForDecoderOnlyLM (static cache --max-cache, prefill T in 1..--max-t),
 # bf16, logits left on the device; variant base: ExecuTorch's CudaPartitioner as it is; companion:
-# executorch_cuda.prepare(ep, positions="cache_position") with its defaults first.
+# executorch_cuda.prepare(ep, positions="cache_position") with its defaults first; companion_norope:
+# the same with rope=False (RoPE and the cache write left to Inductor, a comparison row).
 # Steps (time from the start; every step checks what is left of --budget):
 #   0 s    unpack the bundle and the site
 #   ~3 s   in parallel: every export (one process per model and variant), and per model the reference
@@ -82,7 +83,7 @@ for m in ${MODELS//,/ }; do
   case "$m" in llama1b | qwen06b | gemma1b) MS="$MS hf_$m" ;; *) die "--models takes llama1b,qwen06b,gemma1b, not '$m'" ;; esac
 done
 for v in ${VARIANTS//,/ }; do
-  case "$v" in base | companion) VS="$VS $v" ;; *) die "--variants takes base,companion, not '$v'" ;; esac
+  case "$v" in base | companion | companion_norope) VS="$VS $v" ;; *) die "--variants takes base,companion,companion_norope, not '$v'" ;; esac
 done
 [ "$NCU_VARIANTS" = none ] && NCU_VARIANTS=""
 for v in ${NCU_VARIANTS//,/ }; do [[ " $VS " == *" $v "* ]] || die "--ncu: '$v' is not among --variants"; done

@@ -55,6 +55,23 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
   return r;
 }
 
+// 16-byte load through L2 (coherent with this kernel's own earlier writes).
+__device__ __forceinline__ uint4 ld_cg(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p)
+               : "memory");
+  return r;
+}
+
+// A KV-cache load: streaming, or through L2 when the kernel wrote the cache itself (W).
+template <bool W>
+__device__ __forceinline__ uint4 ld_kv(const void* p) {
+  if constexpr (W) return ld_cg(p);
+  else return ld_stream(p);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -227,7 +244,73 @@ struct AttnArgs {
   float* part_ml;        // [B, Hq, Lq, nsplit, 2]
   int window;            // > 0: query at p sees only keys p - window < j <= p (a sliding window)
   int out_bthd;          // 1: out is laid out [B, Lq, Hq, D] (else [B, Hq, Lq, D])
+  // et_attention_rope: q (and the new keys) rotated by cos/sin, the new keys/values written
+  // into the caches at the queries' positions (by the decode kernel itself when `write`, else
+  // by et_kv_write before the attention kernel).
+  const void* kn;        // new keys [B, Hkv, Lq, D] (before RoPE)
+  long long kns[4];
+  const void* vn;        // new values [B, Hkv, Lq, D]
+  long long vns[4];
+  const void* cs;        // cos, strides (b, i, d) of [B | 1, 1, Lq, D]
+  long long css[3];
+  const void* sn;        // sin, same
+  long long sns[3];
+  int rope;              // 1: rotate q
+  int write;             // 1: the decode kernel writes kn/vn first
 };
+
+// x * cos + rotate_half(x) * sin at dim d of row (b, i), rounded to T as the rotated tensor is
+// stored (x: the value at d, xo: the value at the other half's d, D/2 away).
+template <typename T>
+__device__ __forceinline__ float rope_at(const AttnArgs& a, long long b, int i, int d, int half,
+                                         float x, float xo) {
+  const T* c = reinterpret_cast<const T*>(a.cs);
+  const T* s = reinterpret_cast<const T*>(a.sn);
+  const float cv = Ops<T>::to_f(c[b * a.css[0] + i * a.css[1] + d * a.css[2]]);
+  const float sv = Ops<T>::to_f(s[b * a.sns[0] + i * a.sns[1] + d * a.sns[2]]);
+  const float r = d < half ? -xo : xo;
+  return Ops<T>::to_f(Ops<T>::from_f(fmaf(x, cv, r * sv)));
+}
+
+// Query value (b, h, i, d) as the attention reads it (rotated when a.rope).
+template <typename T, int D>
+__device__ __forceinline__ float load_q(const AttnArgs& a, long long b, int h, int i, int d) {
+  const T* q = reinterpret_cast<const T*>(a.q) + b * a.qsb + h * a.qsh + i * a.qsl;
+  const float x = Ops<T>::to_f(q[d * a.qsd]);
+  if (!a.rope) return x;
+  const int o = d < D / 2 ? d + D / 2 : d - D / 2;
+  return rope_at<T>(a, b, i, d, D / 2, x, Ops<T>::to_f(q[o * a.qsd]));
+}
+
+// Write new key/value element (i, d) of KV head hkv into the caches at query i's position
+// (positions outside the cache are not written).
+template <typename T, int D>
+__device__ __forceinline__ void kv_write_at(const AttnArgs& a, long long b, int hkv, int i, int d) {
+  long long p;
+  if (a.pos != nullptr) p = a.pos_n == 1 ? a.pos[0] + i : a.pos[i];
+  else p = a.start + i;
+  if (p < 0 || p >= a.Lmax) return;
+  const T* kn = reinterpret_cast<const T*>(a.kn) + b * a.kns[0] + hkv * a.kns[1] + i * a.kns[2];
+  const T* vn = reinterpret_cast<const T*>(a.vn) + b * a.vns[0] + hkv * a.vns[1] + i * a.vns[2];
+  const int o = d < D / 2 ? d + D / 2 : d - D / 2;
+  const float k = rope_at<T>(a, b, i, d, D / 2, Ops<T>::to_f(kn[d * a.kns[3]]),
+                             Ops<T>::to_f(kn[o * a.kns[3]]));
+  T* kc = const_cast<T*>(reinterpret_cast<const T*>(a.k)) + b * a.ksb + hkv * a.ksh + p * a.ksl;
+  T* vc = const_cast<T*>(reinterpret_cast<const T*>(a.v)) + b * a.vsb + hkv * a.vsh + p * a.vsl;
+  kc[d] = Ops<T>::from_f(k);
+  vc[d] = vn[d * a.vns[3]];
+}
+
+// The cache write of et_attention_rope ahead of an attention kernel that does not write
+// itself. Grid: (ceil(Lq * D / 256), Hkv, B); block 256.
+template <typename T, int D>
+__device__ __forceinline__ void kv_write(const AttnArgs& a) {
+  pdl_launch_dependents();
+  pdl_wait();
+  const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= (long long)a.Lq * D) return;
+  kv_write_at<T, D>(a, blockIdx.z, blockIdx.y, (int)(t / D), (int)(t % D));
+}
 
 // Element offset of output row (b, h, i) of D values.
 __device__ __forceinline__ long long attn_out_row(int bthd, long long b, long long h, long long i,
@@ -291,11 +374,7 @@ __device__ __forceinline__ void attn_split(const AttnArgs& a) {
   for (int t = threadIdx.x; t < ATTN_ROWS * D; t += blockDim.x) {
     const int rr = t / D, d = t % D, r = row0 + rr;
     float val = 0.f;
-    if (r < rows) {
-      const int h = hkv * g + r / a.Lq, i = r % a.Lq;
-      const T* q = reinterpret_cast<const T*>(a.q);
-      val = Ops<T>::to_f(q[b * a.qsb + h * a.qsh + i * a.qsl + d * a.qsd]);
-    }
+    if (r < rows) val = load_q<T, D>(a, b, hkv * g + r / a.Lq, r % a.Lq, d);
     if constexpr (QLOW) qs[rr][d] = Ops<T>::from_f(val);
     else qs[rr][d] = val * a.scale_log2;
   }
@@ -439,7 +518,9 @@ template <> struct VVec<2> { using type = uint32_t; };
 template <> struct VVec<4> { using type = uint2; };
 template <> struct VVec<8> { using type = uint4; };
 
-template <typename T, int D, int R>
+// W: et_attention_rope's write first (the block's own KV head; visible to the block after the
+// barrier, so the K loads then go through L2 instead of the read-only path).
+template <typename T, int D, int R, bool W>
 __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
   constexpr int DPL = D / 32;
   constexpr int KL = D > 128 ? 2 : 1;  // lanes per key: each holds D / KL of the key's K row
@@ -463,6 +544,9 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
     span[0] = a.Lmax;
     span[1] = -1;
   }
+  if constexpr (W) {
+    for (int t = threadIdx.x; t < a.Lq * D; t += blockDim.x) kv_write_at<T, D>(a, b, hkv, t / D, t % D);
+  }
   __syncthreads();
   if (threadIdx.x < R) {
     int p = -1;
@@ -475,13 +559,7 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
   }
   for (int t = threadIdx.x; t < R * D; t += blockDim.x) {
     const int r = t / D, d = t % D;
-    float val = 0.f;
-    if (r < rows) {
-      const int h = hkv * g + r / a.Lq, i = r % a.Lq;
-      const T* q = reinterpret_cast<const T*>(a.q);
-      val = Ops<T>::to_f(q[b * a.qsb + h * a.qsh + i * a.qsl + d * a.qsd]) * a.scale_log2;
-    }
-    qs[r][d] = val;
+    qs[r][d] = r < rows ? load_q<T, D>(a, b, hkv * g + r / a.Lq, r % a.Lq, d) * a.scale_log2 : 0.f;
   }
   __syncthreads();
   const int kbeg = span[0], kend = span[1] + 1;
@@ -507,7 +585,7 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
     V vr[TILE];
 #pragma unroll
     for (int i = 0; i < KVEC; ++i)
-      kr[i] = kin ? ld_stream(kb + (key * a.ksl + d0 + i * 8) * (long long)sizeof(T)) : make_uint4(0, 0, 0, 0);
+      kr[i] = kin ? ld_kv<W>(kb + (key * a.ksl + d0 + i * 8) * (long long)sizeof(T)) : make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int t = 0; t < TILE; ++t) {
       const int kt = base + t;
@@ -1012,20 +1090,36 @@ GEMV_GENERIC(et_gemv_generic_f16, __half)
   }
 
 // Short-context decode attention: et_attn_dec_<dtype>_d<D>_r<R> (at most R rows per KV head).
+// et_attn_decw_...: the same with et_attention_rope's cache write first.
 #define ATTN_DEC(NAME, T, D, R)                                                                 \
-  extern "C" __global__ void __launch_bounds__(32 * DEC_WARPS) NAME(AttnArgs a) {               \
-    attn_decode<T, D, R>(a);                                                                    \
+  extern "C" __global__ void __launch_bounds__(32 * DEC_WARPS) et_attn_dec_##NAME(AttnArgs a) { \
+    attn_decode<T, D, R, false>(a);                                                             \
+  }                                                                                             \
+  extern "C" __global__ void __launch_bounds__(32 * DEC_WARPS) et_attn_decw_##NAME(AttnArgs a) {\
+    attn_decode<T, D, R, true>(a);                                                              \
   }
-ATTN_DEC(et_attn_dec_bf16_d64_r4, __nv_bfloat16, 64, 4)
-ATTN_DEC(et_attn_dec_bf16_d64_r8, __nv_bfloat16, 64, 8)
-ATTN_DEC(et_attn_dec_bf16_d128_r4, __nv_bfloat16, 128, 4)
-ATTN_DEC(et_attn_dec_bf16_d128_r8, __nv_bfloat16, 128, 8)
-ATTN_DEC(et_attn_dec_f16_d64_r4, __half, 64, 4)
-ATTN_DEC(et_attn_dec_f16_d64_r8, __half, 64, 8)
-ATTN_DEC(et_attn_dec_f16_d128_r4, __half, 128, 4)
-ATTN_DEC(et_attn_dec_f16_d128_r8, __half, 128, 8)
-ATTN_DEC(et_attn_dec_bf16_d256_r4, __nv_bfloat16, 256, 4)
-ATTN_DEC(et_attn_dec_f16_d256_r4, __half, 256, 4)
+ATTN_DEC(bf16_d64_r4, __nv_bfloat16, 64, 4)
+ATTN_DEC(bf16_d64_r8, __nv_bfloat16, 64, 8)
+ATTN_DEC(bf16_d128_r4, __nv_bfloat16, 128, 4)
+ATTN_DEC(bf16_d128_r8, __nv_bfloat16, 128, 8)
+ATTN_DEC(f16_d64_r4, __half, 64, 4)
+ATTN_DEC(f16_d64_r8, __half, 64, 8)
+ATTN_DEC(f16_d128_r4, __half, 128, 4)
+ATTN_DEC(f16_d128_r8, __half, 128, 8)
+ATTN_DEC(bf16_d256_r4, __nv_bfloat16, 256, 4)
+ATTN_DEC(f16_d256_r4, __half, 256, 4)
+
+// et_kv_write_<dtype>_d<D>: et_attention_rope's cache write before the split kernel.
+#define KV_WRITE(DT, T, D)                                                                      \
+  extern "C" __global__ void __launch_bounds__(256) et_kv_write_##DT##_d##D(AttnArgs a) {       \
+    kv_write<T, D>(a);                                                                          \
+  }
+KV_WRITE(bf16, __nv_bfloat16, 64)
+KV_WRITE(bf16, __nv_bfloat16, 128)
+KV_WRITE(bf16, __nv_bfloat16, 256)
+KV_WRITE(f16, __half, 64)
+KV_WRITE(f16, __half, 128)
+KV_WRITE(f16, __half, 256)
 
 ATTN(et_attn_bf16_d64, et_attn_combine_bf16_d64, __nv_bfloat16, 64)
 ATTN(et_attn_bf16_d128, et_attn_combine_bf16_d128, __nv_bfloat16, 128)

@@ -45,6 +45,20 @@ type Attn = unsafe extern "C" fn(
 ) -> i32;
 type AttnLen =
     unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, i64, f64, *mut *mut c_void) -> i32;
+/// aoti_torch_cuda_et_attention_rope(q, k, v, k_cache, v_cache, pos, cos, sin, scale, window, ret0)
+type AttnRope = unsafe extern "C" fn(
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    f64,
+    i64,
+    *mut *mut c_void,
+) -> i32;
 type FromBlob = unsafe extern "C" fn(
     *mut c_void,
     i64,
@@ -83,6 +97,7 @@ struct Shims {
     gemv_bias: GemvBias,
     attn: Attn,
     attn_len: AttnLen,
+    attn_rope: AttnRope,
     from_blob: FromBlob,
     data_ptr: DataPtr,
     stream_guard: StreamGuard,
@@ -117,6 +132,9 @@ fn shims() -> &'static Shims {
                 )),
                 attn_len: std::mem::transmute::<*mut c_void, AttnLen>(sym(
                     "aoti_torch_cuda_et_decode_attention_len",
+                )),
+                attn_rope: std::mem::transmute::<*mut c_void, AttnRope>(sym(
+                    "aoti_torch_cuda_et_attention_rope",
                 )),
                 from_blob: std::mem::transmute::<*mut c_void, FromBlob>(sym(
                     "aoti_torch_create_tensor_from_blob",
@@ -767,6 +785,170 @@ fn decode_attention_matches_fp32_reference() {
     }
     println!(
         "decode_attention: {count} cases, largest abs error {worst:.3e}, {} failures",
+        fails.len()
+    );
+    assert!(fails.is_empty(), "{fails:#?}");
+}
+
+/// `x` rounded to `dt` (round to nearest even; the test's values need no rounding in fp16).
+fn round_to(x: f32, dt: i32) -> f32 {
+    if dt != BF16 {
+        return x;
+    }
+    let b = x.to_bits();
+    f32::from_bits(b.wrapping_add(0x7fff + ((b >> 16) & 1)) & 0xffff_0000)
+}
+
+/// `x * cos + rotate_half(x) * sin` over rows of `d`, each value rounded to `dt`; cos/sin
+/// rows are picked by `row_of(row index)`.
+fn rope_rows(
+    x: &[f32],
+    c: &[f32],
+    s: &[f32],
+    d: usize,
+    dt: i32,
+    row_of: &dyn Fn(usize) -> usize,
+) -> Vec<f32> {
+    let mut out = vec![0f32; x.len()];
+    for (r, (xr, o)) in x.chunks(d).zip(out.chunks_mut(d)).enumerate() {
+        let cr = &c[row_of(r) * d..][..d];
+        let sr = &s[row_of(r) * d..][..d];
+        for t in 0..d {
+            let rot = if t < d / 2 {
+                -xr[t + d / 2]
+            } else {
+                xr[t - d / 2]
+            };
+            o[t] = round_to(xr[t] * cr[t] + rot * sr[t], dt);
+        }
+    }
+    out
+}
+
+/// One et_attention_rope call against the reference: the output and both caches (the rows the
+/// call writes, and that nothing else changed). cos/sin are `[cb, 1, lq, d]`.
+fn run_attn_rope(
+    (b, hq, hkv, lq, lmax, d): (usize, usize, usize, usize, usize, usize),
+    fill: usize,
+    dt: i32,
+    cb: usize,
+    seed: u64,
+) -> (f32, bool) {
+    let mut rng = Rng(seed | 1);
+    let q = rng.vec(b * hq * lq * d);
+    let kn = rng.vec(b * hkv * lq * d);
+    let vn = rng.vec(b * hkv * lq * d);
+    let (c, sn) = (rng.vec(cb * lq * d), rng.vec(cb * lq * d));
+    let mut k = rng.vec(b * hkv * lmax * d);
+    let mut v = rng.vec(b * hkv * lmax * d);
+    let pos: Vec<i64> = (0..lq).map(|i| (fill - lq + i) as i64).collect();
+    let scale = 1.0 / (d as f32).sqrt();
+    let bufs: Vec<DevBuf> = [&q, &kn, &vn, &c, &sn, &k, &v]
+        .iter()
+        .map(|x| DevBuf::from_host(&encode(x, dt)))
+        .collect();
+    let pd = DevBuf::from_host(
+        &pos.iter()
+            .flat_map(|p| p.to_le_bytes())
+            .collect::<Vec<u8>>(),
+    );
+    let (qs, ns) = ([b, hq, lq, d], [b, hkv, lq, d]);
+    let (cs, ks) = ([cb, 1, lq, d], [b, hkv, lmax, d]);
+    let h = |i: usize, sz: [usize; 4]| {
+        let sz: Vec<i64> = sz.iter().map(|&x| x as i64).collect();
+        wrap(&bufs[i], 0, &sz, &contiguous(&sz), dt)
+    };
+    let (qh, knh, vnh, ch, sh) = (h(0, qs), h(1, ns), h(2, ns), h(3, cs), h(4, cs));
+    let (kh, vh) = (h(5, ks), h(6, ks));
+    let ph = wrap(&pd, 0, &[lq as i64], &[1], I64);
+    let mut out = std::ptr::null_mut();
+    // SAFETY: live handles; out-pointer to a local.
+    let st = unsafe {
+        (shims().attn_rope)(
+            qh.0,
+            knh.0,
+            vnh.0,
+            kh.0,
+            vh.0,
+            ph.0,
+            ch.0,
+            sh.0,
+            f64::from(scale),
+            0,
+            &mut out,
+        )
+    };
+    assert_eq!(st, 0, "attention_rope: {}", last_error());
+    let out = Handle(out);
+    // Reference: rotate, write, attend. Rows of q are (b, h, i); of the new keys (b, hkv, i).
+    let crow = |bi: usize, i: usize| if cb == 1 { i } else { bi * lq + i };
+    let qr = rope_rows(&q, &c, &sn, d, dt, &|r| crow(r / (hq * lq), r % lq));
+    let kr = rope_rows(&kn, &c, &sn, d, dt, &|r| crow(r / (hkv * lq), r % lq));
+    for bi in 0..b {
+        for hh in 0..hkv {
+            for (i, &p) in pos.iter().enumerate() {
+                let src = ((bi * hkv + hh) * lq + i) * d;
+                let dst = ((bi * hkv + hh) * lmax + p as usize) * d;
+                k[dst..dst + d].copy_from_slice(&kr[src..src + d]);
+                v[dst..dst + d].copy_from_slice(&vn[src..src + d]);
+            }
+        }
+    }
+    let want = attn_ref(&qr, &k, &v, &pos, (b, hq, hkv, lq, lmax, d), scale);
+    // The result is [B, Hq, Lq, D] laid out [B, Lq, Hq, D].
+    let got_bthd = read(&out, b * hq * lq * d, dt);
+    let mut got = vec![0f32; got_bthd.len()];
+    for bi in 0..b {
+        for hh in 0..hq {
+            for i in 0..lq {
+                let src = ((bi * lq + i) * hq + hh) * d;
+                let dst = ((bi * hq + hh) * lq + i) * d;
+                got[dst..dst + d].copy_from_slice(&got_bthd[src..src + d]);
+            }
+        }
+    }
+    let (err, ok) = check_close(&got, &want, dt);
+    let kc = decode(&to_host(bufs[5].ptr(), k.len() * 2), dt);
+    let vc = decode(&to_host(bufs[6].ptr(), v.len() * 2), dt);
+    (err, ok && kc == k && vc == v)
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
+fn attention_rope_writes_the_caches_and_matches_the_reference() {
+    require_gpu("attention_rope_writes_the_caches_and_matches_the_reference");
+    let mut fails = Vec::new();
+    let (mut count, mut worst, mut seed) = (0, 0f32, 99u64);
+    // (shape, fill, cos batch): the short-context kernel writing itself (rows <= 8, or 4 at
+    // D = 256), and the write kernel before the split kernel (more rows, long caches).
+    type Case = ((usize, usize, usize, usize, usize, usize), usize, usize);
+    let cases: &[Case] = &[
+        ((1, 32, 8, 1, 512, 64), 1, 1),
+        ((1, 32, 8, 1, 512, 64), 300, 1),
+        ((1, 16, 8, 1, 256, 128), 77, 1),
+        ((1, 8, 1, 1, 128, 128), 128, 1),
+        ((1, 4, 1, 1, 64, 256), 40, 1),
+        ((2, 8, 2, 2, 96, 64), 50, 2),
+        ((1, 32, 8, 7, 512, 64), 7, 1),
+        ((2, 16, 8, 5, 300, 128), 120, 1),
+        ((1, 8, 2, 3, 4096, 256), 3000, 1),
+        ((1, 32, 8, 1, 4096, 64), 2500, 1),
+    ];
+    for &(shape, fill, cb) in cases {
+        for dt in [BF16, F16] {
+            seed += 1;
+            let (err, ok) = run_attn_rope(shape, fill, dt, cb, seed);
+            count += 1;
+            worst = worst.max(err);
+            if !ok {
+                fails.push(format!(
+                    "{shape:?} fill={fill} cos batch {cb} dt={dt}: max err {err}"
+                ));
+            }
+        }
+    }
+    println!(
+        "attention_rope: {count} cases, largest abs error {worst:.3e}, {} failures",
         fails.len()
     );
     assert!(fails.is_empty(), "{fails:#?}");

@@ -59,7 +59,7 @@ __all__ = ["prepare", "install", "rewrite", "C_SHIMS", "custom_ops_to_c_shims", 
            "NoCudaDeviceError", "InputError", "TorchVersionError"]
 
 
-def prepare(ep, *, positions=None, linear=True, attention=True, fuse=True, max_m=None,
+def prepare(ep, *, positions=None, linear=True, attention=True, fuse=True, max_m=None, rope=True,
             keep_buffers=()):
     """Rewrite ``ep`` (a ``torch.export.ExportedProgram``) in place and make
     CudaBackend map the new ops to the library's C shims. Returns ``(ep, report)``,
@@ -72,7 +72,7 @@ def prepare(ep, *, positions=None, linear=True, attention=True, fuse=True, max_m
     from .buffers import drop_write_only
 
     report = rewrite(ep.graph_module, ep, max_m=max_m, positions=positions, linear=linear,
-                     attention=attention, fuse=fuse)
+                     attention=attention, fuse=fuse, rope=rope)
     report["write_only_buffers"] = drop_write_only(ep, keep=tuple(keep_buffers))
     report["patched"] = install()
     return ep, report

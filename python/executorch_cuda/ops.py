@@ -154,6 +154,41 @@ def _(q, k_cache, v_cache, pos, scale, window):
     return q.new_empty((b, lq, h, d)).transpose(1, 2)
 
 
+def _rope_ref(x, cos, sin):
+    """``x * cos + rotate_half(x) * sin`` (HF ``transformers``' RoPE: the halves of the last
+    dimension rotated), in fp32, rounded once to ``x``'s dtype."""
+    h = x.shape[-1] // 2
+    xf = x.float()
+    rot = torch.cat((-xf[..., h:], xf[..., :h]), -1)
+    return (xf * cos.float() + rot * sin.float()).to(x.dtype)
+
+
+@torch.library.custom_op("et_cuda::et_attention_rope", mutates_args=("k_cache", "v_cache"))
+def et_attention_rope(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+    v_cache: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, scale: float,
+    window: int,
+) -> torch.Tensor:
+    """A decoder layer's attention step in one op: RoPE (``x * cos + rotate_half(x) * sin``)
+    applied to q ``[B, Hq, Lq, D]`` and to the new keys k ``[B, Hkv, Lq, D]``, the rotated
+    keys and the values v ``[B, Hkv, Lq, D]`` written into the caches ``[B, Hkv, Lmax, D]``
+    at the queries' positions (``index_copy_`` along dim 2; positions as in
+    ``et_decode_attention``), then ``et_attention`` over the written caches. ``cos``/``sin``
+    broadcast as ``[B, 1, Lq, D]`` (HF's ``cos.unsqueeze(1)``). Writes ``k_cache`` and
+    ``v_cache`` in place; the result is laid out as ``et_attention``'s."""
+    p = _positions(pos, q.shape[2])
+    k_cache.index_copy_(2, p, _rope_ref(k, cos, sin))
+    v_cache.index_copy_(2, p, v)
+    y = _attention_ref(_rope_ref(q, cos, sin), k_cache, v_cache, p, scale, window)
+    return y.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+@et_attention_rope.register_fake
+def _(q, k, v, k_cache, v_cache, pos, cos, sin, scale, window):
+    b, h, lq, d = q.shape
+    return q.new_empty((b, lq, h, d)).transpose(1, 2)
+
+
 @torch.library.custom_op("et_cuda::et_decode_attention_len", mutates_args=())
 def et_decode_attention_len(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, valid_len: int, scale: float

@@ -32,6 +32,7 @@ import operator
 import torch
 
 from . import ops  # noqa: F401  (registers the ops)
+from . import rope as _rope
 
 aten = torch.ops.aten
 _LOW = (torch.bfloat16, torch.float16)
@@ -194,14 +195,18 @@ def _linear_node(g, ep, n, max_m):
         return g.call_function(lin, (x, w, b, None, None, 0, 0.0, 0.0, 0))
 
 
-def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=True, fuse=True):
+def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=True, fuse=True,
+            rope=True):
     """Rewrite ``gm`` (an exported program's graph module) in place; returns
     ``{"linear": n, "gemv": n, "attention": n, "skipped_attention": [reasons], ...}`` with
     the fusions' counts (``fuse.fuse``) when ``ep`` is given and ``fuse`` is true.
     ``max_m`` is accepted and ignored (the ops dispatch on M when they run)."""
     g = gm.graph
-    counts = {"linear": 0, "attention": 0, "window": 0, "skipped_attention": []}
+    counts = {"linear": 0, "attention": 0, "window": 0, "skipped_attention": [], "rope": 0,
+              "rope_skipped": []}
     attn = torch.ops.et_cuda.et_attention.default
+    rope_attn = torch.ops.et_cuda.et_attention_rope.default
+    index_cache = {}
     verdicts = {}
     pos_node = _find_positions(ep, gm, positions) if attention else None
     if attention and pos_node is not None:
@@ -228,19 +233,29 @@ def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=T
                 if verdict.kind not in ("causal", "window"):
                     counts["skipped_attention"].append(f"{n.name}: mask: {verdict.reason}")
                     continue
-                # The cache as the SDPA reads it: after this step's write, before expansion.
-                kc, vc = _written(k, kc), _written(v, vc)
                 d = _val(q).shape[-1]
                 s = float(scale) if scale is not None else ops.default_scale(int(d))
                 window = int(verdict.window) if verdict.kind == "window" else 0
                 counts["window"] += verdict.kind == "window"
-                with g.inserting_before(n):
-                    new = g.call_function(attn, (q, kc, vc, pos_node, s, window))
+                folded = _rope.plan(gm, ep, n, q, k, v, kc, vc, pos_node, index_cache) \
+                    if rope else "rope=False"
+                if isinstance(folded, tuple):
+                    new = _rope.fold(g, n, folded, s, window)
+                    counts["rope"] += 1
+                else:
+                    counts["rope_skipped"].append(f"{n.name}: {folded}")
+                    # The cache as the SDPA reads it: after this step's write, before expansion.
+                    kc, vc = _written(k, kc), _written(v, vc)
+                    with g.inserting_before(n):
+                        new = g.call_function(attn, (q, kc, vc, pos_node, s, window))
         if new is not None:
-            new.meta["val"] = _fake_out(new) if new.target == attn else n.meta.get("val")
+            is_attn = new.target in (attn, rope_attn)
+            new.meta["val"] = _fake_out(new) if is_attn else n.meta.get("val")
             n.replace_all_uses_with(new)
             g.erase_node(n)
-            counts["attention" if new.target == attn else "linear"] += 1
+            if new.target == rope_attn:
+                _rope.erase(g, folded)
+            counts["attention" if is_attn else "linear"] += 1
     g.eliminate_dead_code()
     g.lint()
     gm.recompile()

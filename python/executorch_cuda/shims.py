@@ -18,6 +18,9 @@ C_SHIMS = {
     "et_attention": "AOTITorchError aoti_torch_cuda_et_attention("
     "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, double, int64_t, "
     "AtenTensorHandle*)",
+    "et_attention_rope": "AOTITorchError aoti_torch_cuda_et_attention_rope("
+    "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, "
+    "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, double, int64_t, AtenTensorHandle*)",
     "et_decode_attention_len": "AOTITorchError aoti_torch_cuda_et_decode_attention_len("
     "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, int64_t, double, AtenTensorHandle*)",
 }

@@ -30,7 +30,6 @@ use crate::dtype::codes as dtype;
 use crate::dtype::describe;
 use crate::error::{invalid, Result};
 use crate::tensor::{self, Device, Tensor};
-use cudarc::driver::sys;
 use std::ffi::c_void;
 
 /// Query rows per block (`ATTN_ROWS`), keys per tile (`ATTN_TILE`), threads per block.
@@ -75,6 +74,19 @@ pub struct Args {
     pub window: i32,
     /// 1: the output is laid out `[B, Lq, Hq, D]` ([`Layout::Bthd`]).
     pub out_bthd: i32,
+    /// `et_attention_rope` ([`rope`]): new keys, new values, cos, sin and their strides.
+    pub kn: u64,
+    pub kns: [i64; 4],
+    pub vn: u64,
+    pub vns: [i64; 4],
+    pub cs: u64,
+    pub css: [i64; 3],
+    pub sn: u64,
+    pub sns: [i64; 3],
+    /// 1: q (and the new keys) rotated.
+    pub rope: i32,
+    /// 1: the short-context kernel writes the new keys and values itself.
+    pub write: i32,
 }
 
 /// How the result `[B, Hq, Lq, D]` lies in memory.
@@ -303,15 +315,47 @@ pub fn decode_attention(
     window: i64,
     layout: Layout,
 ) -> Result<Tensor> {
-    let p = check(q, k, v, pos, scale)?;
-    let window = check_window(window)?;
-    let dev = Device::Cuda(p.device);
+    run(q, k, v, pos, (scale, window, layout), None)
+}
+
+/// [`decode_attention`] with RoPE applied to q and the new keys, and the new keys and values
+/// written into `k` and `v` (the caches) first ([`rope`]).
+pub fn attention_rope(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    pos: Positions,
+    (scale, window, layout): (f64, i64, Layout),
+    r: &Rope,
+) -> Result<Tensor> {
+    run(q, k, v, pos, (scale, window, layout), Some(r))
+}
+
+/// The result `[B, Hq, Lq, D]` of `p`, laid out as `layout` says.
+fn alloc_out(p: &Problem, layout: Layout) -> Result<Tensor> {
     let sizes = vec![p.b, p.hq, p.lq, p.d];
     let strides = match layout {
         Layout::Bhtd => tensor::contiguous_strides(&sizes),
         Layout::Bthd => vec![p.lq * p.hq * p.d, p.d, p.hq * p.d, 1],
     };
-    let out = crate::cuda::memory::empty_strided(sizes, strides, p.dtype, dev)?;
+    crate::cuda::memory::empty_strided(sizes, strides, p.dtype, Device::Cuda(p.device))
+}
+
+fn run(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    pos: Positions,
+    (scale, window, layout): (f64, i64, Layout),
+    r: Option<&Rope>,
+) -> Result<Tensor> {
+    let p = check(q, k, v, pos, scale)?;
+    let window = check_window(window)?;
+    if let Some(r) = r {
+        rope::check(&p, r)?;
+    }
+    let dev = Device::Cuda(p.device);
+    let out = alloc_out(&p, layout)?;
     if p.b == 0 || p.lq == 0 {
         return Ok(out);
     }
@@ -346,18 +390,26 @@ pub fn decode_attention(
         part_ml: part_ml.as_ref().map_or(0, |t| t.data_ptr() as u64),
         window,
         out_bthd: i32::from(layout == Layout::Bthd),
+        ..Args::default()
     };
     let _ctx = ContextGuard::device(module.device())?;
     let stream = cuda::stream::current(p.device).raw;
-    let (name, grid, threads) = launch_shape(&p, rgroups, nsplit);
-    let mut params: [*mut c_void; 1] = [(&mut args as *mut Args).cast()];
+    let (name, grid, threads, writes) = launch_shape(&p, rgroups, nsplit, r.is_some());
     let pdl = super::pdl_enabled();
-    // SAFETY: (every block waits for the kernel before with griddepcontrol.wait before reading
-    // anything, so a programmatic launch is safe) the kernel takes one `AttnArgs` by value, which `Args` mirrors field for
-    // field (repr(C)); `check` proved the sizes, strides and alignment it relies on, the
-    // positions are int64 on this device (or absent), and the output and workspaces were
-    // just allocated with the sizes the grid writes.
-    // The decode kernel reads the same fields (one block per KV head and batch, every key).
+    if let Some(r) = r {
+        rope::fill(&mut args, r);
+        args.write = i32::from(writes);
+        if !writes {
+            // SAFETY: `check` and `rope::check` proved `args` (just filled) for `p`.
+            unsafe { launch::kv_write(&module, &p, &mut args, stream, pdl)? };
+        }
+    }
+    let mut params: [*mut c_void; 1] = [(&mut args as *mut Args).cast()];
+    // SAFETY: every block waits (griddepcontrol.wait) for the kernel before reading anything,
+    // so a programmatic launch is safe; the kernel takes one `AttnArgs` by value, mirrored
+    // field for field by `Args` (repr(C)); `check` (and `rope::check`) proved the sizes,
+    // strides and alignment it relies on, the positions are int64 on this device (or absent),
+    // and the output and workspaces were just allocated with the sizes the grid writes.
     unsafe { module.launch_with(name, grid, threads, 0, stream, &mut params, pdl)? };
     if let (Some(po), Some(pm)) = (&part_o, &part_ml) {
         let shape = (nrows, nsplit, &args);
@@ -370,80 +422,18 @@ pub fn decode_attention(
     Ok(out)
 }
 
-/// The split's workspaces (partial outputs and their max/sum pairs), when there is more than one split.
-fn split_workspaces(
-    nrows: i64,
-    nsplit: i64,
-    d: i64,
-    dev: Device,
-) -> Result<(Option<Tensor>, Option<Tensor>)> {
-    Ok(if nsplit > 1 {
-        let so = vec![nrows * nsplit * d];
-        let sm = vec![nrows * nsplit * 2];
-        (
-            Some(crate::cuda::memory::empty_strided(
-                so,
-                vec![1],
-                dtype::FLOAT32,
-                dev,
-            )?),
-            Some(crate::cuda::memory::empty_strided(
-                sm,
-                vec![1],
-                dtype::FLOAT32,
-                dev,
-            )?),
-        )
-    } else {
-        (None, None)
-    })
-}
-
-/// Enqueue the combine kernel, which reduces the splits' partials into `out`.
-///
-/// # Safety
-/// `parts` must hold the `nrows` x `nsplit` partials of an attention launch
-/// queued before on `stream`, and `out` must have the `nrows` rows the combine writes.
-unsafe fn launch_combine(
-    module: &Module,
-    combine: &'static str,
-    stream: sys::CUstream,
-    out: &Tensor,
-    parts: (&Tensor, &Tensor),
-    (nrows, nsplit, args): (i64, i64, &Args),
-) -> Result<()> {
-    let (po, pm) = parts;
-    let mut pop = po.data_ptr() as u64;
-    let mut pmp = pm.data_ptr() as u64;
-    let mut outp = out.data_ptr() as u64;
-    let mut nr = nrows;
-    let mut ns = nsplit as i32;
-    let (mut hq, mut lq, mut bthd) = (args.hq, args.lq, args.out_bthd);
-    let mut cparams: [*mut c_void; 8] = [
-        (&mut pop as *mut u64).cast(),
-        (&mut pmp as *mut u64).cast(),
-        (&mut outp as *mut u64).cast(),
-        (&mut nr as *mut i64).cast(),
-        (&mut ns as *mut i32).cast(),
-        (&mut hq as *mut i32).cast(),
-        (&mut lq as *mut i32).cast(),
-        (&mut bthd as *mut i32).cast(),
-    ];
-    let cgrid = (((nrows + 3) / 4) as u32, 1, 1);
-    let pdl = super::pdl_enabled();
-    // SAFETY: (ptr, ptr, ptr, i64, int, int, int, int) as the combine kernel takes; the
-    // workspaces hold nrows x nsplit partials written by the attention launch before it on the
-    // same stream (this function's contract); every block waits for it first (PDL).
-    unsafe { module.launch_with(combine, cgrid, 128, 0, stream, &mut cparams, pdl)? };
-    Ok(())
-}
-
 #[path = "attention/choice.rs"]
 mod choice;
 pub use choice::split;
-use choice::{launch_shape, names};
+use choice::{kv_write_name, launch_shape, names};
+#[path = "attention/launch.rs"]
+mod launch;
+use launch::{launch_combine, split_workspaces};
+#[path = "attention/rope.rs"]
+pub mod rope;
 #[cfg(test)]
 pub use choice::{set_decode_kernel, KERNELS};
+pub use rope::Rope;
 
 #[cfg(test)]
 mod tests;

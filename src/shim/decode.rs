@@ -24,6 +24,13 @@
 //! AOTITorchError aoti_torch_cuda_et_attention(AtenTensorHandle q,
 //!     AtenTensorHandle k_cache, AtenTensorHandle v_cache, AtenTensorHandle pos, double scale,
 //!     int64_t window, AtenTensorHandle* ret0);
+//! // et_cuda::et_attention_rope(Tensor q, Tensor k, Tensor v, Tensor(a!) k_cache,
+//! //     Tensor(b!) v_cache, Tensor pos, Tensor cos, Tensor sin, float scale, int window)
+//! //     -> Tensor   (writes the caches; [B, Lq, Hq, D] in memory)
+//! AOTITorchError aoti_torch_cuda_et_attention_rope(AtenTensorHandle q, AtenTensorHandle k,
+//!     AtenTensorHandle v, AtenTensorHandle k_cache, AtenTensorHandle v_cache,
+//!     AtenTensorHandle pos, AtenTensorHandle cos, AtenTensorHandle sin, double scale,
+//!     int64_t window, AtenTensorHandle* ret0);
 //! // et_cuda::et_linear(Tensor x, Tensor weight, Tensor? bias, Tensor? norm_weight,
 //! //     Tensor? residual, int norm_mode, float eps, float norm_offset, int act) -> Tensor
 //! AOTITorchError aoti_torch_cuda_et_linear(AtenTensorHandle x, AtenTensorHandle weight,
@@ -41,7 +48,7 @@ use super::Aoti;
 use super::{give, named, optional, AOTITorchError, AtenTensorHandle};
 use crate::boundary::guard;
 use crate::error::invalid;
-use crate::kernels::attention::{self, Layout, Positions};
+use crate::kernels::attention::{self, Layout, Positions, Rope};
 use crate::kernels::gemv;
 use crate::kernels::linear::{self, Act, Fusion, Norm};
 
@@ -214,6 +221,56 @@ pub unsafe extern "C" fn aoti_torch_cuda_et_attention(
             window,
             Layout::Bthd,
         )?;
+        // SAFETY: forwarded contract (checked non-null).
+        unsafe { give(ret0, y) }
+    })
+}
+
+/// [`aoti_torch_cuda_et_attention`] with RoPE applied to q and to the new keys `k`, and the
+/// rotated keys and the new values `v` (`[B, Hkv, Lq, D]`) written into `k_cache` and
+/// `v_cache` at the positions first (`attention::rope`); `cos`/`sin` `[B | 1, 1, Lq, D]`.
+///
+/// # Safety
+/// Each handle must be null or live; `ret0` null or valid for a write.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn aoti_torch_cuda_et_attention_rope(
+    q: AtenTensorHandle,
+    k: AtenTensorHandle,
+    v: AtenTensorHandle,
+    k_cache: AtenTensorHandle,
+    v_cache: AtenTensorHandle,
+    pos: AtenTensorHandle,
+    cos: AtenTensorHandle,
+    sin: AtenTensorHandle,
+    scale: f64,
+    window: i64,
+    ret0: *mut AtenTensorHandle,
+) -> AOTITorchError {
+    guard::<Aoti>("aoti_torch_cuda_et_attention_rope", || {
+        // SAFETY: forwarded contract.
+        let (q, kc, vc, p) = unsafe {
+            (
+                named(q, "q")?,
+                named(k_cache, "k_cache")?,
+                named(v_cache, "v_cache")?,
+                named(pos, "pos")?,
+            )
+        };
+        // SAFETY: forwarded contract.
+        let rope = unsafe {
+            Rope {
+                k_new: named(k, "k")?,
+                v_new: named(v, "v")?,
+                cos: named(cos, "cos")?,
+                sin: named(sin, "sin")?,
+            }
+        };
+        if ret0.is_null() {
+            return invalid("ret0 is null");
+        }
+        let shape = (scale, window, Layout::Bthd);
+        let y = attention::attention_rope(q, kc, vc, Positions::Device(p), shape, &rope)?;
         // SAFETY: forwarded contract (checked non-null).
         unsafe { give(ret0, y) }
     })

@@ -261,10 +261,12 @@ def export(variant, out, model, a, tokens, key):
         ep = a.spec.export(model, prompt)
     t_export = time.time() - t0
     report = {}
-    if variant == "companion":
+    if variant in ("companion", "companion_norope"):
         import executorch_cuda
 
-        ep, report = executorch_cuda.prepare(ep, positions="cache_position")
+        # companion_norope: the same without the RoPE + cache-write fold (a comparison row).
+        ep, report = executorch_cuda.prepare(ep, positions="cache_position",
+                                             rope=variant == "companion")
         print(f"{variant}: companion rewrite {report}", flush=True)
     _, et, _ = suite_lib.lower({"forward": ep}, {}, backend_config(a.device_logits))
     t_lower = time.time() - t0 - t_export

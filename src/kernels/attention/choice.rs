@@ -30,6 +30,22 @@ pub const KERNELS: &[&str] = &[
     "et_attn_dec_f16_d128_r8",
     "et_attn_dec_bf16_d256_r4",
     "et_attn_dec_f16_d256_r4",
+    "et_attn_decw_bf16_d64_r4",
+    "et_attn_decw_bf16_d64_r8",
+    "et_attn_decw_bf16_d128_r4",
+    "et_attn_decw_bf16_d128_r8",
+    "et_attn_decw_f16_d64_r4",
+    "et_attn_decw_f16_d64_r8",
+    "et_attn_decw_f16_d128_r4",
+    "et_attn_decw_f16_d128_r8",
+    "et_attn_decw_bf16_d256_r4",
+    "et_attn_decw_f16_d256_r4",
+    "et_kv_write_bf16_d64",
+    "et_kv_write_bf16_d128",
+    "et_kv_write_bf16_d256",
+    "et_kv_write_f16_d64",
+    "et_kv_write_f16_d128",
+    "et_kv_write_f16_d256",
 ];
 
 /// Keys a split takes at least: a cache of up to this many positions is read by one block
@@ -68,10 +84,11 @@ const DEC_THREADS: u32 = 256;
 
 /// The short-context decode kernel for `p` when it takes it: one split (the whole cache in one
 /// kernel) and at most 8 rows per KV head (`Hq/Hkv * Lq`); it reads a warp's whole tile of 32
-/// keys at once and splits the keys over its 8 warps.
+/// keys at once and splits the keys over its 8 warps. The pair is (the kernel, its variant that
+/// writes `et_attention_rope`'s new keys and values into the caches first).
 /// `ET_CUDA_ATTN_DECODE=0` (read once) or [`set_decode_kernel`] turn it off (the benchmark's
 /// comparison row).
-pub fn decode_kernel(p: &Problem, nsplit: i64) -> Option<&'static str> {
+pub fn decode_kernel(p: &Problem, nsplit: i64) -> Option<(&'static str, &'static str)> {
     let on = match DECODE_KERNEL.load(Ordering::Relaxed) {
         -1 => {
             let on = std::env::var_os("ET_CUDA_ATTN_DECODE").is_none_or(|v| v != "0");
@@ -89,17 +106,29 @@ pub fn decode_kernel(p: &Problem, nsplit: i64) -> Option<&'static str> {
     }
     let bf = p.dtype == dtype::BFLOAT16;
     Some(match (bf, p.d, rows > 4) {
-        (true, 64, false) => "et_attn_dec_bf16_d64_r4",
-        (true, 64, true) => "et_attn_dec_bf16_d64_r8",
-        (true, 128, false) => "et_attn_dec_bf16_d128_r4",
-        (true, 128, true) => "et_attn_dec_bf16_d128_r8",
-        (true, _, _) => "et_attn_dec_bf16_d256_r4",
-        (false, 64, false) => "et_attn_dec_f16_d64_r4",
-        (false, 64, true) => "et_attn_dec_f16_d64_r8",
-        (false, 128, false) => "et_attn_dec_f16_d128_r4",
-        (false, 128, true) => "et_attn_dec_f16_d128_r8",
-        (false, _, _) => "et_attn_dec_f16_d256_r4",
+        (true, 64, false) => ("et_attn_dec_bf16_d64_r4", "et_attn_decw_bf16_d64_r4"),
+        (true, 64, true) => ("et_attn_dec_bf16_d64_r8", "et_attn_decw_bf16_d64_r8"),
+        (true, 128, false) => ("et_attn_dec_bf16_d128_r4", "et_attn_decw_bf16_d128_r4"),
+        (true, 128, true) => ("et_attn_dec_bf16_d128_r8", "et_attn_decw_bf16_d128_r8"),
+        (true, _, _) => ("et_attn_dec_bf16_d256_r4", "et_attn_decw_bf16_d256_r4"),
+        (false, 64, false) => ("et_attn_dec_f16_d64_r4", "et_attn_decw_f16_d64_r4"),
+        (false, 64, true) => ("et_attn_dec_f16_d64_r8", "et_attn_decw_f16_d64_r8"),
+        (false, 128, false) => ("et_attn_dec_f16_d128_r4", "et_attn_decw_f16_d128_r4"),
+        (false, 128, true) => ("et_attn_dec_f16_d128_r8", "et_attn_decw_f16_d128_r8"),
+        (false, _, _) => ("et_attn_dec_f16_d256_r4", "et_attn_decw_f16_d256_r4"),
     })
+}
+
+/// The cache-write kernel run before the split kernel for `et_attention_rope`.
+pub(super) fn kv_write_name(p: &Problem) -> &'static str {
+    match (p.dtype == dtype::BFLOAT16, p.d) {
+        (true, 64) => "et_kv_write_bf16_d64",
+        (true, 128) => "et_kv_write_bf16_d128",
+        (true, _) => "et_kv_write_bf16_d256",
+        (false, 64) => "et_kv_write_f16_d64",
+        (false, 128) => "et_kv_write_f16_d128",
+        (false, _) => "et_kv_write_f16_d256",
+    }
 }
 
 pub(super) fn names(p: &Problem) -> (&'static str, &'static str) {
@@ -114,19 +143,27 @@ pub(super) fn names(p: &Problem) -> (&'static str, &'static str) {
 }
 
 /// The attention kernel's name, grid and block for `p` split as [`split`] says: the
-/// short-context kernel where it applies, else the split kernel (then its combine, if
-/// `nsplit > 1`).
+/// short-context kernel where it applies (its writing variant when `write`), else the split
+/// kernel (then its combine, if `nsplit > 1`). The flag says whether the kernel writes the
+/// caches itself (only the short-context kernel does).
 pub(super) fn launch_shape(
     p: &Problem,
     rgroups: i64,
     nsplit: i64,
-) -> (&'static str, (u32, u32, u32), u32) {
+    write: bool,
+) -> (&'static str, (u32, u32, u32), u32, bool) {
     match decode_kernel(p, nsplit) {
-        Some(dec) => (dec, (1, p.hkv as u32, p.b as u32), DEC_THREADS),
+        Some((plain, writing)) => (
+            if write { writing } else { plain },
+            (1, p.hkv as u32, p.b as u32),
+            DEC_THREADS,
+            write,
+        ),
         None => (
             names(p).0,
             (nsplit as u32, (p.hkv * rgroups) as u32, p.b as u32),
             THREADS,
+            false,
         ),
     }
 }

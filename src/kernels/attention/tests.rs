@@ -11,17 +11,21 @@ fn err(r: Result<Problem>) -> String {
 #[test]
 fn args_layout_matches_the_kernel() {
     // AttnArgs: 4 pointers/longs blocks, 9 ints/floats, 3 pointers (4 bytes of padding),
-    // the window (4 more bytes of padding).
-    assert_eq!(
-        std::mem::size_of::<Args>(),
-        8 * (1 + 4 + 1 + 3 + 1 + 3 + 2) + 36 + 4 + 24 + 8
-    );
+    // the window and out_bthd, then the rotation's fields.
     assert_eq!(
         std::mem::offset_of!(Args, out_bthd),
         8 * 15 + 36 + 4 + 24 + 4
     );
     assert_eq!(std::mem::offset_of!(Args, out), 8 * 15 + 36 + 4);
     assert_eq!(std::mem::offset_of!(Args, window), 8 * 15 + 36 + 4 + 24);
+    // et_attention_rope's fields follow out_bthd: 4 pointers with 4 + 4 + 3 + 3 strides, two ints.
+    assert_eq!(std::mem::offset_of!(Args, kn), 192);
+    assert_eq!(std::mem::offset_of!(Args, vn), 192 + 40);
+    assert_eq!(std::mem::offset_of!(Args, cs), 192 + 80);
+    assert_eq!(std::mem::offset_of!(Args, sn), 192 + 112);
+    assert_eq!(std::mem::offset_of!(Args, rope), 192 + 144);
+    assert_eq!(std::mem::offset_of!(Args, write), 192 + 148);
+    assert_eq!(std::mem::size_of::<Args>(), 192 + 152);
 }
 
 #[test]

@@ -1,0 +1,217 @@
+"""RoPE and the KV-cache write folded into the attention op.
+
+A decoder layer as HF ``transformers`` (and most hand-written models) writes it
+rotates q and the new keys (``x * cos + rotate_half(x) * sin``), writes the
+rotated keys and the values into static caches with ``index_copy_`` at the
+new tokens' positions, and attends over the written caches. ``fold`` replaces
+the three with one ``et_cuda.et_attention_rope`` (which writes the caches
+itself) when each part is proven on the graph:
+
+- the RoPE: the nodes between x, cos and sin and the rotated result are cut
+  out of the graph and run on random values; they must compute
+  ``ops._rope_ref`` (same cos and sin nodes for q and k);
+- the write: an in-place ``index_copy_`` along dim 2 of each cache, whose
+  index evaluates to the positions input for every position vector the
+  attention mask was proven on (``mask._cases``), and nothing else reads or
+  writes the caches or the intermediate values.
+
+Anything else keeps the plain ``et_attention`` over the written caches; the
+reason is returned (and listed in the report as ``rope_skipped``).
+"""
+
+import torch
+
+from . import mask as _mask
+from . import ops
+
+aten = torch.ops.aten
+_INPLACE_WRITES = (aten.index_copy_.default,)
+
+
+def _is(n, *targets):
+    return isinstance(n, torch.fx.Node) and n.op == "call_function" and n.target in targets
+
+
+def _val(n):
+    return n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+
+
+def _rotated_half(cat):
+    """x for ``cat([-x[..., h:], x[..., :h]], -1)``, else None."""
+    if not _is(cat, aten.cat.default) or len(cat.args[0]) != 2:
+        return None
+    neg, lo = cat.args[0]
+    if not _is(neg, aten.neg.default) or not _is(lo, aten.slice.Tensor):
+        return None
+    hi = neg.args[0]
+    if not _is(hi, aten.slice.Tensor) or hi.args[0] is not lo.args[0]:
+        return None
+    return lo.args[0]
+
+
+def rope_parts(n):
+    """(x, cos, sin) when ``n`` has the shape of ``x * cos + rotate_half(x) * sin`` (either
+    operand order), else None. The shape only nominates: ``prove`` decides."""
+    if not _is(n, aten.add.Tensor) or len(n.args) != 2 or n.kwargs.get("alpha", 1) != 1:
+        return None
+    for a, b in (n.args, n.args[::-1]):
+        if not (_is(a, aten.mul.Tensor) and _is(b, aten.mul.Tensor)):
+            continue
+        for rot, s in (b.args, b.args[::-1]):
+            x = _rotated_half(rot)
+            if x is None or not isinstance(s, torch.fx.Node):
+                continue
+            for ax, c in (a.args, a.args[::-1]):
+                if ax is x and isinstance(c, torch.fx.Node):
+                    return x, c, s
+    return None
+
+
+def _concrete(shape, t=3):
+    return [int(d) if isinstance(d, int) else t for d in shape]
+
+
+def prove(n, x, c, s):
+    """None when the nodes from (x, cos, sin) to ``n`` compute ``ops._rope_ref`` on random
+    values (T = 3 for a symbolic length), else the reason."""
+    order = {m: i for i, m in enumerate(n.graph.nodes)}
+    sub, stack = set(), [n]
+    while stack:
+        m = stack.pop()
+        if m in sub or m in (x, c, s):
+            continue
+        if m.op != "call_function":
+            return f"the rotation reads '{m.name}' ({m.op}), not only x, cos and sin"
+        sub.add(m)
+        stack.extend(m.all_input_nodes)
+    g = torch.fx.Graph()
+    env = {x: g.placeholder("x"), c: g.placeholder("cos"), s: g.placeholder("sin")}
+    for m in sorted(sub, key=order.get):
+        env[m] = g.node_copy(m, lambda a: env[a])
+    g.output(env[n])
+    vals = [_val(m) for m in (x, c, s)]
+    if any(not isinstance(v, torch.Tensor) for v in vals):
+        return "no tensor metadata on x, cos or sin"
+    gen = torch.Generator().manual_seed(0)
+    xs, cs, ss = (torch.randn(_concrete(v.shape), generator=gen, dtype=torch.float32) for v in vals)
+    try:
+        got = torch.fx.GraphModule(torch.nn.Module(), g)(xs, cs, ss)
+        want = ops._rope_ref(xs, cs, ss)
+    except Exception as e:  # noqa: BLE001 - a subgraph that does not run is not a RoPE
+        return f"the rotation does not run on its own ({type(e).__name__}: {e})"
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+        return "the rotation's result has another shape than x * cos + rotate_half(x) * sin"
+    if not torch.allclose(got, want, atol=1e-5, rtol=1e-5):
+        return "the nodes do not compute x * cos + rotate_half(x) * sin"
+    return None
+
+
+def _index_is_positions(gm, ep, idx, pos_node, lmax, cache):
+    """None when the write index equals the positions input on the evaluated vectors."""
+    if idx is pos_node:
+        return None
+    if idx in cache:
+        return cache[idx]
+    pv = _val(pos_node)
+    t_dim = pv.shape[0]
+    t_expr = None if isinstance(t_dim, int) else t_dim.node.expr
+    sub = _mask._extract(gm, idx, pos_node, t_expr, ep)
+    why = None
+    if isinstance(sub, str):
+        why = f"write index: {sub}"
+    else:
+        module, state = sub
+        lo, hi = _mask._t_bounds(t_dim, lmax, ep)
+        for case, start, t in _mask._cases(lo, hi, lmax):
+            p = torch.arange(start, start + t, dtype=pv.dtype)
+            try:
+                with torch.no_grad():
+                    out = module(p, t, *[v.clone() for v in state])
+            except Exception as e:  # noqa: BLE001
+                why = f"write index does not run ({type(e).__name__})"
+                break
+            if not isinstance(out, torch.Tensor) or out.reshape(-1).tolist() != p.tolist():
+                why = f"write index is not the positions ({case})"
+                break
+    cache[idx] = why
+    return why
+
+
+def plan(gm, ep, sdpa, q, k, v, kc, vc, pos_node, index_cache):
+    """The fold of one SDPA: ``(args, dead)`` (the op's tensor arguments, the nodes to erase
+    after the SDPA, in order) or the reason it does not apply."""
+    kw, vw = k, v
+    kchain, vchain = [], []
+    while isinstance(kw, torch.fx.Node) and not _is(kw, *_INPLACE_WRITES) and kw is not kc:
+        kchain.append(kw)
+        kw = kw.args[0] if kw.args else None
+    while isinstance(vw, torch.fx.Node) and not _is(vw, *_INPLACE_WRITES) and vw is not vc:
+        vchain.append(vw)
+        vw = vw.args[0] if vw.args else None
+    if not _is(kw, *_INPLACE_WRITES) or not _is(vw, *_INPLACE_WRITES):
+        return "the caches are not written in place by index_copy_"
+    if kw.args[0] is not kc or vw.args[0] is not vc or kw.args[1] not in (2, -2) \
+            or vw.args[1] not in (2, -2):
+        return "the cache writes are not index_copy_ along the positions dimension"
+    if kw.args[2] is not vw.args[2] and not (
+            _index_is_positions(gm, ep, kw.args[2], pos_node, int(_val(kc).shape[2]), index_cache)
+            is None and _index_is_positions(gm, ep, vw.args[2], pos_node,
+                                            int(_val(kc).shape[2]), index_cache) is None):
+        return "the keys and values are written at different indices"
+    why = _index_is_positions(gm, ep, kw.args[2], pos_node, int(_val(kc).shape[2]), index_cache)
+    if why:
+        return why
+    rq, rk = rope_parts(q), rope_parts(kw.args[3])
+    if rq is None or rk is None:
+        return "no x * cos + rotate_half(x) * sin on q and the new keys"
+    if rq[1] is not rk[1] or rq[2] is not rk[2]:
+        return "q and the keys are rotated by different cos/sin"
+    qx, cos, sin = rq
+    kx, vx = rk[0], vw.args[3]
+    for r, x in ((q, qx), (kw.args[3], kx)):
+        why = prove(r, x, cos, sin)
+        if why:
+            return why
+    qv, kv_, vv, cv, sv, cache = (_val(n) for n in (qx, kx, vx, cos, sin, kc))
+    if any(not isinstance(t, torch.Tensor) for t in (qv, kv_, vv, cv, sv, cache)):
+        return "no tensor metadata"
+    if qv.dim() != 4 or kv_.dim() != 4 or vv.dim() != 4 or kv_.shape != vv.shape \
+            or kv_.shape[1] != cache.shape[1] or kv_.shape[3] != cache.shape[3]:
+        return "the new keys/values are not [B, Hkv, T, D] of the cache"
+    if len({qv.dtype, kv_.dtype, vv.dtype, cv.dtype, sv.dtype, cache.dtype}) != 1:
+        return "q, the new keys/values, cos/sin and the caches differ in dtype"
+    for t in (cv, sv):
+        if t.dim() != 4 or t.shape[1] != 1 or t.shape[3] != qv.shape[3]:
+            return "cos/sin do not broadcast as [B, 1, T, D]"
+    # Nothing else may read what disappears, nor touch the caches.
+    if set(q.users) != {sdpa} or set(kw.args[3].users) != {kw}:
+        return "the rotated q or keys have other readers"
+    for w, chain, cache_node in ((kw, kchain, kc), (vw, vchain, vc)):
+        if set(cache_node.users) != {w}:
+            return f"the cache '{cache_node.name}' has other readers or writers"
+        nodes = [w] + chain[::-1]
+        for a, b in zip(nodes, nodes[1:] + [sdpa]):
+            if set(a.users) != {b}:
+                return f"'{a.name}' has other readers"
+    dead = kchain + vchain + [kw, vw]
+    return (qx, kx, vx, kc, vc, pos_node, cos, sin), dead
+
+
+def fold(g, sdpa, plan_, scale, window):
+    """Insert the ``et_attention_rope`` node for ``plan_`` before ``sdpa``; returns it. The
+    caller replaces the SDPA's uses, erases it, then calls ``erase``."""
+    args, _ = plan_
+    with g.inserting_before(sdpa):
+        return g.call_function(torch.ops.et_cuda.et_attention_rope.default,
+                               (*args, scale, window))
+
+
+def erase(g, plan_):
+    """Erase the cache writes and their views (no readers left once the SDPA is gone)."""
+    _, dead = plan_
+    for n in dead:
+        if not n.users:
+            g.erase_node(n)
+
+
+__all__ = ["rope_parts", "prove", "plan", "fold", "erase"]

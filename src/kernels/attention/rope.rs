@@ -1,0 +1,94 @@
+//! `et_attention_rope`: the attention step of a decoder layer with its RoPE and its KV-cache
+//! write. q and the new keys are rotated (`x * cos + rotate_half(x) * sin`, HF
+//! `transformers`' convention: the two halves of the head dimension rotated, each rotated value
+//! rounded to the dtype as a stored tensor would be), the rotated keys and the new values are
+//! written into the caches at the queries' positions (positions outside the cache are not
+//! written), then the attention runs over the written caches as
+//! [`super::decode_attention`] does. The short-context kernel writes the caches itself (one
+//! kernel for the whole step); otherwise `et_kv_write_*` writes them just before the split kernel.
+//!
+//! `k_new`, `v_new`: `[B, Hkv, Lq, D]` (any non-negative strides); `cos`, `sin`:
+//! `[B | 1, 1, Lq, D]` (HF's `cos.unsqueeze(1)`; any non-negative strides); all of q's dtype,
+//! on q's device.
+
+use super::{Args, Problem};
+use crate::dtype::describe;
+use crate::error::{invalid, Result};
+use crate::tensor::{Device, Tensor};
+
+/// The new keys and values of this step, and the rotation.
+#[derive(Debug, Clone, Copy)]
+pub struct Rope<'a> {
+    pub k_new: &'a Tensor,
+    pub v_new: &'a Tensor,
+    pub cos: &'a Tensor,
+    pub sin: &'a Tensor,
+}
+
+/// Check the rotation's tensors against the checked attention problem.
+pub(super) fn check(p: &Problem, r: &Rope) -> Result<()> {
+    let new = [p.b, p.hkv, p.lq, p.d];
+    for (t, what) in [(r.k_new, "k_new"), (r.v_new, "v_new")] {
+        if t.sizes != new {
+            return invalid(format!(
+                "et_cuda attention_rope: {what} must be [B, Hkv, Lq, D] = {new:?}, not {:?}",
+                t.sizes
+            ));
+        }
+    }
+    for (t, what) in [(r.cos, "cos"), (r.sin, "sin")] {
+        let s = &t.sizes;
+        if s.len() != 4 || !(s[0] == 1 || s[0] == p.b) || s[1] != 1 || s[2] != p.lq || s[3] != p.d {
+            return invalid(format!(
+                "et_cuda attention_rope: {what} must be [B or 1, 1, Lq, D] = [{}, 1, {}, {}], not {s:?}",
+                p.b, p.lq, p.d
+            ));
+        }
+    }
+    for (t, what) in [
+        (r.k_new, "k_new"),
+        (r.v_new, "v_new"),
+        (r.cos, "cos"),
+        (r.sin, "sin"),
+    ] {
+        if t.dtype != p.dtype {
+            return invalid(format!(
+                "et_cuda attention_rope: {what} is {}, not q's {}",
+                describe(t.dtype),
+                describe(p.dtype)
+            ));
+        }
+        if t.strides.iter().any(|&s| s < 0) {
+            return invalid(format!(
+                "et_cuda attention_rope: {what} has a negative stride"
+            ));
+        }
+        if t.device() != Device::Cuda(p.device) {
+            return invalid(format!(
+                "et_cuda attention_rope: {what} is on {:?}, not on q's CUDA device {}",
+                t.device(),
+                p.device
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The rotation's fields of the kernel's argument block (a broadcast batch of cos/sin reads
+/// row 0 for every batch entry).
+pub(super) fn fill(args: &mut Args, r: &Rope) {
+    let s4 = |t: &Tensor| [t.strides[0], t.strides[1], t.strides[2], t.strides[3]];
+    let s3 = |t: &Tensor| {
+        let b = if t.sizes[0] == 1 { 0 } else { t.strides[0] };
+        [b, t.strides[2], t.strides[3]]
+    };
+    args.kn = r.k_new.data_ptr() as u64;
+    args.kns = s4(r.k_new);
+    args.vn = r.v_new.data_ptr() as u64;
+    args.vns = s4(r.v_new);
+    args.cs = r.cos.data_ptr() as u64;
+    args.css = s3(r.cos);
+    args.sn = r.sin.data_ptr() as u64;
+    args.sns = s3(r.sin);
+    args.rope = 1;
+}
