@@ -63,8 +63,10 @@ def prepare(ep, *, positions=None, linear=True, attention=True, fuse=True, max_m
             keep_buffers=()):
     """Rewrite ``ep`` (a ``torch.export.ExportedProgram``) in place and make
     CudaBackend map the new ops to the library's C shims. Returns ``(ep, report)``,
-    report = ``{"linear": n, "attention": n, "gated_mlp": n, "merged": n, "norm": n,
-    "residual": n, "skipped_attention": [...], "patched": [...]}``. Every bf16/fp16 linear
+    report = ``{"linear": n, "attention": n, "rope": n, "gated_mlp": n, "merged": n, "norm": n,
+    "residual": n, "skipped_attention": [...], "rope_skipped": [...], "patched": [...]}``
+    (``rope``: attentions with their RoPE and KV-cache write folded in; ``rope=False`` leaves
+    those to the lowering). Every bf16/fp16 linear
     over a weight of the program is rewritten whatever the prefill bound (``max_m`` is
     accepted and ignored). Buffers the program only overwrites and never reads (HF's
     per-layer ``cumulative_length``) leave it (``buffers.drop_write_only``), listed as

@@ -25,6 +25,13 @@ companion's ops:
   projection.
   Any other mask (padding, future positions, a bias) stays with ExecuTorch's
   lowering and the report says why.
+
+  With ``rope`` (the default), when q and the new keys are rotated by RoPE and
+  the caches written by ``index_copy_`` at the positions, all of it proven on
+  the graph (``rope.plan``), the op is ``et_cuda.et_attention_rope(q, k, v,
+  k_cache, v_cache, positions, cos, sin, scale, W or 0)`` instead: it rotates,
+  writes the caches in place and attends (report ``rope``; ``rope_skipped``
+  says why not, per SDPA).
 """
 
 import operator
