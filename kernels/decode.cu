@@ -257,6 +257,13 @@ struct AttnArgs {
   long long sns[3];
   int rope;              // 1: rotate q
   int write;             // 1: the decode kernel writes kn/vn first
+  // Optional RMSNorm of each head's row before the rotation (Qwen3's and Gemma-3's q_norm and
+  // k_norm), r = rsqrt(mean(x^2) + eps) over D in fp32: mode 1: qnw * (x * r).to(T); mode 2:
+  // (x * r * (norm_off + qnw)).to(T); 0: none.
+  const void* qnw;       // [D] weights of the q rows
+  const void* knw;       // [D] weights of the new keys' rows
+  int norm_mode;
+  float eps, norm_off;
 };
 
 // x * cos + rotate_half(x) * sin at dim d of row (b, i), rounded to T as the rotated tensor is
@@ -272,29 +279,62 @@ __device__ __forceinline__ float rope_at(const AttnArgs& a, long long b, int i, 
   return Ops<T>::to_f(Ops<T>::from_f(fmaf(x, cv, r * sv)));
 }
 
-// Query value (b, h, i, d) as the attention reads it (rotated when a.rope).
+// rsqrt(mean(x^2) + eps) of a row of D values at stride sd, computed by one warp (every lane
+// gets it); 0 when the rows are not normed.
 template <typename T, int D>
-__device__ __forceinline__ float load_q(const AttnArgs& a, long long b, int h, int i, int d) {
-  const T* q = reinterpret_cast<const T*>(a.q) + b * a.qsb + h * a.qsh + i * a.qsl;
-  const float x = Ops<T>::to_f(q[d * a.qsd]);
+__device__ __forceinline__ float row_rsqrt(const AttnArgs& a, const T* x, long long sd, int lane) {
+  if (!a.norm_mode) return 0.f;
+  float ss = 0.f;
+  for (int d = lane; d < D; d += 32) {
+    const float v = Ops<T>::to_f(x[d * sd]);
+    ss = fmaf(v, v, ss);
+  }
+  return rsqrtf(warp_sum(ss) / D + a.eps);
+}
+
+// x at dim d of a row normed as a.norm_mode says (r: its row_rsqrt; w: the norm's weights).
+template <typename T>
+__device__ __forceinline__ float normed(const AttnArgs& a, const void* w, int d, float x, float r) {
+  if (!a.norm_mode) return x;
+  const float wd = Ops<T>::to_f(reinterpret_cast<const T*>(w)[d]);
+  if (a.norm_mode == 1) return Ops<T>::to_f(Ops<T>::from_f(wd * Ops<T>::to_f(Ops<T>::from_f(x * r))));
+  return Ops<T>::to_f(Ops<T>::from_f(x * r * (a.norm_off + wd)));
+}
+
+// Row (b, h, i) of q, and of the new keys (b, hkv, i).
+template <typename T>
+__device__ __forceinline__ const T* q_row(const AttnArgs& a, long long b, int h, int i) {
+  return reinterpret_cast<const T*>(a.q) + b * a.qsb + h * a.qsh + i * a.qsl;
+}
+template <typename T>
+__device__ __forceinline__ const T* kn_row(const AttnArgs& a, long long b, int hkv, int i) {
+  return reinterpret_cast<const T*>(a.kn) + b * a.kns[0] + hkv * a.kns[1] + i * a.kns[2];
+}
+
+// Query value (b, h, i, d) as the attention reads it (normed with r, then rotated, when asked).
+template <typename T, int D>
+__device__ __forceinline__ float load_q(const AttnArgs& a, long long b, int h, int i, int d, float r) {
+  const T* q = q_row<T>(a, b, h, i);
+  const float x = normed<T>(a, a.qnw, d, Ops<T>::to_f(q[d * a.qsd]), r);
   if (!a.rope) return x;
   const int o = d < D / 2 ? d + D / 2 : d - D / 2;
-  return rope_at<T>(a, b, i, d, D / 2, x, Ops<T>::to_f(q[o * a.qsd]));
+  return rope_at<T>(a, b, i, d, D / 2, x, normed<T>(a, a.qnw, o, Ops<T>::to_f(q[o * a.qsd]), r));
 }
 
 // Write new key/value element (i, d) of KV head hkv into the caches at query i's position
-// (positions outside the cache are not written).
+// (positions outside the cache are not written); r: the key row's row_rsqrt.
 template <typename T, int D>
-__device__ __forceinline__ void kv_write_at(const AttnArgs& a, long long b, int hkv, int i, int d) {
+__device__ __forceinline__ void kv_write_at(const AttnArgs& a, long long b, int hkv, int i, int d,
+                                            float r) {
   long long p;
   if (a.pos != nullptr) p = a.pos_n == 1 ? a.pos[0] + i : a.pos[i];
   else p = a.start + i;
   if (p < 0 || p >= a.Lmax) return;
-  const T* kn = reinterpret_cast<const T*>(a.kn) + b * a.kns[0] + hkv * a.kns[1] + i * a.kns[2];
+  const T* kn = kn_row<T>(a, b, hkv, i);
   const T* vn = reinterpret_cast<const T*>(a.vn) + b * a.vns[0] + hkv * a.vns[1] + i * a.vns[2];
   const int o = d < D / 2 ? d + D / 2 : d - D / 2;
-  const float k = rope_at<T>(a, b, i, d, D / 2, Ops<T>::to_f(kn[d * a.kns[3]]),
-                             Ops<T>::to_f(kn[o * a.kns[3]]));
+  const float k = rope_at<T>(a, b, i, d, D / 2, normed<T>(a, a.knw, d, Ops<T>::to_f(kn[d * a.kns[3]]), r),
+                             normed<T>(a, a.knw, o, Ops<T>::to_f(kn[o * a.kns[3]]), r));
   T* kc = const_cast<T*>(reinterpret_cast<const T*>(a.k)) + b * a.ksb + hkv * a.ksh + p * a.ksl;
   T* vc = const_cast<T*>(reinterpret_cast<const T*>(a.v)) + b * a.vsb + hkv * a.vsh + p * a.vsl;
   kc[d] = Ops<T>::from_f(k);
@@ -302,14 +342,14 @@ __device__ __forceinline__ void kv_write_at(const AttnArgs& a, long long b, int 
 }
 
 // The cache write of et_attention_rope ahead of an attention kernel that does not write
-// itself. Grid: (ceil(Lq * D / 256), Hkv, B); block 256.
+// itself: one warp per new row. Grid: (Lq, Hkv, B); block 32.
 template <typename T, int D>
 __device__ __forceinline__ void kv_write(const AttnArgs& a) {
   pdl_launch_dependents();
   pdl_wait();
-  const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= (long long)a.Lq * D) return;
-  kv_write_at<T, D>(a, blockIdx.z, blockIdx.y, (int)(t / D), (int)(t % D));
+  const int i = blockIdx.x, hkv = blockIdx.y, b = blockIdx.z;
+  const float r = row_rsqrt<T, D>(a, kn_row<T>(a, b, hkv, i), a.kns[3], threadIdx.x);
+  for (int d = threadIdx.x; d < D; d += 32) kv_write_at<T, D>(a, b, hkv, i, d, r);
 }
 
 // Element offset of output row (b, h, i) of D values.
@@ -362,7 +402,12 @@ __device__ __forceinline__ void attn_split(const AttnArgs& a) {
   const int rows = g * a.Lq;
   const int row0 = rg * ATTN_ROWS;
 
+  __shared__ float qnr[ATTN_ROWS];
   if (threadIdx.x == 0) maxpos = -1;
+  for (int rr = warp; rr < ATTN_ROWS; rr += ATTN_WARPS) {
+    const int r = row0 + rr;
+    if (r < rows) qnr[rr] = row_rsqrt<T, D>(a, q_row<T>(a, b, hkv * g + r / a.Lq, r % a.Lq), a.qsd, lane);
+  }
   __syncthreads();
   if (threadIdx.x < ATTN_ROWS) {
     const int r = row0 + threadIdx.x;
@@ -374,7 +419,7 @@ __device__ __forceinline__ void attn_split(const AttnArgs& a) {
   for (int t = threadIdx.x; t < ATTN_ROWS * D; t += blockDim.x) {
     const int rr = t / D, d = t % D, r = row0 + rr;
     float val = 0.f;
-    if (r < rows) val = load_q<T, D>(a, b, hkv * g + r / a.Lq, r % a.Lq, d);
+    if (r < rows) val = load_q<T, D>(a, b, hkv * g + r / a.Lq, r % a.Lq, d, qnr[rr]);
     if constexpr (QLOW) qs[rr][d] = Ops<T>::from_f(val);
     else qs[rr][d] = val * a.scale_log2;
   }
@@ -544,8 +589,18 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
     span[0] = a.Lmax;
     span[1] = -1;
   }
+  __shared__ float qnr[R], knr[R];
+  if (a.norm_mode) {
+    for (int r = warp; r < rows; r += DEC_WARPS)
+      qnr[r] = row_rsqrt<T, D>(a, q_row<T>(a, b, hkv * g + r / a.Lq, r % a.Lq), a.qsd, lane);
+    if constexpr (W) {
+      for (int i = warp; i < a.Lq; i += DEC_WARPS) knr[i] = row_rsqrt<T, D>(a, kn_row<T>(a, b, hkv, i), a.kns[3], lane);
+    }
+    __syncthreads();
+  }
   if constexpr (W) {
-    for (int t = threadIdx.x; t < a.Lq * D; t += blockDim.x) kv_write_at<T, D>(a, b, hkv, t / D, t % D);
+    for (int t = threadIdx.x; t < a.Lq * D; t += blockDim.x)
+      kv_write_at<T, D>(a, b, hkv, t / D, t % D, a.norm_mode ? knr[t / D] : 0.f);
   }
   __syncthreads();
   if (threadIdx.x < R) {
@@ -559,7 +614,7 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
   }
   for (int t = threadIdx.x; t < R * D; t += blockDim.x) {
     const int r = t / D, d = t % D;
-    qs[r][d] = r < rows ? load_q<T, D>(a, b, hkv * g + r / a.Lq, r % a.Lq, d) * a.scale_log2 : 0.f;
+    qs[r][d] = r < rows ? load_q<T, D>(a, b, hkv * g + r / a.Lq, r % a.Lq, d, a.norm_mode ? qnr[r] : 0.f) * a.scale_log2 : 0.f;
   }
   __syncthreads();
   const int kbeg = span[0], kend = span[1] + 1;

@@ -45,7 +45,8 @@ type Attn = unsafe extern "C" fn(
 ) -> i32;
 type AttnLen =
     unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, i64, f64, *mut *mut c_void) -> i32;
-/// aoti_torch_cuda_et_attention_rope(q, k, v, k_cache, v_cache, pos, cos, sin, scale, window, ret0)
+/// aoti_torch_cuda_et_attention_rope(q, k, v, k_cache, v_cache, pos, cos, sin, scale, window,
+/// q_norm, k_norm, norm_mode, eps, norm_offset, ret0)
 type AttnRope = unsafe extern "C" fn(
     *mut c_void,
     *mut c_void,
@@ -57,6 +58,11 @@ type AttnRope = unsafe extern "C" fn(
     *mut c_void,
     f64,
     i64,
+    *const *mut c_void,
+    *const *mut c_void,
+    i64,
+    f64,
+    f64,
     *mut *mut c_void,
 ) -> i32;
 type FromBlob = unsafe extern "C" fn(
@@ -790,10 +796,14 @@ fn decode_attention_matches_fp32_reference() {
     assert!(fails.is_empty(), "{fails:#?}");
 }
 
-/// `x` rounded to `dt` (round to nearest even; the test's values need no rounding in fp16).
+/// `x` rounded to `dt` (round to nearest even; fp16 within its normal range and subnormals).
 fn round_to(x: f32, dt: i32) -> f32 {
     if dt != BF16 {
-        return x;
+        if x == 0.0 || !x.is_finite() {
+            return x;
+        }
+        let ulp = 2f32.powi((x.abs().log2().floor() as i32).max(-14) - 10);
+        return (x / ulp).round_ties_even() * ulp;
     }
     let b = x.to_bits();
     f32::from_bits(b.wrapping_add(0x7fff + ((b >> 16) & 1)) & 0xffff_0000)
@@ -825,25 +835,56 @@ fn rope_rows(
     out
 }
 
+/// Rows of `d` RMS-normed as the kernel does (mode 1: `w * (x*r).to(T)`, 2: `(x*r*(off + w)).to(T)`).
+fn norm_rows(x: &[f32], w: &[f32], (mode, off): (i64, f32), dt: i32) -> Vec<f32> {
+    let eps = 1e-6f32;
+    let mut out = vec![0f32; x.len()];
+    for (xr, o) in x.chunks(w.len()).zip(out.chunks_mut(w.len())) {
+        let r = 1.0 / (xr.iter().map(|v| v * v).sum::<f32>() / w.len() as f32 + eps).sqrt();
+        for t in 0..w.len() {
+            o[t] = if mode == 1 {
+                round_to(w[t] * round_to(xr[t] * r, dt), dt)
+            } else {
+                round_to(xr[t] * r * (off + w[t]), dt)
+            };
+        }
+    }
+    out
+}
+
 /// One et_attention_rope call against the reference: the output and both caches (the rows the
-/// call writes, and that nothing else changed). cos/sin are `[cb, 1, lq, d]`.
+/// call writes, and that nothing else changed). cos/sin are `[cb, 1, lq, d]`; `norm`: the
+/// heads' RMSNorm (mode, offset) before the rotation.
 fn run_attn_rope(
     (b, hq, hkv, lq, lmax, d): (usize, usize, usize, usize, usize, usize),
     fill: usize,
     dt: i32,
-    cb: usize,
+    (cb, norm): (usize, Option<(i64, f32)>),
     seed: u64,
 ) -> (f32, bool) {
     let mut rng = Rng(seed | 1);
-    let q = rng.vec(b * hq * lq * d);
-    let kn = rng.vec(b * hkv * lq * d);
+    let q0 = rng.vec(b * hq * lq * d);
+    let kn0 = rng.vec(b * hkv * lq * d);
+    let (qw, kw) = (rng.vec(d), rng.vec(d));
+    let wbufs = [
+        DevBuf::from_host(&encode(&qw, dt)),
+        DevBuf::from_host(&encode(&kw, dt)),
+    ];
+    let wh: Vec<Handle> = wbufs
+        .iter()
+        .map(|w| wrap(w, 0, &[d as i64], &[1], dt))
+        .collect();
+    let (q, kn) = match norm {
+        Some(m) => (norm_rows(&q0, &qw, m, dt), norm_rows(&kn0, &kw, m, dt)),
+        None => (q0.clone(), kn0.clone()),
+    };
     let vn = rng.vec(b * hkv * lq * d);
     let (c, sn) = (rng.vec(cb * lq * d), rng.vec(cb * lq * d));
     let mut k = rng.vec(b * hkv * lmax * d);
     let mut v = rng.vec(b * hkv * lmax * d);
     let pos: Vec<i64> = (0..lq).map(|i| (fill - lq + i) as i64).collect();
     let scale = 1.0 / (d as f32).sqrt();
-    let bufs: Vec<DevBuf> = [&q, &kn, &vn, &c, &sn, &k, &v]
+    let bufs: Vec<DevBuf> = [&q0, &kn0, &vn, &c, &sn, &k, &v]
         .iter()
         .map(|x| DevBuf::from_host(&encode(x, dt)))
         .collect();
@@ -875,6 +916,19 @@ fn run_attn_rope(
             sh.0,
             f64::from(scale),
             0,
+            if norm.is_some() {
+                &wh[0].0
+            } else {
+                std::ptr::null()
+            },
+            if norm.is_some() {
+                &wh[1].0
+            } else {
+                std::ptr::null()
+            },
+            norm.map_or(0, |m| m.0),
+            1e-6,
+            norm.map_or(0.0, |m| f64::from(m.1)),
             &mut out,
         )
     };
@@ -910,7 +964,13 @@ fn run_attn_rope(
     let (err, ok) = check_close(&got, &want, dt);
     let kc = decode(&to_host(bufs[5].ptr(), k.len() * 2), dt);
     let vc = decode(&to_host(bufs[6].ptr(), v.len() * 2), dt);
-    (err, ok && kc == k && vc == v)
+    // Without a norm every written key is exact; the norm's rsqrt may move a value by an ulp.
+    let keys_ok = if norm.is_none() {
+        kc == k
+    } else {
+        check_close(&kc, &k, dt).1
+    };
+    (err, ok && keys_ok && vc == v)
 }
 
 #[test]
@@ -934,16 +994,19 @@ fn attention_rope_writes_the_caches_and_matches_the_reference() {
         ((1, 8, 2, 3, 4096, 256), 3000, 1),
         ((1, 32, 8, 1, 4096, 64), 2500, 1),
     ];
+    // The heads' norms: none, Qwen3's (mode 1), Gemma-3's (mode 2, offset 1).
     for &(shape, fill, cb) in cases {
         for dt in [BF16, F16] {
-            seed += 1;
-            let (err, ok) = run_attn_rope(shape, fill, dt, cb, seed);
-            count += 1;
-            worst = worst.max(err);
-            if !ok {
-                fails.push(format!(
-                    "{shape:?} fill={fill} cos batch {cb} dt={dt}: max err {err}"
-                ));
+            for norm in [None, Some((1, 0.0)), Some((2, 1.0))] {
+                seed += 1;
+                let (err, ok) = run_attn_rope(shape, fill, dt, (cb, norm), seed);
+                count += 1;
+                worst = worst.max(err);
+                if !ok {
+                    fails.push(format!(
+                        "{shape:?} fill={fill} cos batch {cb} dt={dt} norm {norm:?}: max err {err}"
+                    ));
+                }
             }
         }
     }

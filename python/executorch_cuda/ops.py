@@ -46,15 +46,20 @@ def _(x, weight, bias):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
+def _rms_ref(x, weight, norm_mode, eps, norm_offset):
+    """RMSNorm over the last dimension as the kernels compute it: mode 1 ``w * (x*r).to(T)``
+    (Llama, Qwen3), mode 2 ``(x*r*(offset + w)).to(T)`` (Gemma), 0: ``x`` as it is."""
+    if not norm_mode:
+        return x
+    xf = x.float()
+    xn = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    if norm_mode == 1:
+        return weight * xn.to(x.dtype)
+    return (xn * (norm_offset + weight.float())).to(x.dtype)
+
+
 def _linear_ref(x, weight, bias, norm_weight, residual, norm_mode, eps, norm_offset, act):
-    h = x
-    if norm_mode:
-        xf = x.float()
-        xn = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-        if norm_mode == 1:
-            h = norm_weight * xn.to(x.dtype)
-        else:
-            h = (xn * (norm_offset + norm_weight.float())).to(x.dtype)
+    h = _rms_ref(x, norm_weight, norm_mode, eps, norm_offset)
     y = F.linear(h, weight, bias)
     if act:
         n = y.shape[-1] // 2
@@ -167,7 +172,8 @@ def _rope_ref(x, cos, sin):
 def et_attention_rope(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
     v_cache: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, scale: float,
-    window: int,
+    window: int, q_norm: Optional[torch.Tensor] = None, k_norm: Optional[torch.Tensor] = None,
+    norm_mode: int = 0, eps: float = 0.0, norm_offset: float = 0.0,
 ) -> torch.Tensor:
     """A decoder layer's attention step in one op: RoPE (``x * cos + rotate_half(x) * sin``)
     applied to q ``[B, Hq, Lq, D]`` and to the new keys k ``[B, Hkv, Lq, D]``, the rotated
@@ -175,8 +181,12 @@ def et_attention_rope(
     at the queries' positions (``index_copy_`` along dim 2; positions as in
     ``et_decode_attention``), then ``et_attention`` over the written caches. ``cos``/``sin``
     broadcast as ``[B, 1, Lq, D]`` (HF's ``cos.unsqueeze(1)``). Writes ``k_cache`` and
-    ``v_cache`` in place; the result is laid out as ``et_attention``'s."""
+    ``v_cache`` in place; the result is laid out as ``et_attention``'s. With ``norm_mode`` 1
+    or 2, each head's row of q and of k is first RMS-normed with ``q_norm`` / ``k_norm``
+    (``_rms_ref``: Qwen3's and Gemma-3's per-head norms)."""
     p = _positions(pos, q.shape[2])
+    q = _rms_ref(q, q_norm, norm_mode, eps, norm_offset)
+    k = _rms_ref(k, k_norm, norm_mode, eps, norm_offset)
     k_cache.index_copy_(2, p, _rope_ref(k, cos, sin))
     v_cache.index_copy_(2, p, v)
     y = _attention_ref(_rope_ref(q, cos, sin), k_cache, v_cache, p, scale, window)
@@ -184,7 +194,8 @@ def et_attention_rope(
 
 
 @et_attention_rope.register_fake
-def _(q, k, v, k_cache, v_cache, pos, cos, sin, scale, window):
+def _(q, k, v, k_cache, v_cache, pos, cos, sin, scale, window, q_norm=None, k_norm=None,
+      norm_mode=0, eps=0.0, norm_offset=0.0):
     b, h, lq, d = q.shape
     return q.new_empty((b, lq, h, d)).transpose(1, 2)
 

@@ -210,7 +210,7 @@ def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=T
     ``max_m`` is accepted and ignored (the ops dispatch on M when they run)."""
     g = gm.graph
     counts = {"linear": 0, "attention": 0, "window": 0, "skipped_attention": [], "rope": 0,
-              "rope_skipped": []}
+              "rope_norm": 0, "rope_skipped": []}
     attn = torch.ops.et_cuda.et_attention.default
     rope_attn = torch.ops.et_cuda.et_attention_rope.default
     index_cache = {}
@@ -249,6 +249,7 @@ def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=T
                 if isinstance(folded, tuple):
                     new = _rope.fold(g, n, folded, s, window)
                     counts["rope"] += 1
+                    counts["rope_norm"] += folded[2] is not None
                 else:
                     counts["rope_skipped"].append(f"{n.name}: {folded}")
                     # The cache as the SDPA reads it: after this step's write, before expansion.

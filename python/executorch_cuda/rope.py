@@ -10,6 +10,9 @@ itself) when each part is proven on the graph:
 - the RoPE: the nodes between x, cos and sin and the rotated result are cut
   out of the graph and run on random values; they must compute
   ``ops._rope_ref`` (same cos and sin nodes for q and k);
+- the heads' RMSNorm before the rotation (Qwen3's and Gemma-3's ``q_norm`` and
+  ``k_norm``), when q and k both have one of the same kind, proven as ``fuse``
+  proves a linear's norm (run on random values, equal bit for bit), folded too;
 - the write: an in-place ``index_copy_`` along dim 2 of each cache, whose
   index evaluates to the positions input for every position vector the
   attention mask was proven on (``mask._cases``), and nothing else reads or
@@ -138,8 +141,9 @@ def _index_is_positions(gm, ep, idx, pos_node, lmax, cache):
 
 
 def plan(gm, ep, sdpa, q, k, v, kc, vc, pos_node, index_cache):
-    """The fold of one SDPA: ``(args, dead)`` (the op's tensor arguments, the nodes to erase
-    after the SDPA, in order) or the reason it does not apply."""
+    """The fold of one SDPA: ``(args, dead, norm)`` (the op's tensor arguments, the nodes to
+    erase after the SDPA, in order, the heads' norms to fold or None) or the reason it does
+    not apply."""
     kw, vw = k, v
     kchain, vchain = [], []
     while isinstance(kw, torch.fx.Node) and not _is(kw, *_INPLACE_WRITES) and kw is not kc:
@@ -194,21 +198,57 @@ def plan(gm, ep, sdpa, q, k, v, kc, vc, pos_node, index_cache):
             if set(a.users) != {b}:
                 return f"'{a.name}' has other readers"
     dead = kchain + vchain + [kw, vw]
-    return (qx, kx, vx, kc, vc, pos_node, cos, sin), dead
+    nq, nk = _head_norm(ep, qx), _head_norm(ep, kx)
+    norm = None
+    if nq is not None and nk is not None and nq[2:] == nk[2:]:
+        # h_q, h_k, w_q, w_k, mode, eps, offset, whether h is before the heads' transpose
+        norm = (nq[0], nk[0], nq[1], nk[1], *nq[2:])
+    return (qx, kx, vx, kc, vc, pos_node, cos, sin), dead, norm
+
+
+def _head_norm(ep, x):
+    """(h, weight, mode, eps, offset, transposed) when ``x`` is ``rmsnorm(h)`` (Gemma-3: the
+    norm after the heads' transpose) or ``transpose(rmsnorm(h), 1, 2)`` (Qwen3: before it),
+    the norm over the head dimension, proven as ``fuse`` proves a linear's norm; else None."""
+    if ep is None or not isinstance(x, torch.fx.Node):
+        return None
+    from .fuse import State, _prove_plain_norm
+
+    state = State(ep)
+    found = _prove_plain_norm(state, x)
+    if found is not None:
+        return (*found, False)
+    if not _is(x, aten.transpose.int) or sorted(int(d) % 4 for d in x.args[1:3]) != [1, 2]:
+        return None
+    found = _prove_plain_norm(state, x.args[0])
+    return None if found is None else (*found, True)
 
 
 def fold(g, sdpa, plan_, scale, window):
-    """Insert the ``et_attention_rope`` node for ``plan_`` before ``sdpa``; returns it. The
-    caller replaces the SDPA's uses, erases it, then calls ``erase``."""
-    args, _ = plan_
+    """Insert the ``et_attention_rope`` node for ``plan_`` before ``sdpa`` (with the heads'
+    norms folded in when both q and k have one of the same kind); returns it. The caller
+    replaces the SDPA's uses, erases it, then calls ``erase``."""
+    from .fuse import _fake
+
+    args, _, norm = plan_
+    extra = ()
     with g.inserting_before(sdpa):
+        if norm is not None:
+            hq, hk, wq, wk, mode, eps, off, transposed = norm
+            q, k = hq, hk
+            if transposed:
+                q, k = (g.call_function(aten.transpose.int, (h, 1, 2)) for h in (hq, hk))
+                for n, h in ((q, hq), (k, hk)):
+                    n.meta["val"] = _fake(aten.transpose.int, h, 1, 2)
+            args = (q, k, *args[2:])
+            extra = (wq, wk, mode, eps, off)
         return g.call_function(torch.ops.et_cuda.et_attention_rope.default,
-                               (*args, scale, window))
+                               (*args, scale, window, *extra))
 
 
 def erase(g, plan_):
     """Erase the cache writes and their views (no readers left once the SDPA is gone)."""
-    _, dead = plan_
+    dead = plan_[1]
     for n in dead:
         if not n.users:
             g.erase_node(n)

@@ -20,7 +20,8 @@ C_SHIMS = {
     "AtenTensorHandle*)",
     "et_attention_rope": "AOTITorchError aoti_torch_cuda_et_attention_rope("
     "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, "
-    "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, double, int64_t, AtenTensorHandle*)",
+    "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, double, int64_t, AtenTensorHandle*, "
+    "AtenTensorHandle*, int64_t, double, double, AtenTensorHandle*)",
     "et_decode_attention_len": "AOTITorchError aoti_torch_cuda_et_decode_attention_len("
     "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, int64_t, double, AtenTensorHandle*)",
 }

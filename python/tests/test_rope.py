@@ -193,13 +193,14 @@ class HfFamilies(unittest.TestCase):
         return report
 
     def test_llama(self):
-        self.check("llama")
+        self.assertEqual(self.check("llama")["rope_norm"], 0)
 
-    def test_qwen3(self):
-        self.check("qwen3")
+    def test_qwen3_with_its_heads_norms_before_the_transpose(self):
+        self.assertEqual(self.check("qwen3")["rope_norm"], 2)
 
-    def test_gemma3_sliding_and_global_layers(self):
-        self.assertEqual(self.check("gemma3")["window"], 1)
+    def test_gemma3_sliding_and_global_layers_with_heads_norms_after_the_transpose(self):
+        report = self.check("gemma3")
+        self.assertEqual((report["window"], report["rope_norm"]), (1, 2), report)
 
 
 if __name__ == "__main__":

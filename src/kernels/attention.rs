@@ -87,6 +87,13 @@ pub struct Args {
     pub rope: i32,
     /// 1: the short-context kernel writes the new keys and values itself.
     pub write: i32,
+    /// The heads' RMSNorm before the rotation ([`rope::HeadNorm`]): q's and the keys' weights,
+    /// the mode (0: none), eps and the weight offset.
+    pub qnw: u64,
+    pub knw: u64,
+    pub norm_mode: i32,
+    pub eps: f32,
+    pub norm_off: f32,
 }
 
 /// How the result `[B, Hq, Lq, D]` lies in memory.
@@ -433,7 +440,7 @@ use launch::{launch_combine, split_workspaces};
 pub mod rope;
 #[cfg(test)]
 pub use choice::{set_decode_kernel, KERNELS};
-pub use rope::Rope;
+pub use rope::{HeadNorm, Rope};
 
 #[cfg(test)]
 mod tests;

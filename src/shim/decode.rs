@@ -25,12 +25,14 @@
 //!     AtenTensorHandle k_cache, AtenTensorHandle v_cache, AtenTensorHandle pos, double scale,
 //!     int64_t window, AtenTensorHandle* ret0);
 //! // et_cuda::et_attention_rope(Tensor q, Tensor k, Tensor v, Tensor(a!) k_cache,
-//! //     Tensor(b!) v_cache, Tensor pos, Tensor cos, Tensor sin, float scale, int window)
+//! //     Tensor(b!) v_cache, Tensor pos, Tensor cos, Tensor sin, float scale, int window,
+//! //     Tensor? q_norm, Tensor? k_norm, int norm_mode, float eps, float norm_offset)
 //! //     -> Tensor   (writes the caches; [B, Lq, Hq, D] in memory)
 //! AOTITorchError aoti_torch_cuda_et_attention_rope(AtenTensorHandle q, AtenTensorHandle k,
 //!     AtenTensorHandle v, AtenTensorHandle k_cache, AtenTensorHandle v_cache,
 //!     AtenTensorHandle pos, AtenTensorHandle cos, AtenTensorHandle sin, double scale,
-//!     int64_t window, AtenTensorHandle* ret0);
+//!     int64_t window, AtenTensorHandle* q_norm, AtenTensorHandle* k_norm, int64_t norm_mode,
+//!     double eps, double norm_offset, AtenTensorHandle* ret0);
 //! // et_cuda::et_linear(Tensor x, Tensor weight, Tensor? bias, Tensor? norm_weight,
 //! //     Tensor? residual, int norm_mode, float eps, float norm_offset, int act) -> Tensor
 //! AOTITorchError aoti_torch_cuda_et_linear(AtenTensorHandle x, AtenTensorHandle weight,
@@ -48,7 +50,7 @@ use super::Aoti;
 use super::{give, named, optional, AOTITorchError, AtenTensorHandle};
 use crate::boundary::guard;
 use crate::error::invalid;
-use crate::kernels::attention::{self, Layout, Positions, Rope};
+use crate::kernels::attention::{self, HeadNorm, Layout, Positions, Rope};
 use crate::kernels::gemv;
 use crate::kernels::linear::{self, Act, Fusion, Norm};
 
@@ -228,10 +230,13 @@ pub unsafe extern "C" fn aoti_torch_cuda_et_attention(
 
 /// [`aoti_torch_cuda_et_attention`] with RoPE applied to q and to the new keys `k`, and the
 /// rotated keys and the new values `v` (`[B, Hkv, Lq, D]`) written into `k_cache` and
-/// `v_cache` at the positions first (`attention::rope`); `cos`/`sin` `[B | 1, 1, Lq, D]`.
+/// `v_cache` at the positions first (`attention::rope`); `cos`/`sin` `[B | 1, 1, Lq, D]`;
+/// with `norm_mode` 1 or 2, q's and the keys' rows RMS-normed first with the weights `q_norm`
+/// and `k_norm` (`attention::HeadNorm`; mode 0: both absent).
 ///
 /// # Safety
-/// Each handle must be null or live; `ret0` null or valid for a write.
+/// Each handle must be null or live; each optional-tensor pointer null or readable (holding a
+/// null or live handle); `ret0` null or valid for a write.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn aoti_torch_cuda_et_attention_rope(
@@ -245,9 +250,31 @@ pub unsafe extern "C" fn aoti_torch_cuda_et_attention_rope(
     sin: AtenTensorHandle,
     scale: f64,
     window: i64,
+    q_norm: *const AtenTensorHandle,
+    k_norm: *const AtenTensorHandle,
+    norm_mode: i64,
+    eps: f64,
+    norm_offset: f64,
     ret0: *mut AtenTensorHandle,
 ) -> AOTITorchError {
     guard::<Aoti>("aoti_torch_cuda_et_attention_rope", || {
+        // SAFETY: forwarded contract.
+        let (qn, kn) = unsafe { (optional(q_norm, "q_norm")?, optional(k_norm, "k_norm")?) };
+        let norm = match (qn, kn, norm_mode) {
+            (None, None, 0) => None,
+            (Some(q_weight), Some(k_weight), mode) if mode != 0 => Some(HeadNorm {
+                q_weight,
+                k_weight,
+                mode,
+                eps,
+                offset: norm_offset,
+            }),
+            _ => {
+                return invalid(format!(
+                    "norm_mode {norm_mode} needs both q_norm and k_norm (0: neither)"
+                ))
+            }
+        };
         // SAFETY: forwarded contract.
         let (q, kc, vc, p) = unsafe {
             (
@@ -264,6 +291,7 @@ pub unsafe extern "C" fn aoti_torch_cuda_et_attention_rope(
                 v_new: named(v, "v")?,
                 cos: named(cos, "cos")?,
                 sin: named(sin, "sin")?,
+                norm,
             }
         };
         if ret0.is_null() {

@@ -21,15 +21,14 @@ pub(super) unsafe fn kv_write(
     pdl: bool,
 ) -> Result<()> {
     let mut params: [*mut c_void; 1] = [(args as *mut Args).cast()];
-    let blocks = ((p.lq * p.d + 255) / 256) as u32;
     // SAFETY: the kernel takes one `AttnArgs` by value (mirrored by `Args`), proved for `p`
     // (this function's contract); it writes the caches' rows [0, Lmax) only, at the positions,
     // and waits (PDL) for the kernel before it first.
     unsafe {
         module.launch_with(
             kv_write_name(p),
-            (blocks, p.hkv as u32, p.b as u32),
-            256,
+            (p.lq as u32, p.hkv as u32, p.b as u32),
+            32,
             0,
             stream,
             &mut params,

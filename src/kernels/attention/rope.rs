@@ -9,7 +9,8 @@
 //!
 //! `k_new`, `v_new`: `[B, Hkv, Lq, D]` (any non-negative strides); `cos`, `sin`:
 //! `[B | 1, 1, Lq, D]` (HF's `cos.unsqueeze(1)`; any non-negative strides); all of q's dtype,
-//! on q's device.
+//! on q's device. Optionally ([`HeadNorm`]) each head's row of q and of the new keys is
+//! RMS-normed before the rotation (Qwen3's and Gemma-3's `q_norm` and `k_norm`).
 
 use super::{Args, Problem};
 use crate::dtype::describe;
@@ -23,6 +24,68 @@ pub struct Rope<'a> {
     pub v_new: &'a Tensor,
     pub cos: &'a Tensor,
     pub sin: &'a Tensor,
+    /// An RMSNorm of each head's row of q and of the new keys before the rotation.
+    pub norm: Option<HeadNorm<'a>>,
+}
+
+/// Qwen3's and Gemma-3's `q_norm` / `k_norm`: `r = rsqrt(mean(x^2) + eps)` over D in fp32;
+/// mode 1: `w * (x * r).to(T)`; mode 2: `(x * r * (offset + w)).to(T)` (as `et_linear`'s norm).
+#[derive(Debug, Clone, Copy)]
+pub struct HeadNorm<'a> {
+    pub q_weight: &'a Tensor,
+    pub k_weight: &'a Tensor,
+    pub mode: i64,
+    pub eps: f64,
+    pub offset: f64,
+}
+
+fn check_norm(p: &Problem, n: &HeadNorm) -> Result<()> {
+    if !(n.mode == 1 || n.mode == 2) {
+        return invalid(format!(
+            "et_cuda attention_rope: norm_mode {} is not 1 or 2 (0: no norm, without weights)",
+            n.mode
+        ));
+    }
+    if !n.eps.is_finite() || n.eps < 0.0 || !n.offset.is_finite() {
+        return invalid(format!(
+            "et_cuda attention_rope: norm eps {} must be finite and >= 0, offset {} finite",
+            n.eps, n.offset
+        ));
+    }
+    for (t, what) in [(n.q_weight, "q_norm"), (n.k_weight, "k_norm")] {
+        if t.sizes != [p.d] || t.strides != [1] {
+            return invalid(format!(
+                "et_cuda attention_rope: {what} must be a contiguous [D] = [{}], not sizes {:?} strides {:?}",
+                p.d, t.sizes, t.strides
+            ));
+        }
+        same_kind(p, t, what)?;
+    }
+    Ok(())
+}
+
+/// `t` of q's dtype, on q's device, with no negative stride.
+fn same_kind(p: &Problem, t: &Tensor, what: &str) -> Result<()> {
+    if t.dtype != p.dtype {
+        return invalid(format!(
+            "et_cuda attention_rope: {what} is {}, not q's {}",
+            describe(t.dtype),
+            describe(p.dtype)
+        ));
+    }
+    if t.strides.iter().any(|&s| s < 0) {
+        return invalid(format!(
+            "et_cuda attention_rope: {what} has a negative stride"
+        ));
+    }
+    if t.device() != Device::Cuda(p.device) {
+        return invalid(format!(
+            "et_cuda attention_rope: {what} is on {:?}, not on q's CUDA device {}",
+            t.device(),
+            p.device
+        ));
+    }
+    Ok(())
 }
 
 /// Check the rotation's tensors against the checked attention problem.
@@ -51,27 +114,9 @@ pub(super) fn check(p: &Problem, r: &Rope) -> Result<()> {
         (r.cos, "cos"),
         (r.sin, "sin"),
     ] {
-        if t.dtype != p.dtype {
-            return invalid(format!(
-                "et_cuda attention_rope: {what} is {}, not q's {}",
-                describe(t.dtype),
-                describe(p.dtype)
-            ));
-        }
-        if t.strides.iter().any(|&s| s < 0) {
-            return invalid(format!(
-                "et_cuda attention_rope: {what} has a negative stride"
-            ));
-        }
-        if t.device() != Device::Cuda(p.device) {
-            return invalid(format!(
-                "et_cuda attention_rope: {what} is on {:?}, not on q's CUDA device {}",
-                t.device(),
-                p.device
-            ));
-        }
+        same_kind(p, t, what)?;
     }
-    Ok(())
+    r.norm.as_ref().map_or(Ok(()), |n| check_norm(p, n))
 }
 
 /// The rotation's fields of the kernel's argument block (a broadcast batch of cos/sin reads
@@ -91,4 +136,11 @@ pub(super) fn fill(args: &mut Args, r: &Rope) {
     args.sn = r.sin.data_ptr() as u64;
     args.sns = s3(r.sin);
     args.rope = 1;
+    if let Some(n) = &r.norm {
+        args.qnw = n.q_weight.data_ptr() as u64;
+        args.knw = n.k_weight.data_ptr() as u64;
+        args.norm_mode = n.mode as i32;
+        args.eps = n.eps as f32;
+        args.norm_off = n.offset as f32;
+    }
 }

@@ -25,7 +25,10 @@ fn args_layout_matches_the_kernel() {
     assert_eq!(std::mem::offset_of!(Args, sn), 192 + 112);
     assert_eq!(std::mem::offset_of!(Args, rope), 192 + 144);
     assert_eq!(std::mem::offset_of!(Args, write), 192 + 148);
-    assert_eq!(std::mem::size_of::<Args>(), 192 + 152);
+    assert_eq!(std::mem::offset_of!(Args, qnw), 192 + 152);
+    assert_eq!(std::mem::offset_of!(Args, norm_mode), 192 + 168);
+    assert_eq!(std::mem::offset_of!(Args, norm_off), 192 + 176);
+    assert_eq!(std::mem::size_of::<Args>(), 192 + 184);
 }
 
 #[test]
