@@ -6,7 +6,7 @@
 #     `cmake --install --strip` into a prefix;
 #  2. delete that clone (sources, build folder, its ExecuTorch) and move the prefix;
 #  3. check the installed files: no path of the clone anywhere, the shipped
-#     library (< 3 MB, no DWARF, stripped, SONAME + link-name symlink, only the
+#     library (size below check_artifacts.cmake's limit and as README states, no DWARF, stripped, SONAME + link-name symlink, only the
 #     C ABI exported), RUNPATHs only $ORIGIN-relative;
 #  4. run the installed runner (--version, then a fixture: PASS with a GPU,
 #     exit status 77 without one);
