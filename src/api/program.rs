@@ -75,7 +75,8 @@ pub(crate) fn init_params<'a>(
             ),
             Payload::PerFqn { so_key, entries } => {
                 let so = fetch(lookup, &so_key, &|| "the .so".into())?;
-                let mut read = HashMap::new();
+                let mut read =
+                    HashMap::with_capacity(if release.is_none() { entries.len() } else { 0 });
                 if release.is_none() {
                     // Held until the load ends anyway: read and checked before any device work,
                     // each key once (a hash map: a payload may name 2^20 storages).

@@ -220,6 +220,10 @@ pub(crate) fn parse(payload: &[u8], method: &str) -> Result<Payload> {
     }
 }
 
+/// The fewest bytes of one entry: two one-byte strings with their lengths, the byte count, dtype,
+/// device, offset and rank.
+const MIN_ENTRY_BYTES: usize = 2 * (4 + 1) + 8 + 4 + 4 + 8 + 4;
+
 fn parse_fqn(payload: &[u8]) -> Result<Payload> {
     let mut r = Reader {
         b: payload,
@@ -233,7 +237,10 @@ fn parse_fqn(payload: &[u8]) -> Result<Payload> {
     if n > MAX_ENTRIES {
         return Err(bad(format!("{n} entries")));
     }
-    let mut entries = Vec::new();
+    // Reserved up front (growth copies every entry), bounded by what the bytes left can hold:
+    // an entry takes at least MIN_ENTRY_BYTES.
+    let mut entries =
+        Vec::with_capacity((n as usize).min(payload.len().saturating_sub(r.at) / MIN_ENTRY_BYTES));
     for i in 0..n {
         let fqn = r.string(&|| format!("entry {i}'s FQN"))?;
         let storage_key = r.string(&|| format!("entry {i}'s storage key"))?;
