@@ -27,7 +27,7 @@ companion's ops:
   lowering and the report says why.
 
   With ``rope`` (the default), when q and the new keys are rotated by RoPE and
-  the caches written by ``index_copy_`` at the positions, all of it proven on
+  the caches written by ``index_copy_`` or ``index_put_`` at the positions, all of it proven on
   the graph (``rope.plan``), the op is ``et_cuda.et_attention_rope(q, k, v,
   k_cache, v_cache, positions, cos, sin, scale, W or 0)`` instead: it rotates,
   writes the caches in place and attends (report ``rope``; ``rope_skipped``

@@ -2,8 +2,9 @@
 
 A decoder layer as HF ``transformers`` (and most hand-written models) writes it
 rotates q and the new keys (``x * cos + rotate_half(x) * sin``), writes the
-rotated keys and the values into static caches with ``index_copy_`` at the
-new tokens' positions, and attends over the written caches. ``fold`` replaces
+rotated keys and the values into static caches at the new tokens' positions
+(``index_copy_`` as HF's static cache does, or ``cache[:, :, pos] = x``, which
+exports as ``index_put_``), and attends over the written caches. ``fold`` replaces
 the three with one ``et_cuda.et_attention_rope`` (which writes the caches
 itself) when each part is proven on the graph:
 
@@ -13,7 +14,9 @@ itself) when each part is proven on the graph:
 - the heads' RMSNorm before the rotation (Qwen3's and Gemma-3's ``q_norm`` and
   ``k_norm``), when q and k both have one of the same kind, proven as ``fuse``
   proves a linear's norm (run on random values, equal bit for bit), folded too;
-- the write: an in-place ``index_copy_`` along dim 2 of each cache, whose
+- the write: an in-place ``index_copy_`` along dim 2 of each cache (or
+  ``index_put_`` with the index on dim 2 only, its value a view of the
+  ``[B, Hkv, T, D]`` keys without the batch of 1), whose
   index evaluates to the positions input for every position vector the
   attention mask was proven on (``mask._cases``), and nothing else reads or
   writes the caches or the intermediate values.
@@ -28,7 +31,9 @@ from . import mask as _mask
 from . import ops
 
 aten = torch.ops.aten
-_INPLACE_WRITES = (aten.index_copy_.default,)
+_INPLACE_WRITES = (aten.index_copy_.default, aten.index_put_.default)
+_VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default,
+          aten.squeeze.dim, aten.squeeze.default)
 
 
 def _is(n, *targets):
@@ -37,6 +42,30 @@ def _is(n, *targets):
 
 def _val(n):
     return n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+
+
+def _write(w):
+    """(cache, index, value, views) of an in-place cache write along the positions dimension
+    (``value`` the ``[B, Hkv, T, D]`` node written, ``views`` the views between it and the
+    write, to erase with it), else the reason."""
+    if _is(w, aten.index_copy_.default):
+        if w.args[1] not in (2, -2):
+            return "the cache writes are not index_copy_ along the positions dimension"
+        return w.args[0], w.args[2], w.args[3], []
+    idx = w.args[1] if len(w.args) > 1 else None
+    acc = w.args[3] if len(w.args) > 3 else w.kwargs.get("accumulate", False)
+    if acc or not isinstance(idx, (list, tuple)) or len(idx) != 3 or idx[0] is not None \
+            or idx[1] is not None or not isinstance(idx[2], torch.fx.Node):
+        return "the cache writes are not index_put_ at [:, :, positions]"
+    value, views = w.args[2], []
+    while _is(value, *_VIEWS) and len(value.users) == 1:
+        views.append(value)
+        value = value.args[0]
+    cv, vv = _val(w.args[0]), _val(value)
+    if not isinstance(cv, torch.Tensor) or not isinstance(vv, torch.Tensor) or vv.dim() != 4 \
+            or cv.dim() != 4 or vv.shape[0] != cv.shape[0]:
+        return "the index_put_ value is not the [B, Hkv, T, D] keys or values"
+    return w.args[0], idx[2], value, views
 
 
 def _rotated_half(cat):
@@ -153,26 +182,27 @@ def plan(gm, ep, sdpa, q, k, v, kc, vc, pos_node, index_cache):
         vchain.append(vw)
         vw = vw.args[0] if vw.args else None
     if not _is(kw, *_INPLACE_WRITES) or not _is(vw, *_INPLACE_WRITES):
-        return "the caches are not written in place by index_copy_"
-    if kw.args[0] is not kc or vw.args[0] is not vc or kw.args[1] not in (2, -2) \
-            or vw.args[1] not in (2, -2):
-        return "the cache writes are not index_copy_ along the positions dimension"
-    if kw.args[2] is not vw.args[2] and not (
-            _index_is_positions(gm, ep, kw.args[2], pos_node, int(_val(kc).shape[2]), index_cache)
-            is None and _index_is_positions(gm, ep, vw.args[2], pos_node,
-                                            int(_val(kc).shape[2]), index_cache) is None):
-        return "the keys and values are written at different indices"
-    why = _index_is_positions(gm, ep, kw.args[2], pos_node, int(_val(kc).shape[2]), index_cache)
-    if why:
-        return why
-    rq, rk = rope_parts(q), rope_parts(kw.args[3])
+        return "the caches are not written in place by index_copy_ or index_put_"
+    kwp, vwp = _write(kw), _write(vw)
+    for parts in (kwp, vwp):
+        if isinstance(parts, str):
+            return parts
+    (kcw, kidx, kval, kviews), (vcw, vidx, vval, vviews) = kwp, vwp
+    if kcw is not kc or vcw is not vc:
+        return "the writes are not to the caches the attention reads"
+    lmax = int(_val(kc).shape[2])
+    for idx in dict.fromkeys((kidx, vidx)):
+        why = _index_is_positions(gm, ep, idx, pos_node, lmax, index_cache)
+        if why:
+            return why
+    rq, rk = rope_parts(q), rope_parts(kval)
     if rq is None or rk is None:
         return "no x * cos + rotate_half(x) * sin on q and the new keys"
     if rq[1] is not rk[1] or rq[2] is not rk[2]:
         return "q and the keys are rotated by different cos/sin"
     qx, cos, sin = rq
-    kx, vx = rk[0], vw.args[3]
-    for r, x in ((q, qx), (kw.args[3], kx)):
+    kx, vx = rk[0], vval
+    for r, x in ((q, qx), (kval, kx)):
         why = prove(r, x, cos, sin)
         if why:
             return why
@@ -188,8 +218,12 @@ def plan(gm, ep, sdpa, q, k, v, kc, vc, pos_node, index_cache):
         if t.dim() != 4 or t.shape[1] != 1 or t.shape[3] != qv.shape[3]:
             return "cos/sin do not broadcast as [B, 1, T, D]"
     # Nothing else may read what disappears, nor touch the caches.
-    if set(q.users) != {sdpa} or set(kw.args[3].users) != {kw}:
-        return "the rotated q or keys have other readers"
+    chain = [kval] + kviews[::-1]
+    for a, b in zip(chain, chain[1:] + [kw]):
+        if set(a.users) != {b}:
+            return "the rotated keys have other readers"
+    if set(q.users) != {sdpa}:
+        return "the rotated q has other readers"
     for w, chain, cache_node in ((kw, kchain, kc), (vw, vchain, vc)):
         if set(cache_node.users) != {w}:
             return f"the cache '{cache_node.name}' has other readers or writers"
@@ -197,7 +231,7 @@ def plan(gm, ep, sdpa, q, k, v, kc, vc, pos_node, index_cache):
         for a, b in zip(nodes, nodes[1:] + [sdpa]):
             if set(a.users) != {b}:
                 return f"'{a.name}' has other readers"
-    dead = kchain + vchain + [kw, vw]
+    dead = kchain + vchain + [kw, vw] + kviews + vviews
     nq, nk = _head_norm(ep, qx), _head_norm(ep, kx)
     norm = None
     if nq is not None and nk is not None and nq[2:] == nk[2:]:

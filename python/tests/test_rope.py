@@ -23,8 +23,9 @@ def _rot(x, split):
     return torch.cat((-x[..., split:], x[..., :split]), -1)
 
 
-def _decoder(split=None, lmax=32, heads=4, kv=2, hd=64, hidden=128):
-    """One attention layer with RoPE and index_copy_ caches; ``split`` moves the rotation's cut
+def _decoder(split=None, lmax=32, heads=4, kv=2, hd=64, hidden=128, put=False):
+    """One attention layer with RoPE and index_copy_ caches (``put``: written as
+    ``cache[:, :, pos] = x``, which exports as index_put_); ``split`` moves the rotation's cut
     off the half (a look-alike the graph's shape cannot tell apart)."""
     split = hd // 2 if split is None else split
 
@@ -49,8 +50,12 @@ def _decoder(split=None, lmax=32, heads=4, kv=2, hd=64, hidden=128):
             v = self.v(x).view(b, t, kv, hd).transpose(1, 2)
             q = q * cos + _rot(q, split) * sin
             k = k * cos + _rot(k, split) * sin
-            self.k_cache.index_copy_(2, cache_position, k)
-            self.v_cache.index_copy_(2, cache_position, v)
+            if put:
+                self.k_cache[:, :, cache_position] = k
+                self.v_cache[:, :, cache_position] = v
+            else:
+                self.k_cache.index_copy_(2, cache_position, k)
+                self.v_cache.index_copy_(2, cache_position, v)
             kk = self.k_cache.repeat_interleave(heads // kv, dim=1)
             vv = self.v_cache.repeat_interleave(heads // kv, dim=1)
             mask = torch.arange(lmax) <= cache_position[:, None]
@@ -84,15 +89,23 @@ def _targets(ep):
 @unittest.skipIf(torch is None, "torch is not installed here (the GPU script runs these)")
 class Fold(unittest.TestCase):
     def test_hand_written_decoder_folds_and_keeps_results_and_caches(self):
+        self._folds_and_keeps_results_and_caches(put=False)
+
+    def test_caches_written_by_index_put_fold_too(self):
+        self._folds_and_keeps_results_and_caches(put=True)
+
+    def _folds_and_keeps_results_and_caches(self, put):
         import executorch_cuda
 
-        want_m, ep = _decoder(), _export(_decoder())
+        want_m, ep = _decoder(put=put), _export(_decoder(put=put))
+        self.assertIn("aten.index_put_.default" if put else "aten.index_copy_.default",
+                      _targets(ep))
         ep, report = executorch_cuda.prepare(ep, positions="cache_position")
         self.assertEqual(report["rope"], 1, report)
         self.assertEqual(report["rope_skipped"], [], report)
         names = _targets(ep)
         self.assertIn("et_cuda.et_attention_rope.default", names)
-        for gone in ("aten.index_copy_.default", "aten.neg.default"):
+        for gone in ("aten.index_copy_.default", "aten.index_put_.default", "aten.neg.default"):
             self.assertNotIn(gone, names)
         got_m = ep.module()
         torch.manual_seed(1)
