@@ -2,7 +2,9 @@
 ``passes.rewrite`` turned the linears into them), each proven on the graph:
 
 - **gated MLP**: ``mul(silu(linear(x, Wg)), linear(x, Wu))`` (or ``gelu(..., approximate="tanh")``)
-  -> one ``et_linear(x, cat(Wg, Wu), act=1|2)``;
+  -> one ``et_linear(x, cat(Wg, Wu), act=1|2)``; also over a weight already concatenated
+  (``gate, up = linear(x, W).chunk(2, -1)``, as Phi-3 writes it) -> ``et_linear(x, W, act)``;
+- ``dropout(x, p, train=False)`` (Phi-3's, in eval) is ``x`` and leaves the graph first;
 - **siblings**: plain linears that read the same ``x`` (Q, K and V) -> one linear over the
   concatenated weights, then slices of its result;
 - **RMSNorm prologue**: a linear whose ``x`` is an RMSNorm of ``h`` -> the linear of ``h`` with
@@ -14,6 +16,8 @@
 
 The concatenated weights are new parameters of the exported program; weights no node uses
 any more leave it. Needs the ``ExportedProgram`` (its state holds the weights)."""
+
+import operator
 
 import torch
 from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
@@ -143,6 +147,8 @@ def gated_mlp(state, report):
             act = _gate_act(a)
             if act is None:
                 continue
+            if _packed_gated_mlp(state, m, a, u, act, report):
+                break
             gl = a.args[0]
             if not (_plain(gl) and _plain(u) and gl.args[0] is u.args[0] and len(gl.users) == 1
                     and len(u.users) == 1 and len(a.users) == 1 and gl.args[2] is None
@@ -160,6 +166,54 @@ def gated_mlp(state, report):
             report["gated_mlp"] += 1
             break
     return orphans
+
+
+def _halves(a, u):
+    """The linear whose result ``a`` and ``u`` are the first and second halves of along the
+    last dimension (``chunk(2, -1)``, or ``split`` in two equal parts), else None."""
+    if not (isinstance(a, torch.fx.Node) and isinstance(u, torch.fx.Node)
+            and a.target is operator.getitem and u.target is operator.getitem
+            and a.args[0] is u.args[0] and (a.args[1], u.args[1]) == (0, 1)):
+        return None
+    sp, lin = a.args[0], a.args[0].args[0]
+    v = _val(lin)
+    if not _plain(lin) or not isinstance(v, torch.Tensor) or not isinstance(v.shape[-1], int) \
+            or v.shape[-1] % 2 or len(sp.users) != 2 or len(lin.users) != 1:
+        return None
+    dim = sp.args[2] if len(sp.args) > 2 else sp.kwargs.get("dim", 0)
+    if dim not in (-1, v.dim() - 1):
+        return None
+    if sp.target == aten.chunk.default and sp.args[1] == 2:
+        return lin
+    if sp.target == aten.split.Tensor and sp.args[1] == v.shape[-1] // 2:
+        return lin
+    if sp.target == aten.split_with_sizes.default and list(sp.args[1]) == [v.shape[-1] // 2] * 2:
+        return lin
+    return None
+
+
+def _packed_gated_mlp(state, m, a, u, act, report):
+    """``mul(act(gate), up)`` over halves of one linear's result -> that linear with ``act``."""
+    g = state.gm.graph
+    lin = _halves(a.args[0], u)
+    if lin is None or lin.args[2] is not None or any(len(n.users) != 1 for n in (a, u, a.args[0])):
+        return False
+    new = _new_lin(g, m, [lin.args[0], lin.args[1], None, None, None, 0, 0.0, 0.0, act])
+    _replace(g, m, new)
+    sp = a.args[0].args[0]
+    for n in (m, a, u, a.args[0], sp, lin):
+        g.erase_node(n)
+    report["gated_mlp"] += 1
+    return True
+
+
+def drop_identities(g):
+    """Replace ``dropout(x, p, train=False)`` by ``x``."""
+    for n in list(g.nodes):
+        if n.op == "call_function" and n.target == aten.dropout.default and len(n.args) == 3 \
+                and n.args[2] is False:
+            n.replace_all_uses_with(n.args[0])
+            g.erase_node(n)
 
 
 def _gate_act(a):
@@ -409,6 +463,7 @@ def fuse(ep, report):
     state = State(ep)
     for k in ("gated_mlp", "merged", "norm", "residual"):
         report.setdefault(k, 0)
+    drop_identities(state.gm.graph)
     orphans = gated_mlp(state, report)
     orphans += siblings(state, report)
     norm_prologue(state, report)

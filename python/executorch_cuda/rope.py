@@ -81,6 +81,24 @@ def _rotated_half(cat):
     return lo.args[0]
 
 
+def _rotated_part(n):
+    """The rotated node of ``cat([rope(x[..., :r]), x[..., r:]], -1)`` when the passed-through
+    part is empty (a partial-rotary layout with every dimension rotated, as Phi-3 writes it),
+    else ``n``."""
+    if _is(n, aten.cat.default) and len(n.args[0]) == 2 and (n.args[1:] or (0,))[0] in (-1, 3):
+        rest = _val(n.args[0][1])
+        if isinstance(rest, torch.Tensor) and rest.dim() == 4 and rest.shape[-1] == 0:
+            return n.args[0][0]
+    return n
+
+
+def _source(x):
+    """``x`` without the aliases in front of it."""
+    while _is(x, aten.alias.default):
+        x = x.args[0]
+    return x
+
+
 def rope_parts(n):
     """(x, cos, sin) when ``n`` has the shape of ``x * cos + rotate_half(x) * sin`` (either
     operand order), else None. The shape only nominates: ``prove`` decides."""
@@ -195,13 +213,13 @@ def plan(gm, ep, sdpa, q, k, v, kc, vc, pos_node, index_cache):
         why = _index_is_positions(gm, ep, idx, pos_node, lmax, index_cache)
         if why:
             return why
-    rq, rk = rope_parts(q), rope_parts(kval)
+    rq, rk = rope_parts(_rotated_part(q)), rope_parts(_rotated_part(kval))
     if rq is None or rk is None:
         return "no x * cos + rotate_half(x) * sin on q and the new keys"
     if rq[1] is not rk[1] or rq[2] is not rk[2]:
         return "q and the keys are rotated by different cos/sin"
-    qx, cos, sin = rq
-    kx, vx = rk[0], vval
+    qx, cos, sin = _source(rq[0]), rq[1], rq[2]
+    kx, vx = _source(rk[0]), vval
     for r, x in ((q, qx), (kval, kx)):
         why = prove(r, x, cos, sin)
         if why:

@@ -113,6 +113,8 @@ def hf_config(family, layers=2):
         types = ["full_attention" if (i + 1) % 6 == 0 or i == layers - 1 else "sliding_attention"
                  for i in range(layers)]
         cfg = tf.Gemma3TextConfig(**common, sliding_window=8, layer_types=types)
+    elif family == "phi3":  # one qkv_proj, one gate_up_proj (chunked), dropout in eval
+        cfg = tf.Phi3Config(**common, pad_token_id=0)
     else:
         raise ValueError(family)
     cfg._attn_implementation = "sdpa"

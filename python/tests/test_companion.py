@@ -280,9 +280,11 @@ class _Norm(torch.nn.Module if torch is not None else object):
         return self.weight * xn.to(x.dtype)
 
 
-def _layer_model(gemma=False, bad_norm=False):
+def _layer_model(gemma=False, bad_norm=False, packed=None):
     """Two hand-written decoder MLP blocks and a head: the patterns of fuse.py, and a
-    look-alike norm (bad_norm: mean of |x| instead of x^2) that must not be folded."""
+    look-alike norm (bad_norm: mean of |x| instead of x^2) that must not be folded.
+    ``packed``: gate and up as halves of one linear ("chunk", "split", or "swapped": up is
+    the first half, which the fused kernel's layout does not take)."""
 
     class Block(torch.nn.Module):
         def __init__(self):
@@ -295,6 +297,8 @@ def _layer_model(gemma=False, bad_norm=False):
             self.gate = torch.nn.Linear(64, 128, bias=False)
             self.up = torch.nn.Linear(64, 128, bias=False)
             self.down = torch.nn.Linear(128, 64, bias=False)
+            if packed:
+                self.gate_up = torch.nn.Linear(64, 256, bias=False)
 
         def forward(self, x):
             h = self.norm(x)
@@ -303,6 +307,12 @@ def _layer_model(gemma=False, bad_norm=False):
                 h = (xf * torch.rsqrt(xf.abs().mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.norm.weight
             x = x + self.o(torch.cat([self.q(h), self.k(h)], -1))
             h = self.post(x)
+            if packed:
+                gu = self.gate_up(h)
+                g, u = gu.split(128, -1) if packed == "split" else gu.chunk(2, -1)
+                if packed == "swapped":
+                    g, u = u, g
+                return x + F.dropout(self.down(F.silu(g) * u), 0.1, training=False)
             act = F.gelu(self.gate(h), approximate="tanh") if gemma else F.silu(self.gate(h))
             return x + self.down(act * self.up(h))
 
@@ -351,6 +361,15 @@ class Fusions(unittest.TestCase):
     def test_gemma_style_norms_and_gelu_fuse_and_stay_exact(self):
         _, r, got, want = self._run(gemma=True)
         self.assertEqual((r["gated_mlp"], r["norm"], r["residual"]), (2, 5, 4), r)
+        self.assertTrue(torch.equal(got, want))
+
+    def test_gate_and_up_as_halves_of_one_linear_fuse_in_place(self):
+        for packed in ("chunk", "split"):
+            _, r, got, want = self._run(packed=packed)
+            self.assertEqual((r["gated_mlp"], r["residual"]), (2, 4), (packed, r))
+            self.assertTrue(torch.equal(got, want), packed)
+        _, r, got, want = self._run(packed="swapped")
+        self.assertEqual(r["gated_mlp"], 0, r)
         self.assertTrue(torch.equal(got, want))
 
     def test_a_norm_look_alike_is_evaluated_and_left_alone(self):

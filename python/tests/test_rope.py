@@ -211,6 +211,12 @@ class HfFamilies(unittest.TestCase):
     def test_qwen3_with_its_heads_norms_before_the_transpose(self):
         self.assertEqual(self.check("qwen3")["rope_norm"], 2)
 
+    def test_phi3_packed_qkv_and_gate_up(self):
+        # The rotation is cat([rope(q[..., :64]), q[..., 64:]]) with nothing passed through;
+        # gate and up are halves of one linear; the residual adds read dropout(p=0, eval).
+        report = self.check("phi3")
+        self.assertEqual((report["gated_mlp"], report["residual"]), (2, 4), report)
+
     def test_gemma3_sliding_and_global_layers_with_heads_norms_after_the_transpose(self):
         report = self.check("gemma3")
         self.assertEqual((report["window"], report["rope_norm"]), (1, 2), report)
