@@ -6,6 +6,7 @@
 #include "../runner/text.h"
 
 #include <etc_tokenizer.h>
+#include <executorch_cuda.h>
 
 #include <algorithm>
 #include <cmath>
@@ -198,6 +199,13 @@ static void temperature_rule_tests() {
   CHECK(sample_at(false, true, true, false, 100) == SampleAt::Host);
   CHECK(sample_at(true, false, true, false, 100) == SampleAt::Host);
   CHECK(sample_at(true, true, false, false, 100) == SampleAt::Host);
+}
+
+// The library's draw (et_cuda_sample_uniform), which its samplers use.
+static double draw(uint64_t seed, uint64_t step) {
+  double u = -1;
+  CHECK(et_cuda_sample_uniform(seed, step, &u) == 0);
+  return u;
 }
 
 static void sampling_tests() {

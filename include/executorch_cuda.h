@@ -415,6 +415,24 @@ EtCudaStatus et_cuda_sample(const void *logits,
                             uint64_t step,
                             int64_t *out_token);
 
+// The token `et_cuda_sample` would choose (the same rules, arguments and draws), from a row
+// of `vocab` logits of `dtype` (float32, bfloat16 or float16) in host memory, chosen on the
+// host: no device, no driver needed, any `vocab` >= 1. `*out_token` is -1 when sampling finds
+// no weight (every logit NaN or -inf). The runner's `--sample-on-host` and the Python
+// package's host rows use it.
+//
+// # Safety
+// `logits` must be host memory readable for `vocab` elements of `dtype`; `out_token` null or
+// valid for a write of an `int64_t`.
+EtCudaStatus et_cuda_sample_host(const void *logits,
+                                 int32_t dtype,
+                                 int64_t vocab,
+                                 double temperature,
+                                 double top_p,
+                                 uint64_t seed,
+                                 uint64_t step,
+                                 int64_t *out_token);
+
 // Free the memory `et_cuda_sample` keeps for `device` (its first call there makes it; the
 // next call makes it again). The last `et_cuda_destroy` of a method on the device does this
 // too: call it before exiting when sampling with no method loaded (e.g. for a leak checker).

@@ -126,6 +126,7 @@ int64_t next_token(const std::vector<EValue>& outputs, const std::string& model,
       token = sampler.pick(logits);
     }
   }
+  if (token == kNoSampler) fail(model, "--generate: " + host_sampler_problem());
   if (token < 0) fail(model, "--generate: '" + method + "' returned logits that are all NaN or -inf: nothing to sample");
   sampling_ms += steady_ms() - t0;
   return token;

@@ -1,13 +1,13 @@
 // Choosing the next token from a row of logits: greedy (the argmax, as
-// torch.argmax) or sampled with a temperature and top-p. The same algorithm as
-// the library's device sampler (et_cuda_sample, kernels/sample.cu): f32 weights
-// exp((x - max) / T), masses as 64-bit fixed-point sums (weight * 2^40), the
-// smallest top-p set of most likely tokens (ties by lower id), and the pick in
-// id order with the counter-based draw of the step. So a row gives the same
-// token on the host and on the device, except where the two exp() results
-// differ by an ulp right at a boundary.
+// torch.argmax) or sampled with a temperature and top-p. The choice itself is the
+// library's (et_cuda_sample_host: the algorithm of its device sampler, et_cuda_sample,
+// run on the host), so a row gives the same token on the host and on the device, except
+// where the two exp() results differ by an ulp right at a boundary. This file holds the
+// runner's side: the flags' rule, where a row is sampled, and the draw counter.
 //
-// No ExecuTorch here: the tests link this file alone.
+// No ExecuTorch here: the tests link this file with the library alone. The library is
+// found in the process (our backend loads it), else opened beside the binary (RTLD_LOCAL:
+// with another backend, its generated code never binds to our shims).
 #pragma once
 
 #include <cstddef>
@@ -16,10 +16,6 @@
 #include <vector>
 
 namespace et_cuda_run {
-
-// The draw in [0, 1) of `step` in the sequence seeded by `seed`: splitmix64 of
-// the pair, 53 bits (et_cuda_sample_uniform computes the same numbers).
-double draw(uint64_t seed, uint64_t step);
 
 struct SamplingParams {
   double temperature = 0;  // 0: greedy; in [kMinTemperature, kMaxTemperature]: sample
@@ -56,28 +52,22 @@ class Sampler {
   // The step of the next draw (counts the sampled tokens), then advances it:
   // for a caller that samples on the device with the same sequence.
   uint64_t take_step() { return step_++; }
-  // The next token of `logits` (one row of V values). Greedy: the first
+  // The next token of `logits` (one row of V values, read as float32). Greedy: the first
   // maximum, NaN counting as the largest. Sampled: see the top of this file;
   // NaN and -inf never chosen. Returns -1 when there is nothing to sample
-  // (every entry NaN or -inf), or when the parameters break check_sampling.
+  // (every entry NaN or -inf), or when the parameters break check_sampling;
+  // kNoSampler when the library's host sampler is missing (host_sampler_problem()).
   int64_t pick(const std::vector<double>& logits);
 
  private:
-  // The top-p set: weights whose float bits are above `bits`, and the first `ties`
-  // (in id order) of those equal to it.
-  struct Threshold {
-    uint32_t bits = 0;
-    uint64_t ties = 0;
-  };
-  Threshold threshold(uint64_t target);
-
   SamplingParams params_;
   uint64_t step_ = 0;
-  std::vector<float> p_;
-  std::vector<uint64_t> w_;
-  std::vector<uint64_t> hist_;
-  std::vector<uint32_t> count_;
 };
+
+// What pick, argmax and argmax_row return when the library's host sampler cannot be found.
+constexpr int64_t kNoSampler = -2;
+// Why, or "" when it was found (or not looked for yet).
+const std::string& host_sampler_problem();
 
 // The argmax as torch.argmax: the first maximum, NaN counting as the largest.
 int64_t argmax(const std::vector<double>& logits);

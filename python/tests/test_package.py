@@ -417,12 +417,18 @@ class Bridge(unittest.TestCase):
 
 
 def _compile_reference(tmp):
+    """The runner's sampler (runner/sampling.cpp over the library's et_cuda_sample_host), or
+    None without a C++ compiler or the built library (EXECUTORCH_CUDA_LIB_DIR)."""
     cxx = shutil.which("c++") or shutil.which("g++")
-    if cxx is None:
+    lib_dir = os.environ.get("EXECUTORCH_CUDA_LIB_DIR", "")
+    if cxx is None or not os.path.exists(os.path.join(lib_dir, "libexecutorch_cuda.so")):
         return None
     exe = os.path.join(tmp, "sampler_ref")
     r = subprocess.run([cxx, "-std=c++17", "-O1", "-I", os.path.join(ROOT, "runner"),
+                        "-I", os.path.join(ROOT, "include"),
                         os.path.join(HERE, "sampler_ref.cpp"), os.path.join(ROOT, "runner", "sampling.cpp"),
+                        "-L", lib_dir, "-Wl,-rpath," + os.path.abspath(lib_dir), "-Wl,--no-as-needed",
+                        "-lexecutorch_cuda", "-ldl",
                         "-o", exe], capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         raise AssertionError(r.stdout + r.stderr)
@@ -431,7 +437,8 @@ def _compile_reference(tmp):
 
 @unittest.skipIf(np is None, "numpy is not installed here (the sampler needs it)")
 class SamplerParity(unittest.TestCase):
-    """executorch_cuda.sampling picks what the runner's host sampler (runner/sampling.cpp) picks."""
+    """executorch_cuda.sampling's numpy sampler picks what the runner's host sampler (the
+    library's et_cuda_sample_host, through runner/sampling.cpp) picks: two implementations."""
 
     def test_same_tokens_as_the_runner(self):
         from executorch_cuda.sampling import Sampler, draw
@@ -441,7 +448,7 @@ class SamplerParity(unittest.TestCase):
         self.addCleanup(shutil.rmtree, tmp, True)
         exe = _compile_reference(tmp)
         if exe is None:
-            self.skipTest("no C++ compiler for the runner's sampler")
+            self.skipTest("no C++ compiler, or no built library (EXECUTORCH_CUDA_LIB_DIR), for the runner's sampler")
         rng = np.random.default_rng(3)
         v = 5000
         # Peaked rows (mostly the argmax) and flat ones (the draw and the top-p set decide).

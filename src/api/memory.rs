@@ -181,6 +181,58 @@ pub unsafe fn sample(
     unsafe { sample::sample(logits, dtype, vocab, device, &how) }
 }
 
+/// The token [`sample`] would choose, from a row of `vocab` logits of `dtype` in host memory,
+/// on the host (`kernels::sample::host`): for rows on the host, of any length. `None` when
+/// sampling finds no weight (every logit NaN or -inf).
+///
+/// # Safety
+/// `logits` must be host memory readable for `vocab` elements of `dtype`.
+pub unsafe fn sample_host(
+    logits: *const c_void,
+    dtype: i32,
+    vocab: i64,
+    temperature: f64,
+    top_p: f64,
+    seed: u64,
+    step: u64,
+) -> Result<Option<i64>> {
+    let size = crate::dtype::element_size(dtype).filter(|_| {
+        [
+            crate::dtype::codes::FLOAT32,
+            crate::dtype::codes::BFLOAT16,
+            crate::dtype::codes::FLOAT16,
+        ]
+        .contains(&dtype)
+    });
+    let Some(size) = size else {
+        return Err(crate::Error::invalid_argument(format!(
+            "sample_host: logits of {}; float32, bfloat16 or float16 expected",
+            crate::dtype::describe(dtype)
+        )));
+    };
+    let bytes = usize::try_from(vocab)
+        .ok()
+        .filter(|&n| n >= 1)
+        .and_then(|n| n.checked_mul(size))
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| {
+            crate::Error::invalid_argument(format!("sample_host: a row of {vocab} logits"))
+        })?;
+    if logits.is_null() {
+        return Err(crate::Error::invalid_argument(
+            "sample_host: logits is null".to_string(),
+        ));
+    }
+    // SAFETY: non-null, readable for `bytes` (caller's contract), which fit an isize.
+    let row = unsafe { std::slice::from_raw_parts(logits.cast::<u8>(), bytes) };
+    let how = sample::Sampling {
+        temperature,
+        top_p,
+        uniform: sample::uniform(seed, step),
+    };
+    sample::host::pick(&sample::host::HostRow::new(row, dtype)?, &how)
+}
+
 /// Free the memory [`sample`] keeps for `device` (a page-locked token slot and a few KB of
 /// device scratch, made by its first call there; the next call makes them again). The
 /// device's last method frees them too when it is destroyed: this is for a caller that

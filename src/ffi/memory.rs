@@ -196,6 +196,39 @@ pub unsafe extern "C" fn et_cuda_sample(
     })
 }
 
+/// The token `et_cuda_sample` would choose (the same rules, arguments and draws), from a row
+/// of `vocab` logits of `dtype` (float32, bfloat16 or float16) in host memory, chosen on the
+/// host: no device, no driver needed, any `vocab` >= 1. `*out_token` is -1 when sampling finds
+/// no weight (every logit NaN or -inf). The runner's `--sample-on-host` and the Python
+/// package's host rows use it.
+///
+/// # Safety
+/// `logits` must be host memory readable for `vocab` elements of `dtype`; `out_token` null or
+/// valid for a write of an `int64_t`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn et_cuda_sample_host(
+    logits: *const c_void,
+    dtype: i32,
+    vocab: i64,
+    temperature: f64,
+    top_p: f64,
+    seed: u64,
+    step: u64,
+    out_token: *mut i64,
+) -> EtCudaStatus {
+    guard::<EtCuda>("et_cuda_sample_host", || {
+        if out_token.is_null() {
+            return invalid("out_token is null");
+        }
+        // SAFETY: forwarded contract.
+        let token =
+            unsafe { memory::sample_host(logits, dtype, vocab, temperature, top_p, seed, step) }?;
+        // SAFETY: checked non-null; valid per the contract.
+        unsafe { write_out(out_token, token.unwrap_or(-1), "out_token") }
+    })
+}
+
 /// Free the memory `et_cuda_sample` keeps for `device` (its first call there makes it; the
 /// next call makes it again). The last `et_cuda_destroy` of a method on the device does this
 /// too: call it before exiting when sampling with no method loaded (e.g. for a leak checker).

@@ -5,6 +5,8 @@
 //! many blocks (`et_argmax`, one launch); sampling is one block (`et_sample`).
 //! The C entry point is `et_cuda_sample` (`src/ffi/memory.rs` through `api::memory`).
 
+pub mod host;
+
 use super::{param, Module, Resident};
 use crate::cuda::memory::{self, DeviceAlloc, PinnedBuffer};
 use crate::cuda::{self, ContextGuard};
