@@ -168,7 +168,12 @@ def _rope_ref(x, cos, sin):
     return (xf * cos.float() + rot * sin.float()).to(x.dtype)
 
 
-@torch.library.custom_op("et_cuda::et_attention_rope", mutates_args=("k_cache", "v_cache"))
+# flexible_layout: AOTInductor hands the inputs over as they lie (views of the fused QKV result,
+# one cos/sin buffer for every layer; the kernels take any strides) instead of copying each
+# into the strides of the export's trace (its default for custom ops: three copy kernels per
+# layer on the GPU).
+@torch.library.custom_op("et_cuda::et_attention_rope", mutates_args=("k_cache", "v_cache"),
+                         tags=(torch.Tag.flexible_layout,))
 def et_attention_rope(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
     v_cache: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, scale: float,

@@ -210,7 +210,7 @@ def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=T
     ``max_m`` is accepted and ignored (the ops dispatch on M when they run)."""
     g = gm.graph
     counts = {"linear": 0, "attention": 0, "window": 0, "skipped_attention": [], "rope": 0,
-              "rope_norm": 0, "rope_skipped": []}
+              "rope_norm": 0, "rope_skipped": [], "rope_shared": 0}
     attn = torch.ops.et_cuda.et_attention.default
     rope_attn = torch.ops.et_cuda.et_attention_rope.default
     index_cache = {}
@@ -264,6 +264,8 @@ def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=T
             if new.target == rope_attn:
                 _rope.erase(g, folded)
             counts["attention" if is_attn else "linear"] += 1
+    if counts.get("rope"):
+        counts["rope_shared"] = _rope.share_cos_sin(g)
     g.eliminate_dead_code()
     g.lint()
     gm.recompile()

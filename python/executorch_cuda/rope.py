@@ -306,4 +306,46 @@ def erase(g, plan_):
             g.erase_node(n)
 
 
-__all__ = ["rope_parts", "prove", "plan", "fold", "erase"]
+# Pure ops that may lead from the shared angles to each layer's cos/sin (HF recasts and
+# unsqueezes them per layer); nodes equal in target and arguments compute the same tensor.
+_SHAREABLE = (aten._to_copy.default, aten.to.dtype, aten.to.dtype_layout, aten.unsqueeze.default,
+              aten.view.default, aten.reshape.default, aten.expand.default, aten.slice.Tensor,
+              aten.transpose.int, aten.mul.Tensor, aten.cos.default, aten.sin.default,
+              aten.cat.default, aten.alias.default)
+
+
+def share_cos_sin(g):
+    """Replace each ``et_attention_rope``'s cos/sin argument (and the nodes before it, up to
+    anything that is not one of ``_SHAREABLE``) by the first node of the graph computing the
+    same thing: every layer then reads one cos and one sin tensor, made once, instead of a
+    recast copy of its own (a kernel per layer in the AOTInductor program). Returns the
+    number of nodes replaced."""
+    op = torch.ops.et_cuda.et_attention_rope.default
+    wanted = set()
+    for n in g.nodes:
+        if _is(n, op):
+            stack = [n.args[6], n.args[7]]
+            while stack:
+                m = stack.pop()
+                if _is(m, *_SHAREABLE) and m not in wanted:
+                    wanted.add(m)
+                    stack.extend(m.all_input_nodes)
+    seen, replaced = {}, 0
+
+    def key_of(a):
+        if isinstance(a, (list, tuple)):
+            return tuple(key_of(x) for x in a)
+        return ("node", a.name) if isinstance(a, torch.fx.Node) else (type(a).__name__, repr(a))
+
+    for n in list(g.nodes):
+        if n not in wanted:
+            continue
+        key = (str(n.target), key_of(n.args), key_of(tuple(sorted(n.kwargs.items()))))
+        first = seen.setdefault(key, n)
+        if first is not n:
+            n.replace_all_uses_with(first)
+            replaced += 1
+    return replaced
+
+
+__all__ = ["rope_parts", "prove", "plan", "fold", "erase", "share_cos_sin"]
