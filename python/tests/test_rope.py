@@ -195,6 +195,12 @@ class HfFamilies(unittest.TestCase):
         ref, ep = export(), export()
         ep, report = executorch_cuda.prepare(ep, positions="cache_position")
         self.assertEqual((report["rope"], report["rope_skipped"]), (2, []), report)
+        # One cos and one sin node for every layer, and inputs taken as they lie: AOTInductor
+        # then stores them once and passes views (no copy kernels per layer).
+        folds = [n for n in ep.graph.nodes if n.target == torch.ops.et_cuda.et_attention_rope.default]
+        # (Gemma-3's sliding layers have a RoPE of their own.)
+        self.assertEqual(len({(n.args[6], n.args[7]) for n in folds}), 2 if family == "gemma3" else 1)
+        self.assertIn(torch.Tag.flexible_layout, torch.ops.et_cuda.et_attention_rope.default.tags)
         m0, m1 = ref.module(), ep.module()
         torch.manual_seed(3)
         with torch.no_grad():
