@@ -65,6 +65,26 @@ type AttnRope = unsafe extern "C" fn(
     f64,
     *mut *mut c_void,
 ) -> i32;
+type AttnRopeQkv = unsafe extern "C" fn(
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    f64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    *const *mut c_void,
+    *const *mut c_void,
+    i64,
+    f64,
+    f64,
+    *mut *mut c_void,
+) -> i32;
 type FromBlob = unsafe extern "C" fn(
     *mut c_void,
     i64,
@@ -104,6 +124,7 @@ struct Shims {
     attn: Attn,
     attn_len: AttnLen,
     attn_rope: AttnRope,
+    attn_rope_qkv: AttnRopeQkv,
     from_blob: FromBlob,
     data_ptr: DataPtr,
     stream_guard: StreamGuard,
@@ -141,6 +162,9 @@ fn shims() -> &'static Shims {
                 )),
                 attn_rope: std::mem::transmute::<*mut c_void, AttnRope>(sym(
                     "aoti_torch_cuda_et_attention_rope",
+                )),
+                attn_rope_qkv: std::mem::transmute::<*mut c_void, AttnRopeQkv>(sym(
+                    "aoti_torch_cuda_et_attention_rope_qkv",
                 )),
                 from_blob: std::mem::transmute::<*mut c_void, FromBlob>(sym(
                     "aoti_torch_create_tensor_from_blob",
@@ -854,12 +878,14 @@ fn norm_rows(x: &[f32], w: &[f32], (mode, off): (i64, f32), dt: i32) -> Vec<f32>
 
 /// One et_attention_rope call against the reference: the output and both caches (the rows the
 /// call writes, and that nothing else changed). cos/sin are `[cb, 1, lq, d]`; `norm`: the
-/// heads' RMSNorm (mode, offset) before the rotation.
+/// heads' RMSNorm (mode, offset) before the rotation; `packed`: q, the new keys and the new
+/// values as column ranges of one `[B, Lq, N]` row (values, then q, then keys, then 8 unused
+/// columns), through et_attention_rope_qkv.
 fn run_attn_rope(
     (b, hq, hkv, lq, lmax, d): (usize, usize, usize, usize, usize, usize),
     fill: usize,
     dt: i32,
-    (cb, norm): (usize, Option<(i64, f32)>),
+    (cb, norm, packed): (usize, Option<(i64, f32)>, bool),
     seed: u64,
 ) -> (f32, bool) {
     let mut rng = Rng(seed | 1);
@@ -903,34 +929,78 @@ fn run_attn_rope(
     let (kh, vh) = (h(5, ks), h(6, ks));
     let ph = wrap(&pd, 0, &[lq as i64], &[1], I64);
     let mut out = std::ptr::null_mut();
-    // SAFETY: live handles; out-pointer to a local.
-    let st = unsafe {
-        (shims().attn_rope)(
-            qh.0,
-            knh.0,
-            vnh.0,
-            kh.0,
-            vh.0,
-            ph.0,
-            ch.0,
-            sh.0,
-            f64::from(scale),
-            0,
-            if norm.is_some() {
-                &wh[0].0
-            } else {
-                std::ptr::null()
-            },
-            if norm.is_some() {
-                &wh[1].0
-            } else {
-                std::ptr::null()
-            },
-            norm.map_or(0, |m| m.0),
-            1e-6,
-            norm.map_or(0.0, |m| f64::from(m.1)),
-            &mut out,
+    let (qn_ptr, kn_ptr) = if norm.is_some() {
+        (
+            &wh[0].0 as *const *mut c_void,
+            &wh[1].0 as *const *mut c_void,
         )
+    } else {
+        (std::ptr::null(), std::ptr::null())
+    };
+    // The packed row: [v | q | k | 8 unused] per (b, i), from the [B, H, Lq, D] arrays.
+    let width = (hq + 2 * hkv) * d + 8;
+    let (v_off, q_off, k_off) = (0, hkv * d, (hq + hkv) * d);
+    let mut row = vec![0f32; b * lq * width];
+    for (src, off, heads) in [(&vn, v_off, hkv), (&q0, q_off, hq), (&kn0, k_off, hkv)] {
+        for bi in 0..b {
+            for hh in 0..heads {
+                for i in 0..lq {
+                    let from = ((bi * heads + hh) * lq + i) * d;
+                    let to = (bi * lq + i) * width + off + hh * d;
+                    row[to..to + d].copy_from_slice(&src[from..from + d]);
+                }
+            }
+        }
+    }
+    let qkv_buf = DevBuf::from_host(&encode(&row, dt));
+    let qkv_sizes = [b as i64, lq as i64, width as i64];
+    let qkvh = wrap(&qkv_buf, 0, &qkv_sizes, &contiguous(&qkv_sizes), dt);
+    let st = if packed {
+        // SAFETY: live handles; out-pointer to a local.
+        unsafe {
+            (shims().attn_rope_qkv)(
+                qkvh.0,
+                kh.0,
+                vh.0,
+                ph.0,
+                ch.0,
+                sh.0,
+                f64::from(scale),
+                0,
+                hq as i64,
+                q_off as i64,
+                k_off as i64,
+                v_off as i64,
+                qn_ptr,
+                kn_ptr,
+                norm.map_or(0, |m| m.0),
+                1e-6,
+                norm.map_or(0.0, |m| f64::from(m.1)),
+                &mut out,
+            )
+        }
+    } else {
+        // SAFETY: live handles; out-pointer to a local.
+        unsafe {
+            (shims().attn_rope)(
+                qh.0,
+                knh.0,
+                vnh.0,
+                kh.0,
+                vh.0,
+                ph.0,
+                ch.0,
+                sh.0,
+                f64::from(scale),
+                0,
+                qn_ptr,
+                kn_ptr,
+                norm.map_or(0, |m| m.0),
+                1e-6,
+                norm.map_or(0.0, |m| f64::from(m.1)),
+                &mut out,
+            )
+        }
     };
     assert_eq!(st, 0, "attention_rope: {}", last_error());
     let out = Handle(out);
@@ -998,14 +1068,16 @@ fn attention_rope_writes_the_caches_and_matches_the_reference() {
     for &(shape, fill, cb) in cases {
         for dt in [BF16, F16] {
             for norm in [None, Some((1, 0.0)), Some((2, 1.0))] {
-                seed += 1;
-                let (err, ok) = run_attn_rope(shape, fill, dt, (cb, norm), seed);
-                count += 1;
-                worst = worst.max(err);
-                if !ok {
-                    fails.push(format!(
-                        "{shape:?} fill={fill} cos batch {cb} dt={dt} norm {norm:?}: max err {err}"
-                    ));
+                for packed in [false, true] {
+                    seed += 1;
+                    let (err, ok) = run_attn_rope(shape, fill, dt, (cb, norm, packed), seed);
+                    count += 1;
+                    worst = worst.max(err);
+                    if !ok {
+                        fails.push(format!(
+                            "{shape:?} fill={fill} cos batch {cb} dt={dt} norm {norm:?} packed {packed}: max err {err}"
+                        ));
+                    }
                 }
             }
         }

@@ -189,6 +189,12 @@ def et_attention_rope(
     ``v_cache`` in place; the result is laid out as ``et_attention``'s. With ``norm_mode`` 1
     or 2, each head's row of q and of k is first RMS-normed with ``q_norm`` / ``k_norm``
     (``_rms_ref``: Qwen3's and Gemma-3's per-head norms)."""
+    return _attention_rope_ref(q, k, v, k_cache, v_cache, pos, cos, sin, scale, window, q_norm,
+                               k_norm, norm_mode, eps, norm_offset)
+
+
+def _attention_rope_ref(q, k, v, k_cache, v_cache, pos, cos, sin, scale, window, q_norm, k_norm,
+                        norm_mode, eps, norm_offset):
     p = _positions(pos, q.shape[2])
     q = _rms_ref(q, q_norm, norm_mode, eps, norm_offset)
     k = _rms_ref(k, k_norm, norm_mode, eps, norm_offset)
@@ -203,6 +209,41 @@ def _(q, k, v, k_cache, v_cache, pos, cos, sin, scale, window, q_norm=None, k_no
       norm_mode=0, eps=0.0, norm_offset=0.0):
     b, h, lq, d = q.shape
     return q.new_empty((b, lq, h, d)).transpose(1, 2)
+
+
+def _packed_views(qkv, k_cache, heads, q_off, k_off, v_off):
+    """q ``[B, heads, T, D]`` and the new keys and values ``[B, Hkv, T, D]`` as views of the
+    packed projection ``qkv`` ``[B, T, N]`` (``Hkv``, ``D``: the cache's)."""
+    hkv, d = k_cache.shape[1], k_cache.shape[3]
+    return tuple(qkv[..., o:o + h * d].unflatten(-1, (h, d)).transpose(1, 2)
+                 for o, h in ((q_off, heads), (k_off, hkv), (v_off, hkv)))
+
+
+@torch.library.custom_op("et_cuda::et_attention_rope_qkv", mutates_args=("k_cache", "v_cache"),
+                         tags=(torch.Tag.flexible_layout,))
+def et_attention_rope_qkv(
+    qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, pos: torch.Tensor,
+    cos: torch.Tensor, sin: torch.Tensor, scale: float, window: int, heads: int, q_off: int,
+    k_off: int, v_off: int, q_norm: Optional[torch.Tensor] = None,
+    k_norm: Optional[torch.Tensor] = None, norm_mode: int = 0, eps: float = 0.0,
+    norm_offset: float = 0.0,
+) -> torch.Tensor:
+    """``et_attention_rope`` with q, the new keys and the new values read from one packed
+    projection ``qkv`` ``[B, T, N]`` (a fused QKV linear's result): ``heads`` query heads
+    from column ``q_off``, the caches' ``Hkv`` heads of keys from ``k_off`` and of values
+    from ``v_off``, each of the caches' head size. AOTInductor passes ``qkv`` as it lies, so
+    the per-layer views of q, k and v (copies once ExecuTorch's edge dialect makes them
+    ``view_copy``/``transpose_copy``) never exist."""
+    q, k, v = _packed_views(qkv, k_cache, heads, q_off, k_off, v_off)
+    return _attention_rope_ref(q, k, v, k_cache, v_cache, pos, cos, sin, scale, window, q_norm,
+                               k_norm, norm_mode, eps, norm_offset)
+
+
+@et_attention_rope_qkv.register_fake
+def _(qkv, k_cache, v_cache, pos, cos, sin, scale, window, heads, q_off, k_off, v_off,
+      q_norm=None, k_norm=None, norm_mode=0, eps=0.0, norm_offset=0.0):
+    b, lq, d = qkv.shape[0], qkv.shape[1], k_cache.shape[3]
+    return qkv.new_empty((b, lq, heads, d)).transpose(1, 2)
 
 
 @torch.library.custom_op("et_cuda::et_decode_attention_len", mutates_args=())

@@ -210,7 +210,7 @@ def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=T
     ``max_m`` is accepted and ignored (the ops dispatch on M when they run)."""
     g = gm.graph
     counts = {"linear": 0, "attention": 0, "window": 0, "skipped_attention": [], "rope": 0,
-              "rope_norm": 0, "rope_skipped": [], "rope_shared": 0}
+              "rope_norm": 0, "rope_skipped": [], "rope_shared": 0, "rope_packed": 0}
     attn = torch.ops.et_cuda.et_attention.default
     rope_attn = torch.ops.et_cuda.et_attention_rope.default
     index_cache = {}
@@ -273,6 +273,12 @@ def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=T
         from .fuse import fuse as _fuse
 
         _fuse(ep, counts)
+    if counts["rope"]:
+        # After the fusions: the merged QKV linear's result is what the folds can read packed.
+        counts["rope_packed"] = _rope.pack_qkv(gm.graph)
+        gm.graph.eliminate_dead_code()
+        gm.graph.lint()
+        gm.recompile()
     counts["gemv"] = counts["linear"]
     return counts
 

@@ -348,4 +348,59 @@ def share_cos_sin(g):
     return replaced
 
 
-__all__ = ["rope_parts", "prove", "plan", "fold", "erase", "share_cos_sin"]
+def _packed_part(x):
+    """(base, first column, heads) when ``x`` is ``base[..., a:b].view(B, T, H, D)
+    .transpose(1, 2)`` with ``base`` a ``[B, T, N]`` tensor, else None."""
+    if not _is(x, aten.transpose.int) or sorted(int(d) % 4 for d in x.args[1:3]) != [1, 2]:
+        return None
+    h = x.args[0]
+    if not _is(h, *_VIEWS[:3]):
+        return None
+    s = h.args[0]
+    if not _is(s, aten.slice.Tensor) or len(s.args) < 2 or int(s.args[1]) not in (-1, 2) \
+            or (len(s.args) > 4 and s.args[4] != 1):
+        return None
+    base, hv, sv = s.args[0], _val(h), _val(s.args[0])
+    if not isinstance(hv, torch.Tensor) or not isinstance(sv, torch.Tensor) or hv.dim() != 4 \
+            or sv.dim() != 3 or not isinstance(sv.shape[2], int):
+        return None
+    n = int(sv.shape[2])
+    start = s.args[2] if len(s.args) > 2 and s.args[2] is not None else 0
+    if not isinstance(start, int):
+        return None
+    start = start + n if start < 0 else start
+    if hv.shape[0] != sv.shape[0] or hv.shape[1] != sv.shape[1] or not isinstance(hv.shape[2], int):
+        return None
+    return base, start, int(hv.shape[2])
+
+
+def pack_qkv(g):
+    """Give each ``et_attention_rope`` whose q, new keys and new values are head views of
+    column ranges of one ``[B, T, N]`` tensor (the fused QKV linear's result, or a model's own
+    packed projection) that tensor instead: ``et_attention_rope_qkv``. ExecuTorch's edge
+    dialect turns the views into ``view_copy``/``transpose_copy``, which AOTInductor computes
+    as three copy kernels per layer; the packed op reads the columns where they lie. Returns
+    the number of ops rewritten."""
+    op, packed = torch.ops.et_cuda.et_attention_rope.default, torch.ops.et_cuda.et_attention_rope_qkv.default
+    done = 0
+    for n in list(g.nodes):
+        if not _is(n, op):
+            continue
+        parts = [_packed_part(a) for a in n.args[:3]]
+        if any(p is None for p in parts) or len({id(p[0]) for p in parts}) != 1:
+            continue
+        (base, q_off, heads), (_, k_off, hk), (_, v_off, hv) = parts
+        cache = _val(n.args[3])
+        if not isinstance(cache, torch.Tensor) or hk != cache.shape[1] or hv != cache.shape[1]:
+            continue
+        with g.inserting_before(n):
+            new = g.call_function(packed, (base, *n.args[3:10], heads, q_off, k_off, v_off,
+                                           *n.args[10:]))
+        new.meta["val"] = n.meta.get("val")
+        n.replace_all_uses_with(new)
+        g.erase_node(n)
+        done += 1
+    return done
+
+
+__all__ = ["rope_parts", "prove", "plan", "fold", "erase", "share_cos_sin", "pack_qkv"]

@@ -22,6 +22,10 @@ C_SHIMS = {
     "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, "
     "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, double, int64_t, AtenTensorHandle*, "
     "AtenTensorHandle*, int64_t, double, double, AtenTensorHandle*)",
+    "et_attention_rope_qkv": "AOTITorchError aoti_torch_cuda_et_attention_rope_qkv("
+    "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, "
+    "AtenTensorHandle, double, int64_t, int64_t, int64_t, int64_t, int64_t, AtenTensorHandle*, "
+    "AtenTensorHandle*, int64_t, double, double, AtenTensorHandle*)",
     "et_decode_attention_len": "AOTITorchError aoti_torch_cuda_et_decode_attention_len("
     "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, int64_t, double, AtenTensorHandle*)",
 }

@@ -104,7 +104,10 @@ class Fold(unittest.TestCase):
         self.assertEqual(report["rope"], 1, report)
         self.assertEqual(report["rope_skipped"], [], report)
         names = _targets(ep)
-        self.assertIn("et_cuda.et_attention_rope.default", names)
+        # q, k and v come from the merged QKV linear: the fold reads its result packed.
+        self.assertEqual(report["rope_packed"], 1, report)
+        self.assertIn("et_cuda.et_attention_rope_qkv.default", names)
+        self.assertNotIn("et_cuda.et_attention_rope.default", names)
         for gone in ("aten.index_copy_.default", "aten.index_put_.default", "aten.neg.default"):
             self.assertNotIn(gone, names)
         got_m = ep.module()
@@ -163,6 +166,28 @@ class Fold(unittest.TestCase):
         self.assertEqual(int(kc[:, :, :3].abs().sum()) + int(kc[:, :, 5:].abs().sum()), 0)
         self.assertEqual(tuple(y.shape), (1, 4, 2, 64))
 
+    def test_the_packed_op_reads_q_k_v_where_they_lie_in_any_order(self):
+        from executorch_cuda import ops  # noqa: F401  (registers the ops)
+
+        torch.manual_seed(4)
+        d, hq, hkv, t = 64, 4, 2, 3
+        # Columns: v, then q, then k (not the merge's order), in a wider row.
+        qkv = torch.randn(1, t, (hq + 2 * hkv) * d + 8, dtype=torch.bfloat16)
+        v_off, q_off, k_off = 0, hkv * d, (hq + hkv) * d
+        q, k, v = (qkv[..., o:o + h * d].unflatten(-1, (h, d)).transpose(1, 2)
+                   for o, h in ((q_off, hq), (k_off, hkv), (v_off, hkv)))
+        cos, sin = (torch.randn(1, 1, t, d, dtype=torch.bfloat16) for _ in range(2))
+        pos = torch.tensor([5])
+        caches = [torch.randn(1, hkv, 16, d, dtype=torch.bfloat16) for _ in range(2)]
+        mine = [c.clone() for c in caches]
+        want = torch.ops.et_cuda.et_attention_rope(q, k, v, caches[0], caches[1], pos, cos, sin,
+                                                   0.125, 0)
+        got = torch.ops.et_cuda.et_attention_rope_qkv(qkv, mine[0], mine[1], pos, cos, sin, 0.125,
+                                                      0, hq, q_off, k_off, v_off)
+        torch.testing.assert_close(got, want)
+        for a, b in zip(mine, caches):
+            torch.testing.assert_close(a, b)
+
 
 @unittest.skipIf(torch is None or not HAVE_TF, "needs torch and transformers")
 class HfFamilies(unittest.TestCase):
@@ -197,10 +222,17 @@ class HfFamilies(unittest.TestCase):
         self.assertEqual((report["rope"], report["rope_skipped"]), (2, []), report)
         # One cos and one sin node for every layer, and inputs taken as they lie: AOTInductor
         # then stores them once and passes views (no copy kernels per layer).
-        folds = [n for n in ep.graph.nodes if n.target == torch.ops.et_cuda.et_attention_rope.default]
+        # Every fold reads the fused QKV result (Phi-3: its own packed projection) as it lies.
+        self.assertEqual(report["rope_packed"], 2, report)
+        folds = [n for n in ep.graph.nodes
+                 if n.target == torch.ops.et_cuda.et_attention_rope_qkv.default]
+        self.assertEqual(len(folds), 2)
+        for n in folds:
+            self.assertEqual(n.args[0].target, torch.ops.et_cuda.et_linear.default, n.args[0])
         # (Gemma-3's sliding layers have a RoPE of their own.)
-        self.assertEqual(len({(n.args[6], n.args[7]) for n in folds}), 2 if family == "gemma3" else 1)
-        self.assertIn(torch.Tag.flexible_layout, torch.ops.et_cuda.et_attention_rope.default.tags)
+        self.assertEqual(len({(n.args[4], n.args[5]) for n in folds}), 2 if family == "gemma3" else 1)
+        for op in (torch.ops.et_cuda.et_attention_rope, torch.ops.et_cuda.et_attention_rope_qkv):
+            self.assertIn(torch.Tag.flexible_layout, op.default.tags)
         m0, m1 = ref.module(), ep.module()
         torch.manual_seed(3)
         with torch.no_grad():

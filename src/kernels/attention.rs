@@ -440,7 +440,7 @@ use launch::{launch_combine, split_workspaces};
 pub mod rope;
 #[cfg(test)]
 pub use choice::{set_decode_kernel, KERNELS};
-pub use rope::{HeadNorm, Rope};
+pub use rope::{split_packed, HeadNorm, Packed, Rope};
 
 #[cfg(test)]
 mod tests;

@@ -33,6 +33,16 @@
 //!     AtenTensorHandle pos, AtenTensorHandle cos, AtenTensorHandle sin, double scale,
 //!     int64_t window, AtenTensorHandle* q_norm, AtenTensorHandle* k_norm, int64_t norm_mode,
 //!     double eps, double norm_offset, AtenTensorHandle* ret0);
+//! // et_cuda::et_attention_rope_qkv(Tensor qkv, Tensor(a!) k_cache, Tensor(b!) v_cache,
+//! //     Tensor pos, Tensor cos, Tensor sin, float scale, int window, int heads, int q_off,
+//! //     int k_off, int v_off, Tensor? q_norm, Tensor? k_norm, int norm_mode, float eps,
+//! //     float norm_offset) -> Tensor   (q, k, v: column ranges of qkv [B, Lq, N])
+//! AOTITorchError aoti_torch_cuda_et_attention_rope_qkv(AtenTensorHandle qkv,
+//!     AtenTensorHandle k_cache, AtenTensorHandle v_cache, AtenTensorHandle pos,
+//!     AtenTensorHandle cos, AtenTensorHandle sin, double scale, int64_t window, int64_t heads,
+//!     int64_t q_off, int64_t k_off, int64_t v_off, AtenTensorHandle* q_norm,
+//!     AtenTensorHandle* k_norm, int64_t norm_mode, double eps, double norm_offset,
+//!     AtenTensorHandle* ret0);
 //! // et_cuda::et_linear(Tensor x, Tensor weight, Tensor? bias, Tensor? norm_weight,
 //! //     Tensor? residual, int norm_mode, float eps, float norm_offset, int act) -> Tensor
 //! AOTITorchError aoti_torch_cuda_et_linear(AtenTensorHandle x, AtenTensorHandle weight,
@@ -259,49 +269,134 @@ pub unsafe extern "C" fn aoti_torch_cuda_et_attention_rope(
 ) -> AOTITorchError {
     guard::<Aoti>("aoti_torch_cuda_et_attention_rope", || {
         // SAFETY: forwarded contract.
-        let (qn, kn) = unsafe { (optional(q_norm, "q_norm")?, optional(k_norm, "k_norm")?) };
-        let norm = match (qn, kn, norm_mode) {
-            (None, None, 0) => None,
-            (Some(q_weight), Some(k_weight), mode) if mode != 0 => Some(HeadNorm {
-                q_weight,
-                k_weight,
-                mode,
-                eps,
-                offset: norm_offset,
-            }),
-            _ => {
-                return invalid(format!(
-                    "norm_mode {norm_mode} needs both q_norm and k_norm (0: neither)"
-                ))
-            }
-        };
+        let (q, k, v) = unsafe { (named(q, "q")?, named(k, "k")?, named(v, "v")?) };
         // SAFETY: forwarded contract.
-        let (q, kc, vc, p) = unsafe {
-            (
-                named(q, "q")?,
-                named(k_cache, "k_cache")?,
-                named(v_cache, "v_cache")?,
-                named(pos, "pos")?,
+        unsafe {
+            rope_step(
+                [q, k, v],
+                [k_cache, v_cache, pos, cos, sin],
+                (scale, window),
+                (q_norm, k_norm, norm_mode, eps, norm_offset),
+                ret0,
             )
-        };
-        // SAFETY: forwarded contract.
-        let rope = unsafe {
-            Rope {
-                k_new: named(k, "k")?,
-                v_new: named(v, "v")?,
-                cos: named(cos, "cos")?,
-                sin: named(sin, "sin")?,
-                norm,
-            }
-        };
-        if ret0.is_null() {
-            return invalid("ret0 is null");
         }
-        let shape = (scale, window, Layout::Bthd);
-        let y = attention::attention_rope(q, kc, vc, Positions::Device(p), shape, &rope)?;
-        // SAFETY: forwarded contract (checked non-null).
-        unsafe { give(ret0, y) }
     })
+}
+
+/// [`aoti_torch_cuda_et_attention_rope`] with q, the new keys and the new values read from
+/// one packed projection `qkv` `[B, Lq, N]` (a fused QKV linear's result, any strides):
+/// `heads` query heads from column `q_off`, the caches' `Hkv` heads of keys from `k_off` and
+/// of values from `v_off`, each of the caches' head size `D` (`attention::split_packed`).
+///
+/// # Safety
+/// As [`aoti_torch_cuda_et_attention_rope`].
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn aoti_torch_cuda_et_attention_rope_qkv(
+    qkv: AtenTensorHandle,
+    k_cache: AtenTensorHandle,
+    v_cache: AtenTensorHandle,
+    pos: AtenTensorHandle,
+    cos: AtenTensorHandle,
+    sin: AtenTensorHandle,
+    scale: f64,
+    window: i64,
+    heads: i64,
+    q_off: i64,
+    k_off: i64,
+    v_off: i64,
+    q_norm: *const AtenTensorHandle,
+    k_norm: *const AtenTensorHandle,
+    norm_mode: i64,
+    eps: f64,
+    norm_offset: f64,
+    ret0: *mut AtenTensorHandle,
+) -> AOTITorchError {
+    guard::<Aoti>("aoti_torch_cuda_et_attention_rope_qkv", || {
+        // SAFETY: forwarded contract.
+        let (qkv_t, kc) = unsafe { (named(qkv, "qkv")?, named(k_cache, "k_cache")?) };
+        let at = attention::Packed {
+            heads,
+            q_off,
+            k_off,
+            v_off,
+        };
+        let [q, k, v] = attention::split_packed(qkv_t, kc, at)?;
+        // SAFETY: forwarded contract.
+        unsafe {
+            rope_step(
+                [&q, &k, &v],
+                [k_cache, v_cache, pos, cos, sin],
+                (scale, window),
+                (q_norm, k_norm, norm_mode, eps, norm_offset),
+                ret0,
+            )
+        }
+    })
+}
+
+/// The optional heads' norm of the RoPE shims: both weights with a mode, or neither with 0.
+type NormArgs = (
+    *const AtenTensorHandle,
+    *const AtenTensorHandle,
+    i64,
+    f64,
+    f64,
+);
+
+/// The work of both RoPE shims once q, the new keys and the new values are tensors.
+///
+/// # Safety
+/// As [`aoti_torch_cuda_et_attention_rope`] for the handles, pointers and `ret0`.
+unsafe fn rope_step(
+    [q, k, v]: [&crate::tensor::Tensor; 3],
+    [k_cache, v_cache, pos, cos, sin]: [AtenTensorHandle; 5],
+    (scale, window): (f64, i64),
+    (q_norm, k_norm, norm_mode, eps, norm_offset): NormArgs,
+    ret0: *mut AtenTensorHandle,
+) -> crate::error::Result<()> {
+    // SAFETY: forwarded contract.
+    let (qn, kn) = unsafe { (optional(q_norm, "q_norm")?, optional(k_norm, "k_norm")?) };
+    let norm = match (qn, kn, norm_mode) {
+        (None, None, 0) => None,
+        (Some(q_weight), Some(k_weight), mode) if mode != 0 => Some(HeadNorm {
+            q_weight,
+            k_weight,
+            mode,
+            eps,
+            offset: norm_offset,
+        }),
+        _ => {
+            return invalid(format!(
+                "norm_mode {norm_mode} needs both q_norm and k_norm (0: neither)"
+            ))
+        }
+    };
+    // SAFETY: forwarded contract.
+    let (kc, vc, p) = unsafe {
+        (
+            named(k_cache, "k_cache")?,
+            named(v_cache, "v_cache")?,
+            named(pos, "pos")?,
+        )
+    };
+    // SAFETY: forwarded contract.
+    let rope = unsafe {
+        Rope {
+            k_new: k,
+            v_new: v,
+            cos: named(cos, "cos")?,
+            sin: named(sin, "sin")?,
+            norm,
+        }
+    };
+    if ret0.is_null() {
+        return invalid("ret0 is null");
+    }
+    let shape = (scale, window, Layout::Bthd);
+    let y = attention::attention_rope(q, kc, vc, Positions::Device(p), shape, &rope)?;
+    // SAFETY: forwarded contract (checked non-null).
+    unsafe { give(ret0, y) }
 }
 
 /// As [`aoti_torch_cuda_et_decode_attention`], with the number of valid cache

@@ -144,3 +144,70 @@ pub(super) fn fill(args: &mut Args, r: &Rope) {
         args.norm_off = n.offset as f32;
     }
 }
+
+/// Where q, the new keys and the new values lie in one packed projection `[B, Lq, N]` (the
+/// result of a fused QKV linear): `heads` query heads of `D` (the caches' head size) from
+/// column `q_off`, and the caches' `Hkv` heads of keys from `k_off` and of values from `v_off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packed {
+    pub heads: i64,
+    pub q_off: i64,
+    pub k_off: i64,
+    pub v_off: i64,
+}
+
+/// q `[B, Hq, Lq, D]` and the new keys and values `[B, Hkv, Lq, D]` as views of `qkv`
+/// `[B, Lq, N]` (any non-negative strides), placed as `at` says; `Hkv` and `D` are the
+/// cache `k_cache`'s `[B, Hkv, Lmax, D]`. Each view must lie inside the row of `N` columns.
+pub fn split_packed(qkv: &Tensor, k_cache: &Tensor, at: Packed) -> Result<[Tensor; 3]> {
+    let bad = |why: String| invalid(format!("et_cuda attention_rope_qkv: {why}"));
+    if qkv.sizes.len() != 3 || k_cache.sizes.len() != 4 {
+        return bad(format!(
+            "qkv must be [B, Lq, N] and k_cache [B, Hkv, Lmax, D], not sizes {:?} and {:?}",
+            qkv.sizes, k_cache.sizes
+        ));
+    }
+    if qkv.strides.iter().any(|&s| s < 0) {
+        return bad(format!("qkv has a negative stride ({:?})", qkv.strides));
+    }
+    let (b, lq, n) = (qkv.sizes[0], qkv.sizes[1], qkv.sizes[2]);
+    let (hkv, d) = (k_cache.sizes[1], k_cache.sizes[3]);
+    if at.heads <= 0 || hkv <= 0 || d <= 0 {
+        return bad(format!(
+            "{} query heads and the cache's {hkv} heads of {d} must be positive",
+            at.heads
+        ));
+    }
+    let (sb, sl, sd) = (qkv.strides[0], qkv.strides[1], qkv.strides[2]);
+    let mut views = Vec::with_capacity(3);
+    for (what, off, heads) in [
+        ("q", at.q_off, at.heads),
+        ("k", at.k_off, hkv),
+        ("v", at.v_off, hkv),
+    ] {
+        let end = heads.checked_mul(d).and_then(|w| w.checked_add(off));
+        if off < 0 || end.is_none_or(|e| e > n) {
+            return bad(format!(
+                "{what}: {heads} heads of {d} from column {off} do not fit a row of {n}"
+            ));
+        }
+        let place = d.checked_mul(sd).zip(
+            off.checked_mul(sd)
+                .and_then(|o| o.checked_add(qkv.storage_offset)),
+        );
+        let Some((hs, offset)) = place else {
+            return bad(format!("{what}'s strides or offset overflow"));
+        };
+        views.push(Tensor::view(
+            qkv.storage.clone(),
+            qkv.dtype,
+            vec![b, heads, lq, d],
+            vec![sb, hs, sl, sd],
+            offset,
+        )?);
+    }
+    match <[Tensor; 3]>::try_from(views) {
+        Ok(v) => Ok(v),
+        Err(_) => bad("three views expected".into()),
+    }
+}

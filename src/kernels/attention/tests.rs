@@ -112,3 +112,58 @@ fn splits_cover_the_span_in_whole_tiles() {
         assert!(rg * ROWS >= hq / hkv * lq);
     }
 }
+
+#[test]
+fn packed_qkv_views_lie_inside_the_row_or_are_refused() {
+    let bf = crate::dtype::codes::BFLOAT16;
+    // [B=1, Lq=3, N = (4 + 2 * 2) * 64 + 8]; cache [1, 2, 16, 64].
+    let qkv = t(bf, &[1, 3, 520]);
+    let kc = t(bf, &[1, 2, 16, 64]);
+    let at = Packed {
+        heads: 4,
+        q_off: 128,
+        k_off: 384,
+        v_off: 0,
+    };
+    let [q, k, v] = split_packed(&qkv, &kc, at).expect("fits");
+    assert_eq!(q.sizes, [1, 4, 3, 64]);
+    assert_eq!(q.strides, [1560, 64, 520, 1]);
+    assert_eq!(
+        (q.storage_offset, k.storage_offset, v.storage_offset),
+        (128, 384, 0)
+    );
+    assert_eq!(
+        (k.sizes.clone(), v.sizes.clone()),
+        (vec![1, 2, 3, 64], vec![1, 2, 3, 64])
+    );
+    let refused = |at: Packed, want: &str| {
+        let e = split_packed(&qkv, &kc, at)
+            .expect_err("refused")
+            .to_string();
+        assert!(e.contains(want), "{e}");
+    };
+    refused(
+        Packed { k_off: 400, ..at },
+        "k: 2 heads of 64 from column 400 do not fit a row of 520",
+    );
+    refused(Packed { q_off: -1, ..at }, "from column -1");
+    refused(Packed { heads: 0, ..at }, "must be positive");
+    refused(
+        Packed {
+            heads: i64::MAX,
+            ..at
+        },
+        "do not fit",
+    );
+    refused(
+        Packed {
+            v_off: i64::MAX,
+            ..at
+        },
+        "do not fit",
+    );
+    let e = split_packed(&t(bf, &[3, 520]), &kc, at)
+        .expect_err("rank")
+        .to_string();
+    assert!(e.contains("qkv must be [B, Lq, N]"), "{e}");
+}
