@@ -285,6 +285,30 @@ done
 watch_jobs
 report
 
+# ---------------------------------------------------------------- 3a. kernel timeline (CUPTI)
+# HFS_TRACE_LIB: bench/trace/cupti_trace.c built (bench/trace/build.sh); each program of the --ncu
+# variants decodes 32 tokens with graphs under it, bench/trace/trace_table.py summarises the idle
+# time inside a step into <results>-trace.md.
+TRACE=${RES%.md}-trace.md
+trace() { # model variant
+  local m=$1 v=$2 t lib
+  exported "${m}_$v" || return 0
+  t=$(($(left) - 25))
+  [ "$t" -ge 30 ] || { say "trace ${m}_$v: skipped, ${t}s left"; return 0; }
+  [ "$t" -le 60 ] || t=60
+  lib=$(dirname "$("$PY" -c 'import glob, site; print((glob.glob(site.getsitepackages()[0] + "/nvidia/cu*/lib/libcupti.so*") + [""])[0])')")
+  ET_TRACE_OUT=$W/logs/trace_${m}_$v.tsv LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} LD_PRELOAD=$HFS_TRACE_LIB \
+    "$PY" "$TABLE" run "$W/logs/trace_${m}_$v.log" --timeout "$t" -- "$RUNNER" --manifest "$EX/${m}_$v/manifest.json" \
+    --generate 32 --option enable_cuda_graph_for_method=forward
+  "$PY" bench/trace/trace_table.py "$W/logs/trace_${m}_$v.tsv" --title "${m}_$v (graphs, 32 tokens)" >>"$TRACE" 2>&1
+  say "trace ${m}_$v: $(grep -m1 -oE 'Step span [0-9.]+ µs = kernels busy [0-9.]+ µs \+ idle [0-9.]+ µs' "$TRACE" | tail -1)"
+}
+if [ -n "${HFS_TRACE_LIB:-}" ] && [ -n "$NCU_VARIANTS" ]; then
+  for n in "${!PID[@]}"; do alive "$n" && end_job "$n"; done
+  printf '# Kernel timeline of decode steps (CUPTI), bench/hf_scale.sh\n\nBundle %s; %s\n\n' "$COMMIT" "$(head -1 "$W/env.txt")" >"$TRACE"
+  for v in ${NCU_VARIANTS//,/ }; do for m in $MS; do [ "$(left)" -gt 60 ] && trace "$m" "$v"; done; done
+fi
+
 # ---------------------------------------------------------------- 3. census (ncu), one decode step
 census() { # model variant
   local m=$1 v=$2 t

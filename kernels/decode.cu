@@ -352,6 +352,40 @@ __device__ __forceinline__ void kv_write(const AttnArgs& a) {
   for (int d = threadIdx.x; d < D; d += 32) kv_write_at<T, D>(a, b, hkv, i, d, r);
 }
 
+// Position the new row i is written at (kv_write_at's rule; outside [0, Lmax): not written).
+__device__ __forceinline__ long long write_pos(const AttnArgs& a, int i) {
+  if (a.pos != nullptr) return a.pos_n == 1 ? a.pos[0] + i : a.pos[i];
+  return a.start + i;
+}
+
+// One head's row x (D values at stride sd) as the attention reads it, computed by one warp:
+// lane l gets dims l + 32 e (e < D / 32), normed (row_rsqrt's sum, in its order) with the
+// weights nw and rotated as the arguments ask. The rotation's partner d +- D/2 is the same
+// lane's e +- D/64, so no value crosses lanes but the norm's sum.
+template <typename T, int D>
+__device__ __forceinline__ void head_row(const AttnArgs& a, const T* x, long long sd, const void* nw,
+                                         long long b, int i, int lane, float (&v)[D / 32]) {
+  constexpr int DPL = D / 32;
+  static_assert(DPL % 2 == 0, "the rotation pairs dims within a lane");
+#pragma unroll
+  for (int e = 0; e < DPL; ++e) v[e] = Ops<T>::to_f(x[(lane + 32 * e) * sd]);
+  if (a.norm_mode) {
+    float ss = 0.f;
+#pragma unroll
+    for (int e = 0; e < DPL; ++e) ss = fmaf(v[e], v[e], ss);
+    const float r = rsqrtf(warp_sum(ss) / D + a.eps);
+#pragma unroll
+    for (int e = 0; e < DPL; ++e) v[e] = normed<T>(a, nw, lane + 32 * e, v[e], r);
+  }
+  if (a.rope) {
+    float o[DPL];
+#pragma unroll
+    for (int e = 0; e < DPL; ++e) o[e] = v[(e + DPL / 2) % DPL];
+#pragma unroll
+    for (int e = 0; e < DPL; ++e) v[e] = rope_at<T>(a, b, i, lane + 32 * e, D / 2, v[e], o[e]);
+  }
+}
+
 // Element offset of output row (b, h, i) of D values.
 __device__ __forceinline__ long long attn_out_row(int bthd, long long b, long long h, long long i,
                                                   int Hq, int Lq) {
@@ -585,36 +619,44 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
   const int g = a.Hq / a.Hkv;
   const int rows = g * a.Lq;  // <= R (the caller's choice)
 
+  // Everything before the keys in one step (one round trip, one barrier): warp w takes the
+  // rows w, w + DEC_WARPS, ... of the block's q rows (normed and rotated as asked, scaled,
+  // into qs) followed, with W, by its Lq new key/value rows (written into the caches).
+  const int jobs = rows + (W ? a.Lq : 0);
+  for (int j = warp; j < jobs; j += DEC_WARPS) {
+    float x[DPL];
+    if (j < rows) {
+      const int h = hkv * g + j / a.Lq, i = j % a.Lq;
+      head_row<T, D>(a, q_row<T>(a, b, h, i), a.qsd, a.qnw, b, i, lane, x);
+#pragma unroll
+      for (int e = 0; e < DPL; ++e) qs[j][lane + 32 * e] = x[e] * a.scale_log2;
+    } else if constexpr (W) {
+      const int i = j - rows;
+      const long long p = write_pos(a, i);
+      if (p < 0 || p >= a.Lmax) continue;  // uniform over the warp
+      head_row<T, D>(a, kn_row<T>(a, b, hkv, i), a.kns[3], a.knw, b, i, lane, x);
+      T* kc = const_cast<T*>(reinterpret_cast<const T*>(a.k)) + b * a.ksb + hkv * a.ksh + p * a.ksl;
+      T* vc = const_cast<T*>(reinterpret_cast<const T*>(a.v)) + b * a.vsb + hkv * a.vsh + p * a.vsl;
+      const T* vn = reinterpret_cast<const T*>(a.vn) + b * a.vns[0] + hkv * a.vns[1] + i * a.vns[2];
+#pragma unroll
+      for (int e = 0; e < DPL; ++e) {
+        const int d = lane + 32 * e;
+        kc[d] = Ops<T>::from_f(x[e]);
+        vc[d] = vn[d * a.vns[3]];
+      }
+    }
+  }
+  for (int t = rows * D + threadIdx.x; t < R * D; t += blockDim.x) qs[t / D][t % D] = 0.f;
+  if (threadIdx.x < R) qpos[threadIdx.x] = (int)threadIdx.x < rows ? query_pos(a, threadIdx.x % a.Lq) : -1;
   if (threadIdx.x == 0) {
-    span[0] = a.Lmax;
-    span[1] = -1;
-  }
-  __shared__ float qnr[R], knr[R];
-  if (a.norm_mode) {
-    for (int r = warp; r < rows; r += DEC_WARPS)
-      qnr[r] = row_rsqrt<T, D>(a, q_row<T>(a, b, hkv * g + r / a.Lq, r % a.Lq), a.qsd, lane);
-    if constexpr (W) {
-      for (int i = warp; i < a.Lq; i += DEC_WARPS) knr[i] = row_rsqrt<T, D>(a, kn_row<T>(a, b, hkv, i), a.kns[3], lane);
+    int lo = a.Lmax, hi = -1;
+    for (int i = 0; i < a.Lq; ++i) {
+      const int p = query_pos(a, i);
+      hi = max(hi, p);
+      lo = min(lo, a.window > 0 ? max(0, p - a.window + 1) : 0);
     }
-    __syncthreads();
-  }
-  if constexpr (W) {
-    for (int t = threadIdx.x; t < a.Lq * D; t += blockDim.x)
-      kv_write_at<T, D>(a, b, hkv, t / D, t % D, a.norm_mode ? knr[t / D] : 0.f);
-  }
-  __syncthreads();
-  if (threadIdx.x < R) {
-    int p = -1;
-    if ((int)threadIdx.x < rows) {
-      p = query_pos(a, threadIdx.x % a.Lq);
-      atomicMax(&span[1], p);
-      atomicMin(&span[0], a.window > 0 ? max(0, p - a.window + 1) : 0);
-    }
-    qpos[threadIdx.x] = p;
-  }
-  for (int t = threadIdx.x; t < R * D; t += blockDim.x) {
-    const int r = t / D, d = t % D;
-    qs[r][d] = r < rows ? load_q<T, D>(a, b, hkv * g + r / a.Lq, r % a.Lq, d, a.norm_mode ? qnr[r] : 0.f) * a.scale_log2 : 0.f;
+    span[0] = lo;
+    span[1] = hi;
   }
   __syncthreads();
   const int kbeg = span[0], kend = span[1] + 1;
