@@ -12,7 +12,9 @@
   squares plus a constant, a weight of size ``[K]``), then *evaluated*: the subgraph from ``h``
   and the weight to ``x`` runs on random inputs and must equal one of the two formulas of
   ``ops.et_linear`` bit for bit, else nothing changes;
-- **residual epilogue**: ``add(r, linear(...))`` -> the linear with ``residual=r``.
+- **residual epilogue**: ``add(r, linear(...))`` -> the linear with ``residual=r``;
+- **residual plus norm**: ``add(r, rmsnorm(y))`` (a norm after the attention or the MLP, as
+  Gemma and OLMo-2 have; proven as the prologue's norms are) -> ``et_add_rmsnorm(y, r, w)``.
 
 The concatenated weights are new parameters of the exported program; weights no node uses
 any more leave it. Needs the ``ExportedProgram`` (its state holds the weights)."""
@@ -458,16 +460,50 @@ def residual(state, report):
             break
 
 
+# ---------------------------------------------------------------- residual plus norm
+
+def add_norm(state, report):
+    """``add(r, N(y))`` where ``N`` is an RMSNorm of ``y`` (proven as the prologue's are: found
+    by its shape, then evaluated bit for bit) used by nothing else -> ``et_add_rmsnorm(y, r,
+    weight)``: the norms Gemma and OLMo-2 put after the attention and the MLP."""
+    from .ops import et_add_rmsnorm
+
+    g = state.gm.graph
+    op = et_add_rmsnorm._opoverload
+    for a in list(g.nodes):
+        if a.op != "call_function" or a.target != aten.add.Tensor or len(a.args) != 2 \
+                or a.kwargs.get("alpha", 1) != 1:
+            continue
+        for nx, r in ((a.args[0], a.args[1]), (a.args[1], a.args[0])):
+            if not (isinstance(nx, torch.fx.Node) and isinstance(r, torch.fx.Node)
+                    and nx.op == "call_function" and len(nx.users) == 1
+                    and _same_shape(_val(nx), _val(a)) and _same_shape(_val(r), _val(a))):
+                continue
+            found = _prove_plain_norm(state, nx)
+            if found is None or not _same_shape(_val(found[0]), _val(nx)):
+                continue
+            h, wnode, mode, eps, off = found
+            args = (h, r, wnode, mode, eps, off)
+            with g.inserting_before(a):
+                new = g.call_function(op, args)
+            new.meta["val"] = _fake(op, *args)
+            _replace(g, a, new)
+            g.erase_node(a)
+            report["add_norm"] += 1
+            break
+
+
 def fuse(ep, report):
-    """Run the four fusions on ``ep`` in place (see the module docs); counts go to ``report``."""
+    """Run the five fusions on ``ep`` in place (see the module docs); counts go to ``report``."""
     state = State(ep)
-    for k in ("gated_mlp", "merged", "norm", "residual"):
+    for k in ("gated_mlp", "merged", "norm", "residual", "add_norm"):
         report.setdefault(k, 0)
     drop_identities(state.gm.graph)
     orphans = gated_mlp(state, report)
     orphans += siblings(state, report)
     norm_prologue(state, report)
     residual(state, report)
+    add_norm(state, report)
     g = state.gm.graph
     g.eliminate_dead_code()
     report["weights_dropped"] = state.drop_orphans(set(orphans))

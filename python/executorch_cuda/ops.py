@@ -100,6 +100,26 @@ def _(x, weight, bias, norm_weight, residual, norm_mode, eps, norm_offset, act):
     return x.new_empty((*x.shape[:-1], n))
 
 
+@torch.library.custom_op("et_cuda::et_add_rmsnorm", mutates_args=())
+def et_add_rmsnorm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor,
+    norm_mode: int,
+    eps: float,
+    norm_offset: float,
+) -> torch.Tensor:
+    """``residual + rmsnorm(x)``, the norm rounded to the dtype first (as ``et_linear``'s
+    norm: ``norm_mode`` 1 or 2): the norms Gemma and OLMo-2 put after the attention and the
+    MLP, before the residual add."""
+    return residual + _rms_ref(x, weight, norm_mode, eps, norm_offset)
+
+
+@et_add_rmsnorm.register_fake
+def _(x, residual, weight, norm_mode, eps, norm_offset):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
 def _attention_ref(q, k_cache, v_cache, positions, scale, window=0):
     """q [B, Hq, Lq, D]; caches [B, Hkv, Lmax, D]; positions [Lq] (int64): query i sees keys 0..positions[i]."""
     b, hq, lq, d = q.shape

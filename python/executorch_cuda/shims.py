@@ -8,6 +8,9 @@ C_SHIMS = {
     "et_linear": "AOTITorchError aoti_torch_cuda_et_linear("
     "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle*, AtenTensorHandle*, AtenTensorHandle*, "
     "int64_t, double, double, int64_t, AtenTensorHandle*)",
+    "et_add_rmsnorm": "AOTITorchError aoti_torch_cuda_et_add_rmsnorm("
+    "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, int64_t, double, double, "
+    "AtenTensorHandle*)",
     "et_gemv": "AOTITorchError aoti_torch_cuda_et_gemv("
     "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle*)",
     "et_gemv_bias": "AOTITorchError aoti_torch_cuda_et_gemv_bias("

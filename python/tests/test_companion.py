@@ -25,8 +25,10 @@ from executorch_cuda import shims  # noqa: E402
 
 def _rust_shims():
     """{name: [C parameter types]} of the library's aoti_torch_cuda_et_* entry points."""
-    with open(os.path.join(ROOT, "src", "shim", "decode.rs")) as f:
-        src = f.read()
+    src = ""
+    for name in ("decode.rs", "norm.rs"):
+        with open(os.path.join(ROOT, "src", "shim", name)) as f:
+            src += f.read()
     out = {}
     for m in re.finditer(r'pub unsafe extern "C" fn (aoti_torch_cuda_et_\w+)\(([^)]*)\)', src):
         params = [p.split(":")[1].strip() for p in m.group(2).split(",") if p.strip()]
@@ -42,7 +44,7 @@ RUST_TO_C = {"AtenTensorHandle": "AtenTensorHandle", "*mut AtenTensorHandle": "A
 class MappingTable(unittest.TestCase):
     def test_every_op_maps_to_a_shim_the_library_exports_with_the_same_signature(self):
         rust = _rust_shims()
-        self.assertEqual(len(rust), 8, rust)
+        self.assertEqual(len(rust), 9, rust)
         self.assertEqual(set(rust), {shims.shim_name(op) for op in shims.C_SHIMS})
         for op, decl in shims.C_SHIMS.items():
             m = re.fullmatch(r"AOTITorchError (\w+)\((.*)\)", decl)
@@ -280,9 +282,11 @@ class _Norm(torch.nn.Module if torch is not None else object):
         return self.weight * xn.to(x.dtype)
 
 
-def _layer_model(gemma=False, bad_norm=False, packed=None):
+def _layer_model(gemma=False, bad_norm=False, packed=None, post_norms=False):
     """Two hand-written decoder MLP blocks and a head: the patterns of fuse.py, and a
     look-alike norm (bad_norm: mean of |x| instead of x^2) that must not be folded.
+    ``post_norms``: a norm of the attention's and of the MLP's result before each residual
+    add (Gemma-2/3, OLMo-2).
     ``packed``: gate and up as halves of one linear ("chunk", "split", or "swapped": up is
     the first half, which the fused kernel's layout does not take)."""
 
@@ -297,6 +301,8 @@ def _layer_model(gemma=False, bad_norm=False, packed=None):
             self.gate = torch.nn.Linear(64, 128, bias=False)
             self.up = torch.nn.Linear(64, 128, bias=False)
             self.down = torch.nn.Linear(128, 64, bias=False)
+            self.post_attn = _Norm(64, gemma)
+            self.post_mlp = _Norm(64, gemma)
             if packed:
                 self.gate_up = torch.nn.Linear(64, 256, bias=False)
 
@@ -305,7 +311,8 @@ def _layer_model(gemma=False, bad_norm=False, packed=None):
             if bad_norm:
                 xf = x.float()
                 h = (xf * torch.rsqrt(xf.abs().mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * self.norm.weight
-            x = x + self.o(torch.cat([self.q(h), self.k(h)], -1))
+            o = self.o(torch.cat([self.q(h), self.k(h)], -1))
+            x = x + (self.post_attn(o) if post_norms else o)
             h = self.post(x)
             if packed:
                 gu = self.gate_up(h)
@@ -314,7 +321,8 @@ def _layer_model(gemma=False, bad_norm=False, packed=None):
                     g, u = u, g
                 return x + F.dropout(self.down(F.silu(g) * u), 0.1, training=False)
             act = F.gelu(self.gate(h), approximate="tanh") if gemma else F.silu(self.gate(h))
-            return x + self.down(act * self.up(h))
+            d = self.down(act * self.up(h))
+            return x + (self.post_mlp(d) if post_norms else d)
 
     class Model(torch.nn.Module):
         def __init__(self):
@@ -362,6 +370,18 @@ class Fusions(unittest.TestCase):
         _, r, got, want = self._run(gemma=True)
         self.assertEqual((r["gated_mlp"], r["norm"], r["residual"]), (2, 5, 4), r)
         self.assertTrue(torch.equal(got, want))
+
+    def test_norms_before_the_residual_adds_become_add_rmsnorm(self):
+        for gemma in (True, False):
+            ep, r, got, want = self._run(gemma=gemma, post_norms=True)
+            # The O and down projections' adds now read a norm: no residual epilogue there.
+            self.assertEqual((r["add_norm"], r["residual"], r["norm"]), (4, 0, 5), (gemma, r))
+            ops = [n for n in ep.graph.nodes if n.target == torch.ops.et_cuda.et_add_rmsnorm.default]
+            self.assertEqual(len(ops), 4)
+            self.assertEqual({n.args[3] for n in ops}, {2 if gemma else 1})
+            self.assertTrue(torch.equal(got, want), gemma)
+        _, r, _, _ = self._run(gemma=True)
+        self.assertEqual(r["add_norm"], 0, r)
 
     def test_gate_and_up_as_halves_of_one_linear_fuse_in_place(self):
         for packed in ("chunk", "split"):

@@ -244,7 +244,8 @@ class HfFamilies(unittest.TestCase):
         return report
 
     def test_llama(self):
-        self.assertEqual(self.check("llama")["rope_norm"], 0)
+        report = self.check("llama")
+        self.assertEqual((report["rope_norm"], report["add_norm"]), (0, 0), report)
 
     def test_qwen3_with_its_heads_norms_before_the_transpose(self):
         self.assertEqual(self.check("qwen3")["rope_norm"], 2)
@@ -258,6 +259,8 @@ class HfFamilies(unittest.TestCase):
     def test_gemma3_sliding_and_global_layers_with_heads_norms_after_the_transpose(self):
         report = self.check("gemma3")
         self.assertEqual((report["window"], report["rope_norm"]), (1, 2), report)
+        # Its norms after the attention and the MLP, before the residual adds.
+        self.assertEqual(report["add_norm"], 4, report)
 
 
 if __name__ == "__main__":

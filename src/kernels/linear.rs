@@ -454,6 +454,9 @@ fn composite(l: &Linear, x: &Tensor, w: &Tensor, f: &Fusion, y: Tensor) -> Resul
     Ok(y)
 }
 
+#[path = "linear/add_norm.rs"]
+mod add_norm;
+pub use add_norm::add_rmsnorm;
 #[path = "linear/names.rs"]
 mod names;
 #[cfg(test)]

@@ -50,6 +50,8 @@
 //!     int64_t norm_mode, double eps, double norm_offset, int64_t act, AtenTensorHandle* ret0);
 //! ```
 //!
+//! `et_add_rmsnorm`'s shim is in `norm.rs`.
+//!
 //! Optional tensors (`Tensor?`) come as a pointer to a handle, null for `None`.
 //!
 //! Each returns a new tensor the caller owns, computed on the device's current

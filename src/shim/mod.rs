@@ -20,6 +20,7 @@ pub mod device;
 pub mod diag;
 pub mod driver;
 pub mod int4;
+pub mod norm;
 pub mod sort_rand;
 pub mod tensor;
 pub mod views;

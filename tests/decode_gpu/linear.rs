@@ -18,11 +18,21 @@ type Linear = unsafe extern "C" fn(
     i64,
     *mut *mut c_void,
 ) -> i32;
+type AddNorm = unsafe extern "C" fn(
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    i64,
+    f64,
+    f64,
+    *mut *mut c_void,
+) -> i32;
 type Toggle = extern "C" fn(i32) -> i32;
 type GetDim = unsafe extern "C" fn(*mut c_void, *mut i64) -> i32;
 
 struct Lin {
     linear: Linear,
+    add_norm: AddNorm,
     pdl: Toggle,
     dim: GetDim,
 }
@@ -47,6 +57,9 @@ fn lin() -> &'static Lin {
             Lin {
                 linear: std::mem::transmute::<*mut c_void, Linear>(sym(
                     "aoti_torch_cuda_et_linear",
+                )),
+                add_norm: std::mem::transmute::<*mut c_void, AddNorm>(sym(
+                    "aoti_torch_cuda_et_add_rmsnorm",
                 )),
                 pdl: std::mem::transmute::<*mut c_void, Toggle>(sym("et_cuda_debug_pdl")),
                 dim: std::mem::transmute::<*mut c_void, GetDim>(sym("aoti_torch_get_dim")),
@@ -263,6 +276,77 @@ fn linear_matches_reference_for_every_fusion_and_m() {
     }
     (lin().pdl)(1);
     println!("et_linear: {count} cases, {} failed", fails.len());
+    assert!(fails.is_empty(), "{fails:#?}");
+}
+
+/// et_add_rmsnorm (`residual + rmsnorm(x)`, the norm rounded first) against `norm_rows`:
+/// both dtypes, both modes, the register path (K % 8 == 0, K <= 8192, aligned) and the plain
+/// loop (K = 100, K = 8200, rows of x at an odd element stride), one row and several.
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
+fn add_rmsnorm_matches_reference() {
+    require_gpu("add_rmsnorm_matches_reference");
+    let mut fails = Vec::new();
+    let mut count = 0;
+    for pdl in [1, 0] {
+        (lin().pdl)(pdl);
+        for dt in [BF16, F16] {
+            for k in [64usize, 100, 1152, 2048, 8192, 8200] {
+                for m in [1usize, 3, 17] {
+                    for (mode, off) in [(1i64, 0f32), (2, 1.0), (2, 0.0)] {
+                        for pad in [0usize, 1] {
+                            let mut rng = Rng((k * 31 + m * 7 + mode as usize + pad) as u64 | 1);
+                            let (x, g, r) = (rng.vec(m * k), rng.vec(k), rng.vec(m * k));
+                            // Values as the device holds them.
+                            let (x, g, r) = (
+                                decode(&encode(&x, dt), dt),
+                                decode(&encode(&g, dt), dt),
+                                decode(&encode(&r, dt), dt),
+                            );
+                            let row = (k + pad) as i64;
+                            let xd = DevBuf::from_host(&encode(&padded(&x, k, pad), dt));
+                            let gd = DevBuf::from_host(&encode(&g, dt));
+                            let rd = DevBuf::from_host(&encode(&r, dt));
+                            let (mi, ki) = (m as i64, k as i64);
+                            let gh = wrap(&gd, 0, &[ki], &[1], dt);
+                            let rh = wrap(&rd, 0, &[1, mi, ki], &[mi * ki, ki, 1], dt);
+                            let xh = wrap(&xd, 0, &[1, mi, ki], &[mi * row, row, 1], dt);
+                            let mut y = std::ptr::null_mut();
+                            // SAFETY: live handles; out-pointer to a local.
+                            let st = unsafe {
+                                (lin().add_norm)(
+                                    xh.0,
+                                    rh.0,
+                                    gh.0,
+                                    mode,
+                                    1e-6,
+                                    f64::from(off),
+                                    &mut y,
+                                )
+                            };
+                            assert_eq!(st, 0, "et_add_rmsnorm: {}", last_error());
+                            let y = Handle(y);
+                            let got = read(&y, m * k, dt);
+                            let want: Vec<f32> = norm_rows(&x, &g, (mode, off), dt)
+                                .iter()
+                                .zip(&r)
+                                .map(|(n, rv)| round_to(n + rv, dt))
+                                .collect();
+                            let (err, ok) = check_close(&got, &want, dt);
+                            count += 1;
+                            if !ok {
+                                fails.push(format!(
+                                    "pdl={pdl} dt={dt} K={k} M={m} mode={mode} off={off} pad={pad}: {err:.3e}"
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    (lin().pdl)(1);
+    println!("et_add_rmsnorm: {count} cases, {} failed", fails.len());
     assert!(fails.is_empty(), "{fails:#?}");
 }
 

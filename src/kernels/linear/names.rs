@@ -92,12 +92,16 @@ pub(super) const EPILOGUE: [[&str; 3]; 2] = [
 /// The norm kernels of the prefill path: [bf16, f16].
 pub(super) const NORM: [&str; 2] = ["et_lin_norm_bf16", "et_lin_norm_f16"];
 
+/// The residual-plus-norm kernels of `add_rmsnorm`: [bf16, f16].
+pub(super) const ADD_NORM: [&str; 2] = ["et_add_norm_bf16", "et_add_norm_f16"];
+
 /// Every entry point of the fused linear in `kernels/decode.cu` (checked against the PTX).
 #[cfg(test)]
 pub fn kernels() -> Vec<&'static str> {
     let fused = FUSED.iter().flatten().flatten();
     fused
         .chain(&NORM)
+        .chain(&ADD_NORM)
         .chain(EPILOGUE.iter().flatten())
         .copied()
         .collect()

@@ -165,3 +165,29 @@ fn a_norm_before_a_vocabulary_head_is_not_fused() {
     assert!(!takes_fused(true, false, 2048, MAX_FUSED_ROWS + 1));
     assert!(!takes_fused(false, false, 2048, 1));
 }
+
+#[test]
+fn add_rmsnorm_arguments_are_checked_before_the_device() {
+    let bf = dtype::BFLOAT16;
+    let x = t(bf, &[2, 64]);
+    let g = t(bf, &[64]);
+    let norm = |w| Norm {
+        weight: w,
+        mode: NormMode::Fp32Offset,
+        eps: 1e-6,
+        offset: 1.0,
+    };
+    let err = |r: Result<Tensor>| r.expect_err("should be refused").to_string();
+    // The residual has x's sizes and dtype.
+    assert!(err(add_rmsnorm(&x, &t(bf, &[2, 32]), &norm(&g))).contains("x's sizes [2, 64]"));
+    assert!(err(add_rmsnorm(&x, &t(dtype::FLOAT16, &[2, 64]), &norm(&g))).contains("residual"));
+    // The weight is a [K] of x's dtype; x is bf16 or fp16 with at least one dimension.
+    let short = t(bf, &[63]);
+    assert!(err(add_rmsnorm(&x, &x, &norm(&short))).contains("contiguous [64]"));
+    let f32x = t(dtype::FLOAT32, &[2, 64]);
+    assert!(err(add_rmsnorm(&f32x, &f32x, &norm(&g))).contains("bfloat16 or float16"));
+    let scalar = t(bf, &[]);
+    assert!(err(add_rmsnorm(&scalar, &scalar, &norm(&g))).contains("at least one dimension"));
+    // Every check passed: the CPU tensors are refused for their device, naming it.
+    assert!(err(add_rmsnorm(&x, &x, &norm(&g))).contains("CUDA device"));
+}
