@@ -689,43 +689,67 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
       vr[t] = kt < kend ? *reinterpret_cast<const V*>(vb + (kt * a.vsl + lane * DPL) * (long long)sizeof(T))
                         : V{};
     }
+    // Every row at once, so that the rows' chains interleave: the scores (each K vector
+    // unpacked once for all rows), the rows' maxima (their shuffles side by side), the
+    // probabilities, then each key's V values (unpacked once) into every row. Rows past
+    // `rows` have zero q and see nothing.
+    float x[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (r >= rows) break;
-      float sc = 0.f;
+    for (int r = 0; r < R; ++r) x[r] = 0.f;
 #pragma unroll
-      for (int i = 0; i < KVEC; ++i) {
-        const uint32_t words[4] = {kr[i].x, kr[i].y, kr[i].z, kr[i].w};
+    for (int i = 0; i < KVEC; ++i) {
+      const uint32_t words[4] = {kr[i].x, kr[i].y, kr[i].z, kr[i].w};
+      const float2 k0 = Ops<T>::pair(words[0]), k1 = Ops<T>::pair(words[1]);
+      const float2 k2 = Ops<T>::pair(words[2]), k3 = Ops<T>::pair(words[3]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
         const float4 q0 = *reinterpret_cast<const float4*>(&qs[r][d0 + i * 8]);
         const float4 q1 = *reinterpret_cast<const float4*>(&qs[r][d0 + i * 8 + 4]);
-        const float2 k0 = Ops<T>::pair(words[0]), k1 = Ops<T>::pair(words[1]);
-        const float2 k2 = Ops<T>::pair(words[2]), k3 = Ops<T>::pair(words[3]);
-        sc = fmaf(q0.x, k0.x, fmaf(q0.y, k0.y, fmaf(q0.z, k1.x, fmaf(q0.w, k1.y, sc))));
-        sc = fmaf(q1.x, k2.x, fmaf(q1.y, k2.y, fmaf(q1.z, k3.x, fmaf(q1.w, k3.y, sc))));
+        float sc = fmaf(q0.x, k0.x, fmaf(q0.y, k0.y, fmaf(q0.z, k1.x, fmaf(q0.w, k1.y, x[r]))));
+        x[r] = fmaf(q1.x, k2.x, fmaf(q1.y, k2.y, fmaf(q1.z, k3.x, fmaf(q1.w, k3.y, sc))));
       }
-      if constexpr (KL == 2) sc += __shfl_xor_sync(0xffffffffu, sc, 1);
+    }
+    float mx[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if constexpr (KL == 2) x[r] += __shfl_xor_sync(0xffffffffu, x[r], 1);
       const int p = pr[r];
-      const bool vis = kin && key <= p && (a.window <= 0 || key > p - a.window);
-      const float x = vis ? sc : -INFINITY;
-      const float mn = fmaxf(m[r], warp_max(x));
-      if (mn == -INFINITY) continue;  // nothing visible to this row yet (uniform over the warp)
-      const float corr = exp2f(m[r] - mn);
-      const float pv = vis ? exp2f(x - mn) : 0.f;
+      const bool vis = r < rows && kin && key <= p && (a.window <= 0 || key > p - a.window);
+      x[r] = vis ? x[r] : -INFINITY;
+      mx[r] = x[r];
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+      for (int r = 0; r < R; ++r) mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], off));
+    float pv[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float mn = fmaxf(m[r], mx[r]);
+      // Nothing visible to this row yet: nothing changes (uniform over the warp).
+      const float corr = mn == -INFINITY ? 1.f : exp2f(m[r] - mn);
+      pv[r] = x[r] == -INFINITY ? 0.f : exp2f(x[r] - mn);
       m[r] = mn;
       // lane-partial (one lane per key); summed over the warp at the end
-      l[r] = l[r] * corr + (part == 0 ? pv : 0.f);
+      l[r] = l[r] * corr + (part == 0 ? pv[r] : 0.f);
 #pragma unroll
       for (int d = 0; d < DPL; ++d) acc[r][d] *= corr;
+    }
 #pragma unroll
-      for (int t = 0; t < TILE; ++t) {
-        const float pt = __shfl_sync(0xffffffffu, pv, t * KL);
-        const uint32_t* vw = reinterpret_cast<const uint32_t*>(&vr[t]);
+    for (int t = 0; t < TILE; ++t) {
+      const uint32_t* vw = reinterpret_cast<const uint32_t*>(&vr[t]);
+      float vf[DPL];
 #pragma unroll
-        for (int d = 0; d < DPL; d += 2) {
-          const float2 vf = Ops<T>::pair(vw[d / 2]);
-          acc[r][d] = fmaf(pt, vf.x, acc[r][d]);
-          acc[r][d + 1] = fmaf(pt, vf.y, acc[r][d + 1]);
-        }
+      for (int d = 0; d < DPL; d += 2) {
+        const float2 f = Ops<T>::pair(vw[d / 2]);
+        vf[d] = f.x;
+        vf[d + 1] = f.y;
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float pt = __shfl_sync(0xffffffffu, pv[r], t * KL);
+#pragma unroll
+        for (int d = 0; d < DPL; ++d) acc[r][d] = fmaf(pt, vf[d], acc[r][d]);
       }
     }
   }
@@ -1125,6 +1149,86 @@ __device__ __forceinline__ void rmsnorm_rows(const LinArgs& a) {
   }
 }
 
+// et_add_rmsnorm: y = residual + rmsnorm(x), row by row, the norm rounded to T before the add
+// (as `residual + norm(x)` rounds in eager PyTorch: Gemma's and OLMo-2's norms after the
+// attention and the MLP). a.x rows of stride sx, a.res rows of stride sr, a.norm the [K]
+// weight, y [M][K] contiguous; a.K columns. One block of 256 threads per row. Rows of K % 8 == 0
+// and at most 256 * 8 * ADD_NORM_VPT elements, 16-byte aligned, keep their x in registers
+// between the two passes; others take a plain loop. PDL: the weight is loaded before the wait.
+constexpr int ADD_NORM_VPT = 4;
+template <typename T>
+__device__ __forceinline__ void add_rmsnorm_rows(const LinArgs& a) {
+  __shared__ float part[8];
+  pdl_launch_dependents();
+  const int K = a.K;
+  const T* x = reinterpret_cast<const T*>(a.x) + (long long)blockIdx.x * a.sx;
+  const T* res = reinterpret_cast<const T*>(a.res) + (long long)blockIdx.x * a.sr;
+  const T* g = reinterpret_cast<const T*>(a.norm);
+  T* y = reinterpret_cast<T*>(a.y) + (long long)blockIdx.x * K;
+  const bool vec = K % 8 == 0 && K <= 256 * 8 * ADD_NORM_VPT &&
+                   ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(res) |
+                     reinterpret_cast<uintptr_t>(g) | reinterpret_cast<uintptr_t>(y)) & 15) == 0;
+  const int mode = a.norm_mode;
+  const float add = mode == 1 ? 0.f : a.norm_add;
+  auto finish = [&](float v, float r, float gk, float rk) {
+    const float n = mode == 1 ? rnd<T>(rnd<T>(v * r) * gk) : rnd<T>(v * r * (add + gk));
+    return Ops<T>::from_f(n + rk);
+  };
+  auto block_sum = [&](float s) {
+    s = warp_sum(s);
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
+    __syncthreads();
+    float tot = 0.f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); ++i) tot += part[i];
+    return tot;
+  };
+  if (vec) {
+    uint4 gv[ADD_NORM_VPT], xv[ADD_NORM_VPT], rv[ADD_NORM_VPT];
+#pragma unroll
+    for (int i = 0; i < ADD_NORM_VPT; ++i) {
+      const int k = (threadIdx.x + i * blockDim.x) * 8;
+      gv[i] = k < K ? *reinterpret_cast<const uint4*>(g + k) : make_uint4(0, 0, 0, 0);
+    }
+    pdl_wait();
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < ADD_NORM_VPT; ++i) {
+      const int k = (threadIdx.x + i * blockDim.x) * 8;
+      xv[i] = k < K ? *reinterpret_cast<const uint4*>(x + k) : make_uint4(0, 0, 0, 0);
+      rv[i] = k < K ? *reinterpret_cast<const uint4*>(res + k) : make_uint4(0, 0, 0, 0);
+      s += sumsq8<T>(xv[i]);
+    }
+    const float r = rsqrtf(block_sum(s) / (float)K + a.eps);
+#pragma unroll
+    for (int i = 0; i < ADD_NORM_VPT; ++i) {
+      const int k = (threadIdx.x + i * blockDim.x) * 8;
+      if (k >= K) continue;
+      const uint32_t xw[4] = {xv[i].x, xv[i].y, xv[i].z, xv[i].w};
+      const uint32_t gw[4] = {gv[i].x, gv[i].y, gv[i].z, gv[i].w};
+      const uint32_t rw[4] = {rv[i].x, rv[i].y, rv[i].z, rv[i].w};
+      uint32_t out[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 f = Ops<T>::pair(xw[j]), gg = Ops<T>::pair(gw[j]), rr = Ops<T>::pair(rw[j]);
+        T lo = finish(f.x, r, gg.x, rr.x), hi = finish(f.y, r, gg.y, rr.y);
+        out[j] = (uint32_t)(*reinterpret_cast<uint16_t*>(&lo)) |
+                 ((uint32_t)(*reinterpret_cast<uint16_t*>(&hi)) << 16);
+      }
+      *reinterpret_cast<uint4*>(y + k) = make_uint4(out[0], out[1], out[2], out[3]);
+    }
+    return;
+  }
+  pdl_wait();
+  float s = 0.f;
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+    const float v = Ops<T>::to_f(x[k]);
+    s = fmaf(v, v, s);
+  }
+  const float r = rsqrtf(block_sum(s) / (float)K + a.eps);
+  for (int k = threadIdx.x; k < K; k += blockDim.x)
+    y[k] = finish(Ops<T>::to_f(x[k]), r, Ops<T>::to_f(g[k]), Ops<T>::to_f(res[k]));
+}
+
 // a.x: the product [M][Nw] (rounded, bias included), contiguous; writes y [M][N].
 template <typename T, int ACT>
 __device__ __forceinline__ void linear_epilogue(const LinArgs& a) {
@@ -1195,6 +1299,10 @@ GEMV_GENERIC(et_gemv_generic_f16, __half)
   extern "C" __global__ void __launch_bounds__(32 * DEC_WARPS) et_attn_decw_##NAME(AttnArgs a) {\
     attn_decode<T, D, R, true>(a);                                                              \
   }
+ATTN_DEC(bf16_d64_r2, __nv_bfloat16, 64, 2)
+ATTN_DEC(bf16_d128_r2, __nv_bfloat16, 128, 2)
+ATTN_DEC(f16_d64_r2, __half, 64, 2)
+ATTN_DEC(f16_d128_r2, __half, 128, 2)
 ATTN_DEC(bf16_d64_r4, __nv_bfloat16, 64, 4)
 ATTN_DEC(bf16_d64_r8, __nv_bfloat16, 64, 8)
 ATTN_DEC(bf16_d128_r4, __nv_bfloat16, 128, 4)
@@ -1243,6 +1351,9 @@ ATTN(et_attn_f16_d256, et_attn_combine_f16_d256, __half, 256)
   LIN_ACT(DT, T, 2)                                                                             \
   extern "C" __global__ void __launch_bounds__(256) et_lin_norm_##DT(LinArgs a) {              \
     rmsnorm_rows<T>(a);                                                                         \
+  }                                                                                             \
+  extern "C" __global__ void __launch_bounds__(256) et_add_norm_##DT(LinArgs a) {             \
+    add_rmsnorm_rows<T>(a);                                                                     \
   }                                                                                             \
   extern "C" __global__ void __launch_bounds__(256) et_lin_epi_##DT##_a0(LinArgs a) {          \
     linear_epilogue<T, 0>(a);                                                                   \

@@ -20,6 +20,14 @@ pub const KERNELS: &[&str] = &[
     "et_attn_combine_bf16_d256",
     "et_attn_f16_d256",
     "et_attn_combine_f16_d256",
+    "et_attn_dec_bf16_d64_r2",
+    "et_attn_dec_bf16_d128_r2",
+    "et_attn_dec_f16_d64_r2",
+    "et_attn_dec_f16_d128_r2",
+    "et_attn_decw_bf16_d64_r2",
+    "et_attn_decw_bf16_d128_r2",
+    "et_attn_decw_f16_d64_r2",
+    "et_attn_decw_f16_d128_r2",
     "et_attn_dec_bf16_d64_r4",
     "et_attn_dec_bf16_d64_r8",
     "et_attn_dec_bf16_d128_r4",
@@ -105,6 +113,16 @@ pub fn decode_kernel(p: &Problem, nsplit: i64) -> Option<(&'static str, &'static
         return None;
     }
     let bf = p.dtype == dtype::BFLOAT16;
+    // Two rows (Qwen3: 16 q heads over 8 KV heads) take kernels of two rows: the kernel's
+    // work grows with its row count, whether the rows are used or not.
+    if rows <= 2 && p.d != 256 {
+        return Some(match (bf, p.d) {
+            (true, 64) => ("et_attn_dec_bf16_d64_r2", "et_attn_decw_bf16_d64_r2"),
+            (true, _) => ("et_attn_dec_bf16_d128_r2", "et_attn_decw_bf16_d128_r2"),
+            (false, 64) => ("et_attn_dec_f16_d64_r2", "et_attn_decw_f16_d64_r2"),
+            (false, _) => ("et_attn_dec_f16_d128_r2", "et_attn_decw_f16_d128_r2"),
+        });
+    }
     Some(match (bf, p.d, rows > 4) {
         (true, 64, false) => ("et_attn_dec_bf16_d64_r4", "et_attn_decw_bf16_d64_r4"),
         (true, 64, true) => ("et_attn_dec_bf16_d64_r8", "et_attn_decw_bf16_d64_r8"),
