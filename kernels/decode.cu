@@ -367,22 +367,42 @@ __device__ __forceinline__ void head_row(const AttnArgs& a, const T* x, long lon
                                          long long b, int i, int lane, float (&v)[D / 32]) {
   constexpr int DPL = D / 32;
   static_assert(DPL % 2 == 0, "the rotation pairs dims within a lane");
+  const T* w = reinterpret_cast<const T*>(nw);
+  const T* cs = reinterpret_cast<const T*>(a.cs);
+  const T* sn = reinterpret_cast<const T*>(a.sn);
+  const bool norm = a.norm_mode != 0, rope = a.rope != 0;
+  // Every load first, so that they make one round trip (the ones under a flag cannot be moved
+  // above the norm's shuffles by the compiler): the row, the norm weights, cos and sin.
+  float wv[DPL], cv[DPL], sv[DPL];
 #pragma unroll
-  for (int e = 0; e < DPL; ++e) v[e] = Ops<T>::to_f(x[(lane + 32 * e) * sd]);
-  if (a.norm_mode) {
+  for (int e = 0; e < DPL; ++e) {
+    const int d = lane + 32 * e;
+    v[e] = Ops<T>::to_f(x[d * sd]);
+    wv[e] = norm ? Ops<T>::to_f(w[d]) : 0.f;
+    cv[e] = rope ? Ops<T>::to_f(cs[b * a.css[0] + i * a.css[1] + d * a.css[2]]) : 0.f;
+    sv[e] = rope ? Ops<T>::to_f(sn[b * a.sns[0] + i * a.sns[1] + d * a.sns[2]]) : 0.f;
+  }
+  if (norm) {
     float ss = 0.f;
 #pragma unroll
     for (int e = 0; e < DPL; ++e) ss = fmaf(v[e], v[e], ss);
     const float r = rsqrtf(warp_sum(ss) / D + a.eps);
+    // normed<T>'s arithmetic
 #pragma unroll
-    for (int e = 0; e < DPL; ++e) v[e] = normed<T>(a, nw, lane + 32 * e, v[e], r);
+    for (int e = 0; e < DPL; ++e)
+      v[e] = a.norm_mode == 1 ? Ops<T>::to_f(Ops<T>::from_f(wv[e] * Ops<T>::to_f(Ops<T>::from_f(v[e] * r))))
+                              : Ops<T>::to_f(Ops<T>::from_f(v[e] * r * (a.norm_off + wv[e])));
   }
-  if (a.rope) {
+  if (rope) {
+    // rope_at<T>'s arithmetic; the partner of dim d is d +- D/2, the same lane's e +- DPL/2
     float o[DPL];
 #pragma unroll
     for (int e = 0; e < DPL; ++e) o[e] = v[(e + DPL / 2) % DPL];
 #pragma unroll
-    for (int e = 0; e < DPL; ++e) v[e] = rope_at<T>(a, b, i, lane + 32 * e, D / 2, v[e], o[e]);
+    for (int e = 0; e < DPL; ++e) {
+      const float r = e < DPL / 2 ? -o[e] : o[e];
+      v[e] = Ops<T>::to_f(Ops<T>::from_f(fmaf(v[e], cv[e], r * sv[e])));
+    }
   }
 }
 
@@ -597,18 +617,25 @@ template <> struct VVec<2> { using type = uint32_t; };
 template <> struct VVec<4> { using type = uint2; };
 template <> struct VVec<8> { using type = uint4; };
 
-// W: et_attention_rope's write first (the block's own KV head; visible to the block after the
-// barrier, so the K loads then go through L2 instead of the read-only path).
+// W: et_attention_rope's write first (the block's own KV head). The first tile's keys and
+// values are loaded before the new rows are made, so the two round trips overlap: a key the
+// block writes is then taken from the copy it keeps in shared memory (its cache row may have
+// been read before it was written), in every tile. Later tiles load through L2 (the block's
+// writes are visible to it after the barrier). New rows with equal positions race in the cache
+// as they do in eager PyTorch's index_copy_.
 template <typename T, int D, int R, bool W>
 __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
   constexpr int DPL = D / 32;
   constexpr int KL = D > 128 ? 2 : 1;  // lanes per key: each holds D / KL of the key's K row
   constexpr int TILE = 32 / KL;        // keys per warp tile
   constexpr int KVEC = D / 8 / KL;     // 16-byte K vectors per lane
+  constexpr bool EARLY = R <= 4;       // first tile before the rows (eight rows: registers spill)
+  constexpr int NW = W && EARLY ? R : 1;  // new rows kept (Lq <= R)
   using V = typename VVec<DPL>::type;
   __shared__ __align__(16) float qs[R][D];
-  __shared__ int qpos[R];
-  __shared__ int span[2];
+  __shared__ __align__(16) T knew[NW][D];
+  __shared__ __align__(16) T vnew[NW][D];
+  __shared__ int newpos[NW];
   __shared__ float wm[DEC_WARPS][R], wl[DEC_WARPS][R];
   __shared__ float wacc[DEC_WARPS][R][D];
 
@@ -619,9 +646,36 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
   const int g = a.Hq / a.Hkv;
   const int rows = g * a.Lq;  // <= R (the caller's choice)
 
+  // The keys the block reads, [first visible, last visible]: every thread works them out.
+  int kbeg = a.Lmax, kend = 0;
+  for (int i = 0; i < a.Lq; ++i) {
+    const int p = query_pos(a, i);
+    kend = max(kend, p + 1);
+    kbeg = min(kbeg, a.window > 0 ? max(0, p - a.window + 1) : 0);
+  }
+  const char* kb = reinterpret_cast<const char*>(a.k) + (b * a.ksb + hkv * a.ksh) * (long long)sizeof(T);
+  const char* vb = reinterpret_cast<const char*>(a.v) + (b * a.vsb + hkv * a.vsh) * (long long)sizeof(T);
+  const int part = lane % KL, d0 = part * (D / KL);
+  uint4 kr[KVEC];
+  V vr[TILE];
+  auto load_tile = [&](int base) {
+    const int key = base + lane / KL;
+#pragma unroll
+    for (int i = 0; i < KVEC; ++i)
+      kr[i] = key < kend ? ld_kv<W>(kb + (key * a.ksl + d0 + i * 8) * (long long)sizeof(T)) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int t = 0; t < TILE; ++t) {
+      const int kt = base + t;
+      vr[t] = kt < kend ? *reinterpret_cast<const V*>(vb + (kt * a.vsl + lane * DPL) * (long long)sizeof(T))
+                        : V{};
+    }
+  };
+  int base = kbeg + warp * TILE;
+  if (EARLY && base < kend) load_tile(base);
+
   // Everything before the keys in one step (one round trip, one barrier): warp w takes the
   // rows w, w + DEC_WARPS, ... of the block's q rows (normed and rotated as asked, scaled,
-  // into qs) followed, with W, by its Lq new key/value rows (written into the caches).
+  // into qs) followed, with W, by its Lq new key/value rows (written into the caches and kept).
   const int jobs = rows + (W ? a.Lq : 0);
   for (int j = warp; j < jobs; j += DEC_WARPS) {
     float x[DPL];
@@ -633,36 +687,35 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
     } else if constexpr (W) {
       const int i = j - rows;
       const long long p = write_pos(a, i);
-      if (p < 0 || p >= a.Lmax) continue;  // uniform over the warp
+      const T* vn = reinterpret_cast<const T*>(a.vn) + b * a.vns[0] + hkv * a.vns[1] + i * a.vns[2];
+      T vv[DPL];
+#pragma unroll
+      for (int e = 0; e < DPL; ++e) vv[e] = vn[(lane + 32 * e) * a.vns[3]];
       head_row<T, D>(a, kn_row<T>(a, b, hkv, i), a.kns[3], a.knw, b, i, lane, x);
+      const bool in = p >= 0 && p < a.Lmax;  // uniform over the warp
+      if (EARLY && lane == 0) newpos[i] = in ? (int)p : -1;
       T* kc = const_cast<T*>(reinterpret_cast<const T*>(a.k)) + b * a.ksb + hkv * a.ksh + p * a.ksl;
       T* vc = const_cast<T*>(reinterpret_cast<const T*>(a.v)) + b * a.vsb + hkv * a.vsh + p * a.vsl;
-      const T* vn = reinterpret_cast<const T*>(a.vn) + b * a.vns[0] + hkv * a.vns[1] + i * a.vns[2];
 #pragma unroll
       for (int e = 0; e < DPL; ++e) {
         const int d = lane + 32 * e;
-        kc[d] = Ops<T>::from_f(x[e]);
-        vc[d] = vn[d * a.vns[3]];
+        const T kx = Ops<T>::from_f(x[e]);
+        if constexpr (EARLY) {
+          knew[i][d] = kx;
+          vnew[i][d] = vv[e];
+        }
+        if (in) {
+          kc[d] = kx;
+          vc[d] = vv[e];
+        }
       }
     }
   }
   for (int t = rows * D + threadIdx.x; t < R * D; t += blockDim.x) qs[t / D][t % D] = 0.f;
-  if (threadIdx.x < R) qpos[threadIdx.x] = (int)threadIdx.x < rows ? query_pos(a, threadIdx.x % a.Lq) : -1;
-  if (threadIdx.x == 0) {
-    int lo = a.Lmax, hi = -1;
-    for (int i = 0; i < a.Lq; ++i) {
-      const int p = query_pos(a, i);
-      hi = max(hi, p);
-      lo = min(lo, a.window > 0 ? max(0, p - a.window + 1) : 0);
-    }
-    span[0] = lo;
-    span[1] = hi;
-  }
-  __syncthreads();
-  const int kbeg = span[0], kend = span[1] + 1;
   int pr[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) pr[r] = qpos[r];
+  for (int r = 0; r < R; ++r) pr[r] = r < rows ? query_pos(a, r % a.Lq) : -1;
+  __syncthreads();
 
   float m[R], l[R], acc[R][DPL];
 #pragma unroll
@@ -672,22 +725,23 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
 #pragma unroll
     for (int d = 0; d < DPL; ++d) acc[r][d] = 0.f;
   }
-  const char* kb = reinterpret_cast<const char*>(a.k) + (b * a.ksb + hkv * a.ksh) * (long long)sizeof(T);
-  const char* vb = reinterpret_cast<const char*>(a.v) + (b * a.vsb + hkv * a.vsh) * (long long)sizeof(T);
-  const int part = lane % KL, d0 = part * (D / KL);
-  for (int base = kbeg + warp * TILE; base < kend; base += DEC_WARPS * TILE) {
+  for (bool first = true; base < kend; base += DEC_WARPS * TILE, first = false) {
     const int key = base + lane / KL;
     const bool kin = key < kend;
-    uint4 kr[KVEC];
-    V vr[TILE];
+    if (!first || !EARLY) load_tile(base);
+    if constexpr (W && EARLY) {
+      // The block's own new rows, from its copy (uniform branches: positions are the block's).
+      for (int i = 0; i < a.Lq; ++i) {
+        const int p = newpos[i];
+        if (p < base || p >= base + TILE) continue;
+        if (key == p) {
 #pragma unroll
-    for (int i = 0; i < KVEC; ++i)
-      kr[i] = kin ? ld_kv<W>(kb + (key * a.ksl + d0 + i * 8) * (long long)sizeof(T)) : make_uint4(0, 0, 0, 0);
+          for (int v = 0; v < KVEC; ++v) kr[v] = *reinterpret_cast<const uint4*>(&knew[i][d0 + v * 8]);
+        }
 #pragma unroll
-    for (int t = 0; t < TILE; ++t) {
-      const int kt = base + t;
-      vr[t] = kt < kend ? *reinterpret_cast<const V*>(vb + (kt * a.vsl + lane * DPL) * (long long)sizeof(T))
-                        : V{};
+        for (int t = 0; t < TILE; ++t)
+          if (base + t == p) vr[t] = *reinterpret_cast<const V*>(&vnew[i][lane * DPL]);
+      }
     }
     // Every row at once, so that the rows' chains interleave: the scores (each K vector
     // unpacked once for all rows), the rows' maxima (their shuffles side by side), the
