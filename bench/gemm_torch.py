@@ -6,12 +6,18 @@ after a warm-up. Prints one table with the bench's columns, to set beside it.
 
     python3 bench/gemm_torch.py            (on the GPU machine; torch with CUDA)
 """
+import os
+import sys
+
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hbm  # noqa: E402  the card's HBM bandwidth by its name
+
 SHAPES = [(2048, 2048), (512, 2048), (8192, 2048), (2048, 8192), (3072, 1024), (1024, 3072)]
 MS = [32, 128, 512]
-HBM_GBS, PEAK_TFLOPS = 4800.0, 989.0
+PEAK_TFLOPS = 989.0  # dense bf16, H100 SXM and H200 alike
 
 
 def time_graph(fn, reps):
@@ -39,7 +45,9 @@ def time_graph(fn, reps):
 
 def main():
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}: F.linear (bf16, no bias) in a CUDA graph")
+    bw = hbm.Hbm(torch.cuda.get_device_name())
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}: F.linear (bf16, no bias) in a CUDA graph; "
+          f"%HBM of {bw.label}")
     print(f"{'N':>5} {'K':>5} {'M':>4} | {'us':>8} {'TFLOP/s':>7} {'%peak':>5} {'GB/s':>6} {'%HBM':>5}")
     for n, k in SHAPES:
         copies = max(1, -(-(256 << 20) // (n * k * 2)))
@@ -51,7 +59,7 @@ def main():
             tflops = 2.0 * m * n * k / us / 1e6
             gbs = (n * k + m * k + m * n) * 2 / us / 1e3
             print(f"{n:>5} {k:>5} {m:>4} | {us:>8.2f} {tflops:>7.1f} {tflops / PEAK_TFLOPS * 100:>4.0f}% "
-                  f"{gbs:>6.0f} {gbs / HBM_GBS * 100:>4.0f}%")
+                  f"{gbs:>6.0f} {bw.pct(gbs):>4.0f}%")
         del ws
         torch.cuda.empty_cache()
 

@@ -1,13 +1,21 @@
 """The results file of bench/hf_scale.sh (issue 28 item 6: HF transformers decoders). No torch needed.
 
-  hf_scale_table.py WORK --out OUT.md [--census-out C.md] [--command TEXT]
+  hf_scale_table.py WORK --out OUT.md [--census-out C.md] [--command TEXT] [--note TEXT]
+
+--note: a paragraph under the title (e.g. that the file was re-rendered from a call's raw output).
 
 WORK layout (hf_scale.sh): plan.txt (models=, variants=, prompt=, steps=, prefill=, max_t=, max_cache=),
 export/<model>_<variant>/{manifest.json,export.json} and export/ref_<model>.json
 (tests/models/decode_llama.py), logs/run_<model>_<variant>_<graphs|shared|plain>.log and
 logs/prefill_<model>_<variant>.log (et_cuda_run under real_scale_table.py run), logs/ncu_<model>_<variant>.csv,
 logs/export_<model>_<variant>.log, env.txt, timeline.txt. The runner logs, the ncu census and the
-floor are read with bench/real_scale_table.py's code.
+floor are read with bench/real_scale_table.py's code; the floor's bandwidth is the HBM bandwidth of the
+GPU named on env.txt's first line (nvidia-smi's, bench/hbm.py; the H200's 4.8 TB/s, marked assumed,
+for a name it does not know).
+
+Re-rendering a finished call's output ($OUT/raw/*.json and logs.tar.xz unpacked) needs the WORK layout
+back: plan.txt, env.txt, timeline.txt and logs/ from logs.tar.xz, raw/ref_<m>.json as export/ref_<m>.json,
+raw/export_<m>_<v>.json as export/<m>_<v>/export.json.
 """
 import argparse
 import json
@@ -16,6 +24,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hbm  # noqa: E402
 import real_scale_table as rst  # noqa: E402
 
 TITLES = {"hf_llama1b": "HF Llama-3.2-1B-shaped", "hf_qwen06b": "HF Qwen3-0.6B-shaped",
@@ -49,9 +58,10 @@ def tok_s(steady):
 
 
 class Report:
-    def __init__(self, work, command):
-        self.w, self.command, self.L, self.figs, self.targets = work, command, [], [], []
+    def __init__(self, work, command, note=""):
+        self.w, self.command, self.note, self.L, self.figs, self.targets = work, command, note, [], [], []
         self.plan = read_plan(work)
+        self.hbm = hbm.from_env(os.path.join(work, "env.txt"))
         self.exports, self.runs, self.prefill, self.refs = {}, {}, {}, {}
         for m in self.plan["models"]:
             self.refs[m] = rst.load_json(os.path.join(work, "export", f"ref_{m}.json")) or {}
@@ -82,13 +92,13 @@ class Report:
         return next((self.exports[(m, v)] for v in self.plan["variants"] if (m, v) in self.exports), {})
 
     def floor(self, m):
-        """(seconds per token at 4.8 TB/s, KV bytes per token) or (None, None)."""
+        """(seconds per token at the GPU's HBM bandwidth, KV bytes per token) or (None, None)."""
         src = self.info(m)
         wb, cfg = src.get("read_bytes_per_token_weights"), src.get("config")
         if not wb or not cfg:
             return None, None
         kv = rst.kv_bytes_per_token(cfg, int(self.plan["prompt"]), int(self.plan["steps"]))
-        return (wb + kv) / rst.HBM, kv
+        return (wb + kv) / self.hbm.bytes_s, kv
 
     def prefill_ms(self, m, v):
         """Steady time to the first token of the prefill run (the last of its rounds), and its length."""
@@ -116,7 +126,7 @@ class Report:
                      f"{(src.get('read_bytes_per_token_weights') or 0) / 1e9:.3f} GB of weights read per token (the tied "
                      f"embedding counted once, as the head), {(kv or 0) / 1e6:.2f} MB of KV cache per token on average "
                      f"(valid positions only){sw}; static cache {self.plan['max_cache']}, prefill T in 1..{self.plan['max_t']}. "
-                     f"Floor: {f(1 / fl if fl else None, '{:.0f}')} tok/s ((weights + KV) / 4.8 TB/s).")
+                     f"Floor: {f(1 / fl if fl else None, '{:.0f}')} tok/s ((weights + KV) / {self.hbm.label}).")
         if ref.get("tokens"):
             L.append(f"Eager PyTorch (bf16, GPU, the same wrapper module): {len(ref['tokens'])} greedy tokens after a "
                      f"{len(ref.get('prompt_ids') or [])}-token prompt, {ref.get('distinct_tokens')} distinct, smallest "
@@ -165,7 +175,7 @@ class Report:
             L.append(f"| torch.compile(mode=\"reduce-overhead\") | not measured: {ref.get('compile_status', 'no ref')}; "
                      f"slot: {ref.get('slot', 'not reached') if not slot else 'no compile row'} | | | | | | | | |")
         if fl:
-            L.append(f"| floor ((weights + KV) / 4.8 TB/s) | {1 / fl:.0f} | 100 % | | | | | | | |")
+            L.append(f"| floor ((weights + KV) / {self.hbm.label}) | {1 / fl:.0f} | 100 % | | | | | | | |")
         L.append("")
         self.model_targets(m, best, fl, tc)
 
@@ -223,21 +233,21 @@ class Report:
                 if not os.path.exists(p):
                     continue
                 s, krows = rst.census(p)
-                parts += rst.census_md(f"{m}_{v} (plain, one decode step)", p, s, krows)
+                parts += rst.census_md(f"{m}_{v} (plain, one decode step)", p, s, krows, self.hbm)
                 if not krows:
                     rows.append(f"| {m}_{v} | no step found ({s['kernels_total']} kernels in the log) | | | | | | | |")
                     continue
                 rows.append(f"| {m}_{v} | {s['step_kernels']} | {s['step_time_us']:.0f} | {s['step_dram_bytes'] / 1e6:.0f} | "
                             f"{s['step_gb_s']:.0f} | {s['gemm_kernels']} | {s['gemm_share'] * 100:.0f} % | "
-                            f"{s['gemm_gb_s']:.0f} ({s['gemm_gb_s'] * 1e9 / rst.HBM * 100:.0f} %) | {s['kernel_bound_tok_s']:.0f} |")
+                            f"{s['gemm_gb_s']:.0f} ({self.hbm.pct(s['gemm_gb_s']):.0f} %) | {s['kernel_bound_tok_s']:.0f} |")
                 self.fig(f"hf.{m[3:]}.{v}.step_kernels", s["step_kernels"], "kernels", "lower", "kernels per decode step (ncu)")
         if not rows:
             return
         self.L += ["## Census of one decode step (ncu)", "",
                    f"Per-kernel tables: `{os.path.basename(census_out) if census_out else 'not written'}`. ncu --clock-control "
                    "none, caches flushed before each kernel (so the kernel times add up to more than a graph replay; the "
-                   "gaps between kernels are not measured here).", "",
-                   "| program | kernels | kernel µs | DRAM MB | GB/s | GEMM kernels | GEMM time share | GEMM GB/s (% HBM) | "
+                   f"gaps between kernels are not measured here). HBM: {self.hbm.label}.", "",
+                   f"| program | kernels | kernel µs | DRAM MB | GB/s | GEMM kernels | GEMM time share | GEMM GB/s (% of {self.hbm.tb_s}) | "
                    "tok/s if back to back |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         self.L += rows + [""]
         if census_out:
@@ -249,8 +259,10 @@ class Report:
         date = time.strftime("%Y-%m-%d", time.gmtime())
         commit = rst.Report.read_line(os.path.join(self.w, "timeline.txt"), "commit:") or "unknown"
         L += [f"# HF transformers decoders at real scale (issue 28), {date}, bundle {commit}", ""]
+        if self.note:
+            L += [self.note, ""]
         if self.command:
-            L += ["Command (one H200 call):", "", "```", self.command, "```", ""]
+            L += ["Command (one GPU call):", "", "```", self.command, "```", ""]
         env = os.path.join(self.w, "env.txt")
         if os.path.exists(env):
             with open(env) as fh:
@@ -279,8 +291,9 @@ def main(argv=None):
     ap.add_argument("--out", required=True)
     ap.add_argument("--census-out", default="")
     ap.add_argument("--command", default="")
+    ap.add_argument("--note", default="")
     a = ap.parse_args(argv)
-    text = Report(a.work, a.command).build(a.census_out)
+    text = Report(a.work, a.command, a.note).build(a.census_out)
     tmp = a.out + ".tmp"
     with open(tmp, "w") as fh:
         fh.write(text)

@@ -5,10 +5,10 @@
   real_scale_table.py readbw FILE...     page-cache read rate of the files ("readbw: bytes= s= gb_s=")
   real_scale_table.py ctx                CUDA context creation through libcuda.so.1 (ctypes):
         "ctx: init_ms= ctx_ms= total_ms=" or "ctx: n/a (...)"
-  real_scale_table.py census CSV [--md OUT.md] [--title T]   one decode step from an ncu CSV log
-        (ncu --csv --print-units base --metrics gpu__time_duration.sum,dram__bytes_read.sum,
-        dram__bytes_write.sum --log-file CSV <runner> --generate 4): per-kernel table; prints
-        "census: {json}"
+  real_scale_table.py census CSV [--md OUT.md] [--title T] [--gpu NAME]   one decode step from an ncu
+        CSV log (ncu --csv --print-units base --metrics gpu__time_duration.sum,dram__bytes_read.sum,
+        dram__bytes_write.sum --log-file CSV <runner> --generate 4): per-kernel table (% of the HBM
+        bandwidth of --gpu, bench/hbm.py; the H200's, marked assumed, without it); prints "census: {json}"
   real_scale_table.py report WORK --out OUT.md [--census-out C.md] [--command TEXT]
         the results file from WORK (bench/real_scale.sh's layout, below); rewrites only OUT.md
         and C.md, which the caller named (bench/results.py name) for this run
@@ -17,7 +17,8 @@ WORK layout: export/<tag>/{manifest.json,export.json} (tests/models/decode_llama
 companion, int4, qwen06b_base, qwen06b_companion), export/ref_<model>.json (decode_llama.py --mode ref),
 logs/run_<tag>_<eager|graphs>.log (et_cuda_run --generate under `run`; the library's "load_phases:"
 line, where it prints one, gives the Load table's phase times and measured upload rate), logs/ncu_<tag>.csv,
-logs/ctx.txt, logs/readbw_<tag>.txt, timeline.txt.
+logs/ctx.txt, logs/readbw_<tag>.txt, timeline.txt, env.txt (its first line nvidia-smi's: the GPU's name,
+which gives the floor's bandwidth through bench/hbm.py).
 """
 import argparse
 import csv
@@ -30,7 +31,8 @@ import subprocess
 import sys
 import time
 
-HBM = 4.8e12  # H200 HBM3e bytes/s, the floor's bandwidth
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hbm  # noqa: E402  the GPU's HBM bandwidth, for the floors and the "% of HBM" columns
 MODEL_OF = {"base": "llama1b", "companion": "llama1b", "int4": "llama1b",
             "qwen06b_base": "qwen06b", "qwen06b_companion": "qwen06b"}
 TITLES = {"llama1b": "Llama-3.2-1B-shaped", "qwen06b": "Qwen3-0.6B-shaped"}
@@ -186,7 +188,9 @@ def census(path):
     return out, rows
 
 
-def census_md(title, path, summary, rows):
+def census_md(title, path, summary, rows, bw=None):
+    """The per-kernel section; bw: the run's hbm.Hbm (the default: unknown GPU, assumed)."""
+    bw = bw or hbm.Hbm()
     L = [f"### {title}", "", f"ncu log: `{os.path.basename(path)}`; {summary['kernels_total']} kernels profiled, "
          f"the last decode step found as {summary['step_kernels']} kernels repeated {summary['repeats']} times at "
          "the end of the log.", ""]
@@ -196,19 +200,19 @@ def census_md(title, path, summary, rows):
     s = summary
     L += [f"Per step: {s['step_kernels']} kernels, {s['step_time_us']:.1f} µs of kernel time, "
           f"{s['step_dram_bytes'] / 1e6:.1f} MB of DRAM traffic ({s['step_gb_s']:.0f} GB/s, "
-          f"{s['step_gb_s'] * 1e9 / HBM * 100:.1f} % of 4.8 TB/s); kernels back to back would give "
+          f"{bw.pct(s['step_gb_s']):.1f} % of {bw.label}); kernels back to back would give "
           f"{s['kernel_bound_tok_s']:.0f} tok/s. GEMM kernels: {s['gemm_kernels']}, {s['gemm_time_us']:.1f} µs "
           f"({s['gemm_share'] * 100:.1f} % of the step), {s['gemm_gb_s']:.0f} GB/s "
-          f"({s['gemm_gb_s'] * 1e9 / HBM * 100:.1f} % of HBM). Attention kernels: {s['attention_kernels']}, "
+          f"({bw.pct(s['gemm_gb_s']):.1f} % of HBM). Attention kernels: {s['attention_kernels']}, "
           f"{s['attention_time_us']:.1f} µs.", "",
-          "| kernel | kind | count | time µs | share | DRAM read MB | DRAM write MB | GB/s | % of 4.8 TB/s |",
+          f"| kernel | kind | count | time µs | share | DRAM read MB | DRAM write MB | GB/s | % of {bw.tb_s} |",
           "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     tot = s["step_time_us"] / 1e6
     for r in rows:
-        bw = (r["rd"] + r["wr"]) / r["s"] / 1e9 if r["s"] else 0
+        gbs = (r["rd"] + r["wr"]) / r["s"] / 1e9 if r["s"] else 0
         name = r["name"] if len(r["name"]) <= 90 else r["name"][:87] + "..."
         L.append(f"| `{name}` | {r['kind']} | {r['count']} | {r['s'] * 1e6:.1f} | {r['s'] / tot * 100:.1f} % | "
-                 f"{r['rd'] / 1e6:.2f} | {r['wr'] / 1e6:.2f} | {bw:.0f} | {bw * 1e9 / HBM * 100:.1f} % |")
+                 f"{r['rd'] / 1e6:.2f} | {r['wr'] / 1e6:.2f} | {gbs:.0f} | {bw.pct(gbs):.1f} % |")
     L.append("")
     return L
 
@@ -218,7 +222,7 @@ def cmd_census(a):
     print("census: " + json.dumps(summary, sort_keys=True))
     if a.md:
         with open(a.md, "w") as f:
-            f.write("\n".join(census_md(a.title or os.path.basename(a.csv), a.csv, summary, rows)) + "\n")
+            f.write("\n".join(census_md(a.title or os.path.basename(a.csv), a.csv, summary, rows, hbm.Hbm(a.gpu))) + "\n")
     return 0
 
 
@@ -316,6 +320,7 @@ def kv_bytes_per_token(cfg, prompt_len, steps):
 class Report:
     def __init__(self, work, command):
         self.w, self.command, self.L, self.figs, self.targets = work, command, [], [], []
+        self.hbm = hbm.from_env(os.path.join(work, "env.txt"))
         self.exports = {}
         for tag in MODEL_OF:
             e = load_json(os.path.join(work, "export", tag, "export.json"))
@@ -346,7 +351,7 @@ class Report:
         if not cfg or not weights_bytes:
             return None, None
         kv = kv_bytes_per_token(cfg, prompt_len, steps)
-        return (weights_bytes + kv) / HBM, kv
+        return (weights_bytes + kv) / self.hbm.bytes_s, kv
 
     def decode(self, r):
         """(steady round, first round, lib line of the last round)"""
@@ -370,8 +375,8 @@ class Report:
                      f"{'tied' if src.get('tied_embeddings') else 'untied'} head), "
                      f"{(kv or 0) / 1e6:.2f} MB of KV cache per token on average over the decode steps "
                      f"(valid positions only). Floor: {f(1 / fl if fl else None, '{:.0f}')} tok/s "
-                     f"(bytes / 4.8 TB/s); counting the embedding table too, as issue 21 did: "
-                     f"{f(HBM / (wb + src['config']['vocab'] * src['config']['hidden'] * 2) if wb else None, '{:.0f}')} tok/s.")
+                     f"(bytes / {self.hbm.label}); counting the embedding table too, as issue 21 did: "
+                     f"{f(self.hbm.bytes_s / (wb + src['config']['vocab'] * src['config']['hidden'] * 2) if wb else None, '{:.0f}')} tok/s.")
         if ref.get("tokens"):
             L.append(f"Eager PyTorch (bf16, GPU): {len(ref['tokens'])} greedy tokens after a {plen}-token prompt, "
                      f"{ref.get('distinct_tokens')} distinct, smallest top-1/top-2 logit margin "
@@ -417,7 +422,7 @@ class Report:
             L.append(f"| torch.compile(mode=\"reduce-overhead\") | not measured: {ref.get('compile_status', 'no ref')}; "
                      f"slot: {ref.get('slot', 'not reached') if not slot else 'no compile row'} | | | | | | | |")
         if fl:
-            L.append(f"| floor ((weights + KV) / 4.8 TB/s) | {1 / fl:.0f} | 100 % | | | | | | |")
+            L.append(f"| floor ((weights + KV) / {self.hbm.label}) | {1 / fl:.0f} | 100 % | | | | | | |")
         L.append("")
         if model == "llama1b":
             self.llama_targets(best, fl, tc)
@@ -577,11 +582,11 @@ class Report:
             if not os.path.exists(p):
                 continue
             s, krows = census(p)
-            parts += census_md(f"{tag} (eager mode, one decode step)", p, s, krows)
+            parts += census_md(f"{tag} (eager mode, one decode step)", p, s, krows, self.hbm)
             if krows:
                 rows.append(f"| {tag} | {s['step_kernels']} | {s['step_time_us']:.0f} | {s['step_dram_bytes'] / 1e6:.0f} | "
                             f"{s['step_gb_s']:.0f} | {s['gemm_kernels']} | {s['gemm_share'] * 100:.0f} % | "
-                            f"{s['gemm_gb_s']:.0f} ({s['gemm_gb_s'] * 1e9 / HBM * 100:.0f} %) | {s['kernel_bound_tok_s']:.0f} |")
+                            f"{s['gemm_gb_s']:.0f} ({self.hbm.pct(s['gemm_gb_s']):.0f} %) | {s['kernel_bound_tok_s']:.0f} |")
                 self.fig(f"real.{MODEL_OF[tag]}.{tag}.step_kernels", s["step_kernels"], "kernels", "lower",
                          "kernels per decode step (ncu)")
             else:
@@ -590,8 +595,9 @@ class Report:
             return
         self.L += ["## Census of one decode step (ncu)", "",
                    f"Per-kernel tables: `{os.path.basename(census_out) if census_out else 'not written'}`. "
-                   "ncu --clock-control none --cache-control all (caches flushed before each kernel).", "",
-                   "| program | kernels | kernel µs | DRAM MB | GB/s | GEMM kernels | GEMM time share | GEMM GB/s (% HBM) | "
+                   "ncu --clock-control none --cache-control all (caches flushed before each kernel). "
+                   f"HBM: {self.hbm.label}.", "",
+                   f"| program | kernels | kernel µs | DRAM MB | GB/s | GEMM kernels | GEMM time share | GEMM GB/s (% of {self.hbm.tb_s}) | "
                    "tok/s if back to back |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         self.L += rows + [""]
         if census_out:
@@ -604,7 +610,7 @@ class Report:
         commit = self.read_line(os.path.join(self.w, "timeline.txt"), "commit:") or "unknown"
         L += [f"# Real-scale decode (issue 21), {date}, bundle {commit}", ""]
         if self.command:
-            L += ["Command (one H200 call):", "", "```", self.command, "```", ""]
+            L += ["Command (one GPU call):", "", "```", self.command, "```", ""]
         env = os.path.join(self.w, "env.txt")
         if os.path.exists(env):
             with open(env) as fh:
@@ -647,6 +653,7 @@ def main(argv=None):
     c.add_argument("csv")
     c.add_argument("--md", default="")
     c.add_argument("--title", default="")
+    c.add_argument("--gpu", default="", help="the GPU's name (nvidia-smi's), for the %% of HBM columns")
     p = sub.add_parser("report")
     p.add_argument("work")
     p.add_argument("--out", required=True)

@@ -3,7 +3,9 @@
 # bench/test_table.sh: the flags, then the driver end to end with the real-scale fakes
 # (testdata/real_scale/fake_{decode,runner,ncu}.py, which know the hf_* models): the results file's
 # rows, targets, census and exports tables; a second run into the same $OUT (a fresh name, the first
-# file untouched) with a failed export and a token mismatch; exports past the deadline.
+# file untouched) with a failed export and a token mismatch; exports past the deadline, on a fake
+# nvidia-smi naming an H100 (the floor at 3.35 TB/s); bench/hbm.py's table of names; the first run
+# re-rendered by hf_scale_table.py with an H100 and with an unknown GPU in env.txt.
 # Ends with "hf_scale: N passed, N failed". KEEP=1 keeps the temporary folder (its path: the results lines).
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -13,6 +15,27 @@ T=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$T"' EXIT
 source "$HERE/../checks.sh"
 S=$ROOT/bench/hf_scale.sh
+# nvidia-smi for the drivers' env.txt: $FAKE_GPU_NAME as nvidia-smi prints it, else a failure (env.txt
+# then says "no nvidia-smi", as on a machine without one)
+mkdir -p "$T/bin"
+printf '%s\n' '#!/bin/sh' '[ -n "${FAKE_GPU_NAME:-}" ] || exit 9' 'echo "$FAKE_GPU_NAME, 580.159.04, 81559 MiB"' >"$T/bin/nvidia-smi"
+chmod +x "$T/bin/nvidia-smi"
+
+# bench/hbm.py: the GPU's name -> its HBM bandwidth
+H=$ROOT/bench/hbm.py
+for c in "NVIDIA H200=4.8 TB/s (NVIDIA H200)" "NVIDIA H200 NVL=4.8 TB/s (NVIDIA H200 NVL)" \
+  "NVIDIA H100 80GB HBM3=3.35 TB/s (NVIDIA H100 80GB HBM3)" "NVIDIA H100 NVL=3.9 TB/s (NVIDIA H100 NVL)" \
+  "NVIDIA H100 PCIe=2 TB/s (NVIDIA H100 PCIe)" "NVIDIA A100-SXM4-80GB=2.039 TB/s (NVIDIA A100-SXM4-80GB)" \
+  "NVIDIA A100-SXM4-40GB=1.555 TB/s (NVIDIA A100-SXM4-40GB)" "NVIDIA A100-PCIE-40GB=1.555 TB/s (NVIDIA A100-PCIE-40GB)" \
+  "NVIDIA B300=4.8 TB/s (assumed: GPU 'NVIDIA B300' not known)"; do
+  got=$(python3 "$H" "${c%%=*}" 2>&1)
+  [ "$got" = "hbm: ${c#*=}" ] && ok "hbm.py ${c%%=*}: ${c#*=}" || bad "hbm.py ${c%%=*}: $got, not ${c#*=}"
+done
+printf '%s\n' "NVIDIA H100 80GB HBM3, 580.159.04, 81559 MiB" "16 CPUs" >"$T/env_h100.txt"
+[ "$(python3 "$H" --env "$T/env_h100.txt")" = "hbm: 3.35 TB/s (NVIDIA H100 80GB HBM3)" ] && ok "hbm.py --env: env.txt's first line" ||
+  bad "hbm.py --env: $(python3 "$H" --env "$T/env_h100.txt" 2>&1)"
+[ "$(python3 "$H" --env "$T/none.txt")" = "hbm: 4.8 TB/s (assumed: GPU unknown)" ] && ok "hbm.py --env without env.txt: assumed" ||
+  bad "hbm.py --env without env.txt: $(python3 "$H" --env "$T/none.txt" 2>&1)"
 
 # flags
 bash "$S" --dry-run >"$T/plan" 2>&1 && ok "--dry-run exits 0" || bad "--dry-run: $(cat "$T/plan")"
@@ -35,7 +58,7 @@ run() { # out work [VAR=value...] [-- hf_scale.sh flags...]
   [ $# -gt 0 ] && shift
   mkdir -p "$T/bundle" "$T/site"
   echo abc1234 >"$T/bundle/COMMIT"
-  env OUT="$out" HFS_WORK="$work" HFS_BUNDLE_DIR="$T/bundle" HFS_SITE_DIR="$T/site" HFS_DECODE="$FK/fake_decode.py" \
+  env PATH="$T/bin:$PATH" OUT="$out" HFS_WORK="$work" HFS_BUNDLE_DIR="$T/bundle" HFS_SITE_DIR="$T/site" HFS_DECODE="$FK/fake_decode.py" \
     HFS_RUNNER="$FK/fake_runner.py" HFS_NCU_BIN="$FK/fake_ncu.py" HFS_BUDGET=150 HFS_EXPORT_DEADLINE=60 "${envs[@]}" \
     bash "$S" "$@" >"$work.log" 2>&1
 }
@@ -49,7 +72,9 @@ else
   has "$R" "| ours, companion + graphs + shared stream | 2016.0 |" "shared stream row"
   has "$R" "| ours, base | 400.0 | 20.6 % | 0.69x | 50.00 (128) | 250.0 / 12.5 | 140.0 / 137.0 | 1.00 | 0 | MATCH |" "plain row with the 128-token prefill"
   has "$R" "| torch.compile(mode=\"reduce-overhead\") | 580.0 | 29.9 % | 1.00x |" "torch.compile row"
-  has "$R" "| floor ((weights + KV) / 4.8 TB/s) | 1940 | 100 % |" "Llama floor"
+  has "$R" "| floor ((weights + KV) / 4.8 TB/s, assumed: GPU 'no nvidia-smi' not known) | 1940 | 100 % |" "Llama floor (no nvidia-smi: 4.8 TB/s assumed)"
+  has "$R" "Floor: 1940 tok/s ((weights + KV) / 4.8 TB/s, assumed: GPU 'no nvidia-smi' not known)." "Llama floor sentence"
+  has "$R" "| GEMM GB/s (% of 4.8 TB/s) |" "census summary: % of the bandwidth used"
   has "$R" "| Llama-1B companion + graphs >= 80 % of the floor | 1920.0 tok/s = 98.9 % | **PASS** |" "floor target met"
   has "$R" "| Qwen3-0.6B companion + graphs >= 65 % of the floor | 1920.0 tok/s = 48.0 % | **MISS** |" "floor target missed"
   has "$R" "| Gemma-3-1B companion + graphs >= 3x torch.compile | 1920.0 vs 580.0 tok/s (3.31x) | **PASS** |" "3x target"
@@ -69,6 +94,25 @@ else
   [ "$n" = 18 ] && ok "18 runs (3 models x 2 variants x 3 modes)" || bad "$n runs, not 18"
 fi
 cp "$R" "$T/first.md" 2>/dev/null
+# the first run re-rendered with an H100, then an unknown GPU, named in env.txt
+cp -r "$T/w1" "$T/w1h"
+cp "$T/env_h100.txt" "$T/w1h/env.txt"
+python3 "$ROOT/bench/hf_scale_table.py" "$T/w1h" --out "$T/h100.md" --census-out "$T/h100-census.md" --note "Re-rendered." \
+  >"$T/h100.err" 2>&1 || bad "hf_scale_table.py on the H100 copy: $(tail -2 "$T/h100.err")"
+if [ -f "$T/h100.md" ]; then
+  has "$T/h100.md" "| floor ((weights + KV) / 3.35 TB/s, NVIDIA H100 80GB HBM3) | 1354 | 100 % |" "H100: Llama floor at 3.35 TB/s"
+  has "$T/h100.md" "Floor: 1354 tok/s ((weights + KV) / 3.35 TB/s, NVIDIA H100 80GB HBM3)." "H100: floor sentence"
+  has "$T/h100.md" "| ours, companion + graphs | 1920.0 | 141.8 % | 3.31x |" "H100: % of floor at 3.35 TB/s"
+  has "$T/h100.md" "| Llama-1B companion + graphs >= 80 % of the floor | 1920.0 tok/s = 141.8 % | **PASS** |" "H100: floor target"
+  has "$T/h100.md" "HBM: 3.35 TB/s, NVIDIA H100 80GB HBM3." "H100: census section's bandwidth"
+  has "$T/h100-census.md" "| GB/s | % of 3.35 TB/s |" "H100: per-kernel column at 3.35 TB/s"
+  has "$T/h100.md" "Re-rendered." "--note under the title"
+  grep -q "4\.8 TB/s" "$T/h100.md" "$T/h100-census.md" && bad "H100: 4.8 TB/s still printed" || ok "H100: no 4.8 TB/s anywhere"
+fi
+sed -i '1s/.*/NVIDIA B300, 590.00, 183000 MiB/' "$T/w1h/env.txt"
+python3 "$ROOT/bench/hf_scale_table.py" "$T/w1h" --out "$T/unknown.md" >"$T/unknown.err" 2>&1 ||
+  bad "hf_scale_table.py on the unknown-GPU copy: $(tail -2 "$T/unknown.err")"
+has "$T/unknown.md" "| floor ((weights + KV) / 4.8 TB/s, assumed: GPU 'NVIDIA B300' not known) | 1940 | 100 % |" "unknown GPU: 4.8 TB/s assumed"
 # a second run into the same $OUT: fresh name; a failed export; a token mismatch
 run "$T/out" "$T/w2" FAKE_EXPORT_FAIL=companion FAKE_RUNNER_MISMATCH=hf_qwen06b_base -- --models llama1b,qwen06b ||
   bad "second run: exit status $?"
@@ -84,12 +128,15 @@ else
   has "$R2" "| Llama-1B companion + graphs >= 80 % of the floor | n/a tok/s = n/a % | n/a |" "target n/a without the program"
 fi
 # every export past the deadline: ended, reported, the references still timed
-run "$T/out3" "$T/w3" FAKE_EXPORT_S=60 HFS_EXPORT_DEADLINE=4 HFS_BUDGET=60 -- --models qwen06b || bad "third run: exit status $?"
+run "$T/out3" "$T/w3" FAKE_EXPORT_S=60 HFS_EXPORT_DEADLINE=4 HFS_BUDGET=60 "FAKE_GPU_NAME=NVIDIA H100 80GB HBM3" -- --models qwen06b ||
+  bad "third run: exit status $?"
 R3=$(ls "$T"/out3/*-hf-scale.md 2>/dev/null | head -1)
 grep -q "export deadline (4s): ending export_hf_" "$T/w3/timeline.txt" 2>/dev/null && ok "exports ended at the deadline" ||
   bad "no deadline in the timeline: $(tail -3 "$T/w3/timeline.txt" 2>/dev/null | tr '\n' ' ')"
 [ -n "$R3" ] && grep -q "| torch.compile(mode=\"reduce-overhead\") | 580.0 |" "$R3" && ok "torch rows without exports" ||
   bad "third run: no torch row in ${R3:-no results file}"
 grep -q "| hf_qwen06b_base | not exported: " "${R3:-/dev/null}" && ok "not-exported row" || bad "third run: no not-exported row"
+has "${R3:-/dev/null}" "Machine: NVIDIA H100 80GB HBM3, 580.159.04, 81559 MiB;" "third run: nvidia-smi's H100 in env.txt"
+has "${R3:-/dev/null}" "| floor ((weights + KV) / 3.35 TB/s, NVIDIA H100 80GB HBM3) | 2793 | 100 % |" "third run: Qwen floor at the H100's 3.35 TB/s"
 echo "hf_scale: $pass passed, $fail failed"
 [ "$fail" = 0 ]
