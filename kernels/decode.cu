@@ -1194,6 +1194,17 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
   }
 }
 
+// The sum of every thread's s over a block of at most 8 warps, through part[8] in shared memory;
+// every thread gets it. One barrier: call it once per part.
+__device__ __forceinline__ float block_sum(float s, float* part) {
+  s = warp_sum(s);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
+  __syncthreads();
+  float tot = 0.f;
+  for (int i = 0; i < (int)(blockDim.x >> 5); ++i) tot += part[i];
+  return tot;
+}
+
 // The pieces of et_linear for rows the GEMV does not take (prefill): the norm alone, then the
 // act and residual over a finished product. One block of 256 threads per row.
 template <typename T>
@@ -1208,12 +1219,7 @@ __device__ __forceinline__ void rmsnorm_rows(const LinArgs& a) {
     const float v = Ops<T>::to_f(x[k]);
     s = fmaf(v, v, s);
   }
-  s = warp_sum(s);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
-  __syncthreads();
-  float tot = 0.f;
-  for (int i = 0; i < (int)(blockDim.x >> 5); ++i) tot += part[i];
-  const float r = rsqrtf(tot / (float)a.K + a.eps);
+  const float r = rsqrtf(block_sum(s, part) / (float)a.K + a.eps);
   for (int k = threadIdx.x; k < a.K; k += blockDim.x) {
     const float v = Ops<T>::to_f(x[k]), gk = Ops<T>::to_f(g[k]);
     y[k] = a.norm_mode == 1 ? Ops<T>::from_f(rnd<T>(v * r) * gk)
@@ -1246,14 +1252,6 @@ __device__ __forceinline__ void add_rmsnorm_rows(const LinArgs& a) {
     const float n = mode == 1 ? rnd<T>(rnd<T>(v * r) * gk) : rnd<T>(v * r * (add + gk));
     return Ops<T>::from_f(n + rk);
   };
-  auto block_sum = [&](float s) {
-    s = warp_sum(s);
-    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = s;
-    __syncthreads();
-    float tot = 0.f;
-    for (int i = 0; i < (int)(blockDim.x >> 5); ++i) tot += part[i];
-    return tot;
-  };
   if (vec) {
     uint4 gv[ADD_NORM_VPT], xv[ADD_NORM_VPT], rv[ADD_NORM_VPT];
 #pragma unroll
@@ -1270,7 +1268,7 @@ __device__ __forceinline__ void add_rmsnorm_rows(const LinArgs& a) {
       rv[i] = k < K ? *reinterpret_cast<const uint4*>(res + k) : make_uint4(0, 0, 0, 0);
       s += sumsq8<T>(xv[i]);
     }
-    const float r = rsqrtf(block_sum(s) / (float)K + a.eps);
+    const float r = rsqrtf(block_sum(s, part) / (float)K + a.eps);
 #pragma unroll
     for (int i = 0; i < ADD_NORM_VPT; ++i) {
       const int k = (threadIdx.x + i * blockDim.x) * 8;
@@ -1296,7 +1294,7 @@ __device__ __forceinline__ void add_rmsnorm_rows(const LinArgs& a) {
     const float v = Ops<T>::to_f(x[k]);
     s = fmaf(v, v, s);
   }
-  const float r = rsqrtf(block_sum(s) / (float)K + a.eps);
+  const float r = rsqrtf(block_sum(s, part) / (float)K + a.eps);
   for (int k = threadIdx.x; k < K; k += blockDim.x)
     y[k] = finish(Ops<T>::to_f(x[k]), r, Ops<T>::to_f(g[k]), Ops<T>::to_f(res[k]));
 }

@@ -79,29 +79,36 @@ impl<'a> Norm<'a> {
         eps: f64,
         offset: f64,
     ) -> Result<Option<Norm<'a>>> {
-        let mode = match (mode, weight) {
-            (0, None) => return Ok(None),
-            (1, Some(_)) => NormMode::WeightTimesRounded,
-            (2, Some(_)) => NormMode::Fp32Offset,
-            (0..=2, _) => {
-                return invalid(format!(
-                    "et_cuda linear: norm mode {mode} with {} norm weight (mode 0 takes none, 1 and 2 take one)",
-                    if weight.is_some() { "a" } else { "no" }
-                ))
-            }
-            _ => return invalid(format!("et_cuda linear: norm mode {mode} is not 0, 1 or 2")),
+        match (mode, weight) {
+            (0, None) => Ok(None),
+            (1 | 2, Some(w)) => Norm::new(w, mode, eps, offset).map(Some),
+            (0..=2, _) => invalid(format!(
+                "et_cuda linear: norm mode {mode} with {} norm weight (mode 0 takes none, 1 and 2 take one)",
+                if weight.is_some() { "a" } else { "no" }
+            )),
+            _ => invalid(format!("et_cuda linear: norm mode {mode} is not 0, 1 or 2")),
+        }
+    }
+
+    /// A norm with its weight: `mode` 1 or 2 (0, no norm, is refused), `eps` finite and
+    /// not negative, `offset` finite.
+    pub fn new(weight: &'a Tensor, mode: i64, eps: f64, offset: f64) -> Result<Norm<'a>> {
+        let mode = match mode {
+            1 => NormMode::WeightTimesRounded,
+            2 => NormMode::Fp32Offset,
+            _ => return invalid(format!("et_cuda norm: mode {mode} is not 1 or 2")),
         };
         if !(eps.is_finite() && eps >= 0.0 && offset.is_finite()) {
             return invalid(format!(
                 "et_cuda linear: norm eps {eps} and offset {offset} must be finite (eps >= 0)"
             ));
         }
-        Ok(weight.map(|w| Norm {
-            weight: w,
+        Ok(Norm {
+            weight,
             mode,
             eps: eps as f32,
             offset: offset as f32,
-        }))
+        })
     }
 }
 

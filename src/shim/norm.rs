@@ -45,12 +45,7 @@ pub unsafe extern "C" fn aoti_torch_cuda_et_add_rmsnorm(
         if ret0.is_null() {
             return invalid("ret0 is null");
         }
-        if norm_mode == 0 {
-            return invalid("et_cuda add_rmsnorm: norm mode 0 (no norm) is not an add_rmsnorm");
-        }
-        let Some(norm) = Norm::from_args(Some(g), norm_mode, eps, norm_offset)? else {
-            return invalid("et_cuda add_rmsnorm: no norm");
-        };
+        let norm = Norm::new(g, norm_mode, eps, norm_offset)?;
         let y = linear::add_rmsnorm(x, r, &norm)?;
         // SAFETY: forwarded contract (checked non-null).
         unsafe { give(ret0, y) }

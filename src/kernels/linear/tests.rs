@@ -91,6 +91,13 @@ fn op_arguments_map_to_norm_and_act() {
     assert!(Norm::from_args(Some(&g), 3, 1e-6, 0.0).is_err());
     assert!(Norm::from_args(Some(&g), 1, f64::NAN, 0.0).is_err());
     assert!(Norm::from_args(Some(&g), 1, -1.0, 0.0).is_err());
+    assert_eq!(
+        Norm::new(&g, 1, 1e-5, 0.0).expect("llama").mode,
+        NormMode::WeightTimesRounded
+    );
+    let e = Norm::new(&g, 0, 1e-5, 0.0).unwrap_err().to_string();
+    assert!(e.contains("mode 0 is not 1 or 2"), "{e}");
+    assert!(Norm::new(&g, 2, f64::INFINITY, 1.0).is_err());
     assert_eq!(Act::from_code(2).expect("gelu"), Act::GeluTanhMul);
     assert!(Act::from_code(3).unwrap_err().to_string().contains("act 3"));
 }
