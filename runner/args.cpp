@@ -6,6 +6,8 @@
 
 #include <executorch/runtime/platform/runtime.h>
 
+#include <CLI/CLI.hpp>
+
 #include <dlfcn.h>
 
 #include <cerrno>
@@ -218,63 +220,111 @@ Exit status
 
 }  // namespace
 
-Args parse_args(int argc, char** argv) {
-  Args a;
-  bool have_prefill = false, have_decode = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto next = [&]() -> const char* {
-      if (i + 1 >= argc) usage_error(arg, "missing value");
-      return argv[++i];
-    };
-    if (arg == "--data") a.data.push_back(next());
-    else if (arg == "--method") a.method = next();
-    else if (arg == "--manifest") a.manifest = next();
-    else if (arg == "--backend-lib") a.backend_lib = next();
-    else if (arg == "--bench") a.bench = parse_count(arg, next());
-    else if (arg == "--warmup") a.warmup = parse_count(arg, next());
-    else if (arg == "--enqueue") a.enqueue = parse_count(arg, next());
-    else if (arg == "--device-io") a.device_io = true;
-    else if (arg == "--cases-on-device") a.cases_on_device = true;
-    else if (arg == "--pipeline") a.pipeline = next();
-    else if (arg == "--option") a.options.push_back(next());
-    else if (arg == "--stats") a.stats = true;
-    else if (arg == "--load-mode") {
-      a.load_mode = next();
-      if (a.load_mode != "file" && a.load_mode != "mmap") usage_error(arg, "is file or mmap, not '" + a.load_mode + "'");
-    }
-    else if (arg == "--mem") a.mem = true;
-    else if (arg == "--load-cycles") a.load_cycles = parse_count(arg, next());
-    else if (arg == "--generate" || arg == "--max-new-tokens") {
-      if (a.generate > 0) usage_error(arg, "the number of new tokens was given already (--generate/--max-new-tokens)");
-      a.generate = parse_positive(arg, next());
-    }
-    else if (arg == "--tokenizer" || arg == "--tokenizer_path") a.tokenizer = next();
-    else if (arg == "--prompt") a.prompt = next(), a.have_prompt = true;
-    else if (arg == "--seq_len") a.seq_len = parse_positive(arg, next());
-    else if (arg == "--temperature") a.temperature = parse_number(arg, next());
-    else if (arg == "--top-p") a.top_p = parse_number(arg, next());
-    else if (arg == "--seed") a.seed = parse_seed(arg, next()), a.have_seed = true;
-    else if (arg == "--stop") a.stop.push_back(next());
-    else if (arg == "--sample-on-host") a.sample_on_host = true;
-    else if (arg == "--model_path") {
-      if (!a.model.empty()) usage_error(arg, "more than one model given");
-      a.model = next();
-    }
-    else if (arg == "--data_path") a.data.push_back(next());
-    else if (arg == "--generate-rounds") a.generate_rounds = parse_count(arg, next());
-    else if (arg == "--prompt-ids") a.prompt_ids = parse_ids(arg, next()), a.have_prompt_ids = true;
-    else if (arg == "--expect-tokens") a.expect_tokens = parse_ids(arg, next()), a.have_expect_tokens = true;
-    else if (arg == "--prefill-method") a.prefill_method = next(), have_prefill = true;
-    else if (arg == "--decode-method") a.decode_method = next(), have_decode = true;
-    else if (arg == "--verbose" || arg == "-v") a.verbose = true;
-    else if (arg == "--help" || arg == "-h") a.help = true;
-    else if (arg == "--version") a.version = true;
-    else if (!arg.empty() && arg[0] == '-') usage_error(arg, "unknown flag");
-    else if (a.model.empty()) a.model = arg;
-    else usage_error(arg, "more than one model given");
+namespace {
+
+// The raw values of the flags whose text parse_count & co. read after CLI11 has split the
+// command line (their messages name the flag as given and quote the value as given).
+struct Raw {
+  std::string model, model_path, bench, warmup, enqueue, load_cycles, generate, max_new_tokens, seq_len;
+  std::string temperature, top_p, seed, generate_rounds, prompt_ids, expect_tokens;
+};
+
+// CLI11's errors as ours: "<flag>: <what>" (exit status 2). Its messages start with the
+// option's name and a colon where they concern one option.
+[[noreturn]] void cli11_error(const CLI::ParseError& e) {
+  const std::string msg = e.what();
+  const size_t colon = msg.find(": ");
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr && colon != std::string::npos &&
+      msg.compare(0, 1, "-") == 0) {
+    usage_error(msg.substr(0, colon), "missing value");
   }
-  if (a.help || a.version) return a;
+  usage_error("usage", msg);
+}
+
+// The flags and their targets, as --help lists them; every flag may come again (the last
+// value wins) except the repeatable ones, which keep every value.
+void declare(CLI::App& app, Args& a, Raw& r, bool& have_prefill, bool& have_decode) {
+  app.set_help_flag();  // --help prints kHelp, not CLI11's text
+  app.allow_extras();   // a second model or an unknown flag: our messages, below
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  auto each = [&](const char* name, std::vector<std::string>& to) {
+    app.add_option(name, to)->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  };
+  app.add_option("model", r.model);
+  app.add_option("--model_path", r.model_path);
+  each("--data,--data_path", a.data);
+  app.add_option("--method", a.method);
+  app.add_option("--manifest", a.manifest);
+  app.add_option("--backend-lib", a.backend_lib);
+  app.add_option("--bench", r.bench);
+  app.add_option("--warmup", r.warmup);
+  app.add_option("--enqueue", r.enqueue);
+  app.add_flag("--device-io", a.device_io);
+  app.add_flag("--cases-on-device", a.cases_on_device);
+  app.add_option("--pipeline", a.pipeline);
+  each("--option", a.options);
+  app.add_flag("--stats", a.stats);
+  app.add_option("--load-mode", a.load_mode);
+  app.add_flag("--mem", a.mem);
+  app.add_option("--load-cycles", r.load_cycles);
+  app.add_option("--generate", r.generate);
+  app.add_option("--max-new-tokens", r.max_new_tokens);
+  app.add_option("--tokenizer,--tokenizer_path", a.tokenizer);
+  app.add_option("--prompt", a.prompt);
+  app.add_option("--seq_len", r.seq_len);
+  app.add_option("--temperature", r.temperature);
+  app.add_option("--top-p", r.top_p);
+  app.add_option("--seed", r.seed);
+  each("--stop", a.stop);
+  app.add_flag("--sample-on-host", a.sample_on_host);
+  app.add_option("--generate-rounds", r.generate_rounds);
+  app.add_option("--prompt-ids", r.prompt_ids);
+  app.add_option("--expect-tokens", r.expect_tokens);
+  app.add_option("--prefill-method", a.prefill_method)->each([&](const std::string&) { have_prefill = true; });
+  app.add_option("--decode-method", a.decode_method)->each([&](const std::string&) { have_decode = true; });
+  app.add_flag("-v,--verbose", a.verbose);
+  app.add_flag("-h,--help", a.help);
+  app.add_flag("--version", a.version);
+}
+
+// The values CLI11 left as text, read with this file's parsers.
+void read_values(const CLI::App& app, Args& a, const Raw& r) {
+  const std::vector<std::string> extra = app.remaining();
+  for (const std::string& e : extra) {
+    if (!e.empty() && e[0] == '-') usage_error(e, "unknown flag");
+  }
+  if (!extra.empty() || (!r.model.empty() && !r.model_path.empty())) {
+    usage_error(extra.empty() ? "--model_path" : extra[0], "more than one model given");
+  }
+  a.model = r.model.empty() ? r.model_path : r.model;
+  auto given = [&](const char* flag) { return app.count(flag) > 0; };
+  if (given("--bench")) a.bench = parse_count("--bench", r.bench.c_str());
+  if (given("--warmup")) a.warmup = parse_count("--warmup", r.warmup.c_str());
+  if (given("--enqueue")) a.enqueue = parse_count("--enqueue", r.enqueue.c_str());
+  if (given("--load-cycles")) a.load_cycles = parse_count("--load-cycles", r.load_cycles.c_str());
+  if (a.load_mode != "file" && a.load_mode != "mmap") usage_error("--load-mode", "is file or mmap, not '" + a.load_mode + "'");
+  // --generate and --max-new-tokens are one count: the second one given is refused.
+  int counts = 0;
+  for (const CLI::Option* o : app.parse_order()) {
+    const std::string name = o->get_name();
+    if (name != "--generate" && name != "--max-new-tokens") continue;
+    if (++counts > 1) usage_error(name, "the number of new tokens was given already (--generate/--max-new-tokens)");
+    a.generate = parse_positive(name, (name == "--generate" ? r.generate : r.max_new_tokens).c_str());
+  }
+  a.have_prompt = given("--prompt");
+  if (given("--seq_len")) a.seq_len = parse_positive("--seq_len", r.seq_len.c_str());
+  if (given("--temperature")) a.temperature = parse_number("--temperature", r.temperature.c_str());
+  if (given("--top-p")) a.top_p = parse_number("--top-p", r.top_p.c_str());
+  if (given("--seed")) a.seed = parse_seed("--seed", r.seed.c_str()), a.have_seed = true;
+  if (given("--generate-rounds")) a.generate_rounds = parse_count("--generate-rounds", r.generate_rounds.c_str());
+  if (given("--prompt-ids")) a.prompt_ids = parse_ids("--prompt-ids", r.prompt_ids), a.have_prompt_ids = true;
+  if (given("--expect-tokens")) {
+    a.expect_tokens = parse_ids("--expect-tokens", r.expect_tokens), a.have_expect_tokens = true;
+  }
+}
+
+// The rules between flags (runner/README.md).
+void check_rules(Args& a, bool have_prefill, bool have_decode) {
   if (a.model.empty() && a.manifest.empty()) usage_error("usage", "no MODEL.pte and no --manifest given");
   const bool text_flags = a.have_prompt || a.seq_len > 0 || a.temperature != 0 || a.top_p != 1 || a.have_seed ||
                           !a.stop.empty() || !a.tokenizer.empty();
@@ -321,6 +371,24 @@ Args parse_args(int argc, char** argv) {
     usage_error("--cases-on-device", "needs --manifest and does not combine with --generate or --pipeline");
   }
   if (a.enqueue > 0) a.device_io = true;
+}
+
+}  // namespace
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  Raw r;
+  bool have_prefill = false, have_decode = false;
+  CLI::App app{"et_cuda_run", "et_cuda_run"};
+  declare(app, a, r, have_prefill, have_decode);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    cli11_error(e);
+  }
+  if (a.help || a.version) return a;
+  read_values(app, a, r);
+  check_rules(a, have_prefill, have_decode);
   return a;
 }
 

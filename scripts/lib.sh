@@ -48,15 +48,17 @@ elapsed() {
 # version_ge A B: whether version A >= B (dotted numbers).
 version_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }
 
-# nlohmann_json's CMake package (Debian/Ubuntu: nlohmann-json3-dev), or one the
-# user points CMake at.
-have_nlohmann_json() {
-  [ -n "${nlohmann_json_DIR:-}" ] && return 0
+# A CMake package NAME (its <NAME>Config.cmake: nlohmann_json from Debian's
+# nlohmann-json3-dev, CLI11 from libcli11-dev), or one the user points CMake at
+# with <NAME>_DIR or CMAKE_PREFIX_PATH.
+have_cmake_package() {
+  local name=$1 var="${1}_DIR"
+  [ -n "${!var:-}" ] && return 0
   local d prefixes=${CMAKE_PREFIX_PATH:-}
   for d in /usr/share/cmake /usr/lib/cmake /usr/lib/*-linux-gnu/cmake /usr/local/share/cmake /usr/local/lib/cmake \
     ${prefixes//:/ }; do
-    compgen -G "$d/nlohmann_json/nlohmann_jsonConfig.cmake" >/dev/null && return 0
-    compgen -G "$d/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake" >/dev/null && return 0
+    compgen -G "$d/$name/${name}Config.cmake" >/dev/null && return 0
+    compgen -G "$d/share/cmake/$name/${name}Config.cmake" >/dev/null && return 0
   done
   return 1
 }
@@ -88,7 +90,8 @@ check_prereqs() {
   elif ! python3 -m pip --version >/dev/null 2>&1; then
     missing+=("pip for Python 3: apt-get install python3-pip")
   fi
-  have_nlohmann_json || missing+=("nlohmann_json >= 3 (JSON for the runner): apt-get install nlohmann-json3-dev")
+  have_cmake_package nlohmann_json || missing+=("nlohmann_json >= 3 (JSON for the runner): apt-get install nlohmann-json3-dev")
+  have_cmake_package CLI11 || missing+=("CLI11 >= 2 (the runner's command line): apt-get install libcli11-dev")
   if [ "${#missing[@]}" -gt 0 ]; then
     printf 'error: missing prerequisites (README.md, "Prerequisites"):\n' >&2
     printf '  - %s\n' "${missing[@]}" >&2
