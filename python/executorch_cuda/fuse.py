@@ -435,8 +435,10 @@ def _prove_plain_norm(state, x):
 # ---------------------------------------------------------------- residual epilogue
 
 def _same_shape(a, b):
-    return a is not None and b is not None and a.dtype == b.dtype and \
-        tuple(str(d) for d in a.shape) == tuple(str(d) for d in b.shape)
+    """Whether two nodes' values are tensors of one dtype and shape (a symbolic size, a
+    SymInt say, is no tensor)."""
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype \
+        and tuple(str(d) for d in a.shape) == tuple(str(d) for d in b.shape)
 
 
 def residual(state, report):

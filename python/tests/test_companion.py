@@ -397,6 +397,31 @@ class Fusions(unittest.TestCase):
         self.assertEqual(r["norm"], 3, r)  # the two post norms and the final one only
         self.assertTrue(torch.equal(got, want))
 
+    def test_adds_of_a_tensor_and_a_symbolic_integer_are_no_residuals(self):
+        # ExecuTorch's own Llama (examples/models/llama) adds its start position, an integer
+        # read from a tensor, to an arange: the residual and add_norm passes met a SymInt
+        # where they looked for a tensor (AttributeError before the fix).
+        import executorch_cuda
+
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a = torch.nn.Linear(64, 64, bias=False, dtype=torch.bfloat16)
+
+            def forward(self, x, pos):
+                start = pos[0].item()
+                torch._check_is_size(start)
+                torch._check(start < 64)
+                idx = torch.arange(x.shape[1]) + start
+                return self.a(x) + idx.to(x.dtype)[None, :, None]
+
+        m, x, pos = M(), torch.randn(1, 5, 64).to(torch.bfloat16), torch.tensor([3])
+        t = torch.export.Dim("t", min=1, max=32)
+        ep = torch.export.export(m, (x, pos), dynamic_shapes={"x": {1: t}, "pos": None}, strict=False)
+        ep, r = executorch_cuda.prepare(ep, attention=False)
+        self.assertEqual((r["linear"], r["residual"], r.get("add_norm", 0)), (1, 0, 0), r)
+        self.assertTrue(torch.equal(ep.module()(x, pos), m(x, pos)))
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
