@@ -6,9 +6,14 @@ prefill and decode steps (the et_cuda ops' reference implementations run on the 
 report shows which folds engaged. Families the folds do not know (interleaved or partial RoPE,
 norms over all heads, RoPE in fp32) must keep their results with the plain ``et_attention``.
 
+ExecuTorch's own Llama (``executorch.examples.models.llama``, from the ExecuTorch site of
+``ET_CUDA_PY_SITE``, default ``.deps/py``) is checked the same way where it imports.
+
 Run: python3 -m unittest discover -s python/tests -p 'test_families.py' -v
 """
 
+import os
+import sys
 import unittest
 
 try:
@@ -174,6 +179,68 @@ class ExportShapes(_Check):
         _, report = executorch_cuda.prepare(ep, positions="cache_position")
         self.assertEqual((report.get("linear", 0), report.get("attention", 0)), (0, 0), report)
         self.assertEqual(len(report["skipped_attention"]), LAYERS, report)
+
+
+def _executorch_llama():
+    """ExecuTorch's Llama definition from its pip site (no native parts needed), or None."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    site = os.environ.get("ET_CUDA_PY_SITE") or os.path.join(root, ".deps", "py")
+    if site not in sys.path:
+        sys.path.append(site)
+    try:
+        from executorch.examples.models.llama.llama_transformer import construct_transformer
+        from executorch.examples.models.llama.model_args import ModelArgs
+    except Exception:  # noqa: BLE001 - not installed, or another ExecuTorch layout
+        return None
+    return construct_transformer, ModelArgs
+
+
+@unittest.skipIf(torch is None, "needs torch")
+class ExecuTorchLlama(unittest.TestCase):
+    """examples/models/llama's transformer (start position input, mask buffer narrowed at
+    it, index_copy_ caches, GQA by repeat_interleave) with its Meta and HF RoPE: every linear
+    rewritten and the logits equal; its attention keeps ExecuTorch's lowering (the mask reads
+    the token count from the ids: report["skipped_attention"])."""
+
+    def test_prepare_keeps_the_results(self):
+        import executorch_cuda
+
+        found = _executorch_llama()
+        if found is None:
+            self.skipTest("no executorch.examples.models.llama (set ET_CUDA_PY_SITE)")
+        construct, model_args = found
+        for hf_rope in (False, True):
+            args = model_args(dim=256, n_layers=LAYERS, n_heads=4, n_kv_heads=2, vocab_size=128,
+                              hidden_dim=512, max_seq_len=64, max_context_len=64,
+                              use_kv_cache=True, enable_dynamic_shape=True, use_hf_rope=hf_rope,
+                              generate_full_logits=True)
+            torch.manual_seed(0)
+            m = construct(args).eval().to(torch.bfloat16)
+            t = torch.export.Dim("t", min=1, max=32)
+
+            def export():
+                with torch.no_grad():
+                    return torch.export.export(
+                        m, (torch.zeros(1, 4, dtype=torch.long),),
+                        {"attn_options": {"input_pos": torch.tensor([0])}},
+                        dynamic_shapes=({1: t}, {"input_pos": {0: torch.export.Dim.STATIC}}),
+                        strict=False)
+
+            ref, ep = export(), export()
+            ep, report = executorch_cuda.prepare(ep, positions="attn_options_input_pos")
+            self.assertEqual((report["linear"], report["gated_mlp"]), (7 * LAYERS + 1, LAYERS), report)
+            self.assertEqual(len(report["skipped_attention"]), LAYERS, report)
+            m0, m1 = ref.module(), ep.module()
+            torch.manual_seed(3)
+            start = 0
+            with torch.no_grad():
+                for n in (7, 1, 1, 5, 1):
+                    ids, opts = torch.randint(0, 128, (1, n)), {"input_pos": torch.tensor([start])}
+                    start += n
+                    a, b = m0(ids, attn_options=opts), m1(ids, attn_options=opts)
+                    a, b = (x[0] if isinstance(x, tuple) else x for x in (a, b))
+                    self.assertTrue(torch.equal(a, b), (hf_rope, start))
+
 
 if __name__ == "__main__":
     unittest.main()
