@@ -1,10 +1,10 @@
 //! Devices, device memory, copies and the caller stream: the process-wide
 //! functions of the safe API (the C API's `et_cuda_device_count`,
 //! `et_cuda_alloc_device`, `et_cuda_device_allocate`, copies, caller stream).
+//! Choosing a token from logits is in [`super::sample`].
 
 use crate::cuda::{self, copy, memory, stream};
 use crate::error::Result;
-use crate::kernels::sample;
 use crate::stats::Stats;
 use std::ffi::c_void;
 
@@ -147,128 +147,4 @@ impl Drop for CallerStreamGuard {
     fn drop(&mut self) {
         stream::set_caller_stream(self.prev);
     }
-}
-
-/// The next token from one row of `vocab` logits of `dtype` (a `c10::ScalarType` code:
-/// float32, bfloat16 or float16) in device memory of `device`, chosen on the device after
-/// all work queued before on the device's streams; one host wait, 8 bytes read back.
-/// `temperature == 0` is greedy (the first maximum, NaN the largest); otherwise
-/// softmax(logits / temperature) within top-p, drawn with [`sample_uniform`]`(seed, step)`,
-/// and `temperature` must be within [1e-6, 1e6] (an `InvalidArgument` error naming it,
-/// before anything reaches the device). The memory it keeps per device is freed by
-/// [`sample_release`], or when the device's last method is destroyed.
-/// `None` when sampling finds no weight (every logit NaN or -inf).
-///
-/// # Safety
-/// `logits` must be device memory of `device` readable for `vocab` elements of `dtype`.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn sample(
-    logits: *const c_void,
-    dtype: i32,
-    vocab: i64,
-    device: i32,
-    temperature: f64,
-    top_p: f64,
-    seed: u64,
-    step: u64,
-) -> Result<Option<i64>> {
-    let how = sample::Sampling {
-        temperature,
-        top_p,
-        uniform: sample::uniform(seed, step),
-    };
-    // SAFETY: forwarded contract.
-    unsafe { sample::sample(logits, dtype, vocab, device, &how) }
-}
-
-/// The token [`sample`] would choose, from a row of `vocab` logits of `dtype` in host memory,
-/// on the host (`kernels::sample::host`): for rows on the host, of any length. `None` when
-/// sampling finds no weight (every logit NaN or -inf).
-///
-/// # Safety
-/// `logits` must be host memory readable for `vocab` elements of `dtype`.
-pub unsafe fn sample_host(
-    logits: *const c_void,
-    dtype: i32,
-    vocab: i64,
-    temperature: f64,
-    top_p: f64,
-    seed: u64,
-    step: u64,
-) -> Result<Option<i64>> {
-    let size = crate::dtype::element_size(dtype).filter(|_| {
-        [
-            crate::dtype::codes::FLOAT32,
-            crate::dtype::codes::BFLOAT16,
-            crate::dtype::codes::FLOAT16,
-        ]
-        .contains(&dtype)
-    });
-    let Some(size) = size else {
-        return Err(crate::Error::invalid_argument(format!(
-            "sample_host: logits of {}; float32, bfloat16 or float16 expected",
-            crate::dtype::describe(dtype)
-        )));
-    };
-    let bytes = usize::try_from(vocab)
-        .ok()
-        .filter(|&n| n >= 1)
-        .and_then(|n| n.checked_mul(size))
-        .filter(|&b| b <= isize::MAX as usize)
-        .ok_or_else(|| {
-            crate::Error::invalid_argument(format!("sample_host: a row of {vocab} logits"))
-        })?;
-    if logits.is_null() {
-        return Err(crate::Error::invalid_argument(
-            "sample_host: logits is null".to_string(),
-        ));
-    }
-    // SAFETY: non-null, readable for `bytes` (caller's contract), which fit an isize.
-    let row = unsafe { std::slice::from_raw_parts(logits.cast::<u8>(), bytes) };
-    let how = sample::Sampling {
-        temperature,
-        top_p,
-        uniform: sample::uniform(seed, step),
-    };
-    sample::host::pick(&sample::host::HostRow::new(row, dtype)?, &how)
-}
-
-/// Free the memory [`sample`] keeps for `device` (a page-locked token slot and a few KB of
-/// device scratch, made by its first call there; the next call makes them again). The
-/// device's last method frees them too when it is destroyed: this is for a caller that
-/// samples with no method loaded, before it exits. Nothing to do (and no driver needed)
-/// when the sampler holds nothing for `device`.
-pub fn sample_release(device: i32) -> Result<()> {
-    sample::release(device)
-}
-
-/// The greedy token of [`sample`] (temperature 0) chosen by the sampler's one-block kernel
-/// instead of the many-block one [`sample`] uses: for tests that compare the two (results
-/// and time). Not part of the supported API.
-///
-/// # Safety
-/// As [`sample`].
-#[doc(hidden)]
-pub unsafe fn sample_greedy_one_block(
-    logits: *const c_void,
-    dtype: i32,
-    vocab: i64,
-    device: i32,
-) -> Result<i64> {
-    let how = sample::Sampling {
-        temperature: 0.0,
-        top_p: 1.0,
-        uniform: 0.0,
-    };
-    // SAFETY: forwarded contract.
-    let token = unsafe {
-        sample::sample_with(logits, dtype, vocab, device, &how, sample::Greedy::OneBlock)
-    }?;
-    token.ok_or_else(|| crate::Error::internal("sample: greedy found no token".to_string()))
-}
-
-/// The uniform number in [0, 1) that [`sample`] draws with at `step` of a run seeded with
-/// `seed` (counter-based: splitmix64 of the pair).
-pub fn sample_uniform(seed: u64, step: u64) -> f64 {
-    sample::uniform(seed, step)
 }

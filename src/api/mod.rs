@@ -12,6 +12,7 @@
 
 pub mod memory;
 mod program;
+pub mod sample;
 
 pub use crate::delegate::io::{InputArg, OutputArg, OutputInfo};
 pub use program::{Blobs, NamedDataLookup};

@@ -5,6 +5,7 @@ use super::api::{lookup, EtCudaHandle};
 use super::types::*;
 use super::{guard, write_out, EtCuda};
 use crate::api::memory;
+use crate::api::sample::{self, Sampling};
 use crate::error::invalid;
 use std::ffi::c_void;
 
@@ -187,10 +188,14 @@ pub unsafe extern "C" fn et_cuda_sample(
         if out_token.is_null() {
             return invalid("out_token is null");
         }
+        let how = Sampling {
+            temperature,
+            top_p,
+            seed,
+            step,
+        };
         // SAFETY: forwarded contract.
-        let token = unsafe {
-            memory::sample(logits, dtype, vocab, device, temperature, top_p, seed, step)
-        }?;
+        let token = unsafe { sample::sample(logits, dtype, vocab, device, &how) }?;
         // SAFETY: checked non-null; valid per the contract.
         unsafe { write_out(out_token, token.unwrap_or(-1), "out_token") }
     })
@@ -221,9 +226,14 @@ pub unsafe extern "C" fn et_cuda_sample_host(
         if out_token.is_null() {
             return invalid("out_token is null");
         }
+        let how = Sampling {
+            temperature,
+            top_p,
+            seed,
+            step,
+        };
         // SAFETY: forwarded contract.
-        let token =
-            unsafe { memory::sample_host(logits, dtype, vocab, temperature, top_p, seed, step) }?;
+        let token = unsafe { sample::sample_host(logits, dtype, vocab, &how) }?;
         // SAFETY: checked non-null; valid per the contract.
         unsafe { write_out(out_token, token.unwrap_or(-1), "out_token") }
     })
@@ -236,7 +246,7 @@ pub unsafe extern "C" fn et_cuda_sample_host(
 /// `device`; `INVALID_ARGUMENT` for a negative `device`.
 #[no_mangle]
 pub extern "C" fn et_cuda_sample_release(device: i32) -> EtCudaStatus {
-    guard::<EtCuda>("et_cuda_sample_release", || memory::sample_release(device))
+    guard::<EtCuda>("et_cuda_sample_release", || sample::release(device))
 }
 
 /// The uniform number in [0, 1) that `et_cuda_sample` draws with at `step` of the sequence
@@ -256,7 +266,7 @@ pub unsafe extern "C" fn et_cuda_sample_uniform(
             return invalid("out is null");
         }
         // SAFETY: checked non-null; valid per the contract.
-        unsafe { write_out(out, memory::sample_uniform(seed, step), "out") }
+        unsafe { write_out(out, sample::uniform(seed, step), "out") }
     })
 }
 

@@ -297,12 +297,15 @@ fn uniform_is_counter_based_and_in_range() {
 /// reaches the device (here: no driver, and a null pointer that is never looked at).
 #[test]
 fn the_api_refuses_a_temperature_out_of_range_before_any_device_work() {
+    let how = |temperature| crate::api::sample::Sampling {
+        temperature,
+        ..crate::api::sample::Sampling::GREEDY
+    };
     for t in [1e45, -1.0, 1e-9, f64::NAN] {
         // SAFETY: refused before the pointer is used.
-        let e = unsafe {
-            crate::api::memory::sample(std::ptr::null(), codes::FLOAT32, 8, 0, t, 1.0, 0, 0)
-        }
-        .unwrap_err();
+        let e =
+            unsafe { crate::api::sample::sample(std::ptr::null(), codes::FLOAT32, 8, 0, &how(t)) }
+                .unwrap_err();
         assert_eq!(
             e.kind(),
             crate::error::ErrorKind::InvalidArgument,
@@ -317,7 +320,7 @@ fn the_api_refuses_a_temperature_out_of_range_before_any_device_work() {
 #[test]
 fn release_needs_nothing_when_nothing_is_held() {
     assert!(release(6).is_ok());
-    assert!(crate::api::memory::sample_release(6).is_ok());
+    assert!(crate::api::sample::release(6).is_ok());
     let e = release(-5).unwrap_err();
     assert_eq!(e.kind(), crate::error::ErrorKind::InvalidArgument);
     assert!(e.to_string().contains("-5"), "{e}");

@@ -1,0 +1,138 @@
+//! Choosing the next token from a row of logits, on the device or on the host (the C API's
+//! `et_cuda_sample`, `et_cuda_sample_host`, `et_cuda_sample_release`, `et_cuda_sample_uniform`):
+//! the safe face of `kernels::sample`.
+
+use crate::error::Result;
+use crate::kernels::sample;
+use std::ffi::c_void;
+
+/// How a token is chosen: `temperature == 0` is greedy (the first maximum, NaN the largest);
+/// otherwise softmax(logits / temperature) within `top_p`, drawn with
+/// [`uniform`]`(seed, step)`, and `temperature` must be within [1e-6, 1e6] (an
+/// `InvalidArgument` error naming it, before anything reaches the device).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampling {
+    pub temperature: f64,
+    pub top_p: f64,
+    /// The run's seed: the same seed and steps give the same tokens.
+    pub seed: u64,
+    /// The draw's index in the run (the token's position, say).
+    pub step: u64,
+}
+
+impl Sampling {
+    /// Greedy: the argmax (seed and step unused).
+    pub const GREEDY: Sampling = Sampling {
+        temperature: 0.0,
+        top_p: 1.0,
+        seed: 0,
+        step: 0,
+    };
+
+    fn kernel(&self) -> sample::Sampling {
+        sample::Sampling {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            uniform: sample::uniform(self.seed, self.step),
+        }
+    }
+}
+
+/// The next token from one row of `vocab` logits of `dtype` (a `c10::ScalarType` code:
+/// float32, bfloat16 or float16) in device memory of `device`, chosen on the device after
+/// all work queued before on the device's streams, as `how` says; one host wait, 8 bytes read
+/// back. The memory it keeps per device is freed by [`release`], or when the device's last
+/// method is destroyed. `None` when sampling finds no weight (every logit NaN or -inf).
+///
+/// # Safety
+/// `logits` must be device memory of `device` readable for `vocab` elements of `dtype`.
+pub unsafe fn sample(
+    logits: *const c_void,
+    dtype: i32,
+    vocab: i64,
+    device: i32,
+    how: &Sampling,
+) -> Result<Option<i64>> {
+    // SAFETY: forwarded contract.
+    unsafe { sample::sample(logits, dtype, vocab, device, &how.kernel()) }
+}
+
+/// The token [`sample`] would choose, from a row of `vocab` logits of `dtype` in host memory,
+/// on the host (`kernels::sample::host`): for rows on the host, of any length. `None` when
+/// sampling finds no weight (every logit NaN or -inf).
+///
+/// # Safety
+/// `logits` must be host memory readable for `vocab` elements of `dtype`.
+pub unsafe fn sample_host(
+    logits: *const c_void,
+    dtype: i32,
+    vocab: i64,
+    how: &Sampling,
+) -> Result<Option<i64>> {
+    let size = crate::dtype::element_size(dtype).filter(|_| {
+        [
+            crate::dtype::codes::FLOAT32,
+            crate::dtype::codes::BFLOAT16,
+            crate::dtype::codes::FLOAT16,
+        ]
+        .contains(&dtype)
+    });
+    let Some(size) = size else {
+        return Err(crate::Error::invalid_argument(format!(
+            "sample_host: logits of {}; float32, bfloat16 or float16 expected",
+            crate::dtype::describe(dtype)
+        )));
+    };
+    let bytes = usize::try_from(vocab)
+        .ok()
+        .filter(|&n| n >= 1)
+        .and_then(|n| n.checked_mul(size))
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| {
+            crate::Error::invalid_argument(format!("sample_host: a row of {vocab} logits"))
+        })?;
+    if logits.is_null() {
+        return Err(crate::Error::invalid_argument(
+            "sample_host: logits is null".to_string(),
+        ));
+    }
+    // SAFETY: non-null, readable for `bytes` (caller's contract), which fit an isize.
+    let row = unsafe { std::slice::from_raw_parts(logits.cast::<u8>(), bytes) };
+    sample::host::pick(&sample::host::HostRow::new(row, dtype)?, &how.kernel())
+}
+
+/// Free the memory [`sample`] keeps for `device` (a page-locked token slot and a few KB of
+/// device scratch, made by its first call there; the next call makes them again). The
+/// device's last method frees them too when it is destroyed: this is for a caller that
+/// samples with no method loaded, before it exits. Nothing to do (and no driver needed)
+/// when the sampler holds nothing for `device`.
+pub fn release(device: i32) -> Result<()> {
+    sample::release(device)
+}
+
+/// The greedy token of [`sample`] (temperature 0) chosen by the sampler's one-block kernel
+/// instead of the many-block one [`sample`] uses: for tests that compare the two (results
+/// and time). Not part of the supported API.
+///
+/// # Safety
+/// As [`sample`].
+#[doc(hidden)]
+pub unsafe fn sample_greedy_one_block(
+    logits: *const c_void,
+    dtype: i32,
+    vocab: i64,
+    device: i32,
+) -> Result<i64> {
+    let how = Sampling::GREEDY.kernel();
+    // SAFETY: forwarded contract.
+    let token = unsafe {
+        sample::sample_with(logits, dtype, vocab, device, &how, sample::Greedy::OneBlock)
+    }?;
+    token.ok_or_else(|| crate::Error::internal("sample: greedy found no token".to_string()))
+}
+
+/// The uniform number in [0, 1) that [`sample`] draws with at `step` of a run seeded with
+/// `seed` (counter-based: splitmix64 of the pair).
+pub fn uniform(seed: u64, step: u64) -> f64 {
+    sample::uniform(seed, step)
+}
