@@ -26,7 +26,7 @@ fn sym<T>(n: &str) -> T {
     // SAFETY: RTLD_DEFAULT lookup of a NUL-terminated name.
     let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c.as_ptr()) };
     assert!(!p.is_null(), "missing {n}");
-    // SAFETY: the caller names T as the symbol's C signature (src/ffi/memory.rs).
+    // SAFETY: the caller names T as the symbol's C signature (src/ffi/sample.rs).
     unsafe { std::mem::transmute_copy(&p) }
 }
 

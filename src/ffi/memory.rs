@@ -5,7 +5,6 @@ use super::api::{lookup, EtCudaHandle};
 use super::types::*;
 use super::{guard, write_out, EtCuda};
 use crate::api::memory;
-use crate::api::sample::{self, Sampling};
 use crate::error::invalid;
 use std::ffi::c_void;
 
@@ -151,122 +150,6 @@ pub unsafe extern "C" fn et_cuda_copy_device_to_host(
     guard::<EtCuda>("et_cuda_copy_device_to_host", || {
         // SAFETY: forwarded contract.
         unsafe { memory::copy_device_to_host(dst, src, nbytes, device) }
-    })
-}
-
-/// Choose the next token from one row of `vocab` logits on the device and write its id to
-/// `*out_token` (-1 when sampling finds no weight: every logit NaN or -inf). `logits` is device
-/// memory of `device` holding `vocab` elements of `dtype` (`c10::ScalarType` code: 6 float32,
-/// 15 bfloat16, 5 float16; 1 <= `vocab` <= 2^22). Runs after all work queued before on the
-/// device's streams, then waits for its own kernel: one host wait, 8 bytes read back.
-/// `temperature` 0 is greedy (the first maximum, NaN counting as the largest, as `torch.argmax`);
-/// any other `temperature` must be within [1e-6, 1e6] (else `INVALID_ARGUMENT`, checked before
-/// anything reaches the device), and samples from softmax(logits / temperature) restricted to
-/// the smallest set of most likely tokens whose mass reaches `top_p` (in (0, 1]; ties by lower
-/// id), with the uniform number of `step` in the sequence seeded by `seed` (counter-based: the
-/// same seed and step give the same token, whatever came before). The first call on a device
-/// allocates a page-locked token slot and 8,448 bytes of device scratch, kept for later calls
-/// and freed by `et_cuda_sample_release`, or when the last method of the device is destroyed.
-///
-/// # Safety
-/// `logits` must be device memory of `device` readable for `vocab` elements of `dtype`;
-/// `out_token` null or valid for a write of an `int64_t`.
-#[no_mangle]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn et_cuda_sample(
-    logits: *const c_void,
-    dtype: i32,
-    vocab: i64,
-    device: i32,
-    temperature: f64,
-    top_p: f64,
-    seed: u64,
-    step: u64,
-    out_token: *mut i64,
-) -> EtCudaStatus {
-    guard::<EtCuda>("et_cuda_sample", || {
-        if out_token.is_null() {
-            return invalid("out_token is null");
-        }
-        let how = Sampling {
-            temperature,
-            top_p,
-            seed,
-            step,
-        };
-        // SAFETY: forwarded contract.
-        let token = unsafe { sample::sample(logits, dtype, vocab, device, &how) }?;
-        // SAFETY: checked non-null; valid per the contract.
-        unsafe { write_out(out_token, token.unwrap_or(-1), "out_token") }
-    })
-}
-
-/// The token `et_cuda_sample` would choose (the same rules, arguments and draws), from a row
-/// of `vocab` logits of `dtype` (float32, bfloat16 or float16) in host memory, chosen on the
-/// host: no device, no driver needed, any `vocab` >= 1. `*out_token` is -1 when sampling finds
-/// no weight (every logit NaN or -inf). The runner's `--sample-on-host` and the Python
-/// package's host rows use it.
-///
-/// # Safety
-/// `logits` must be host memory readable for `vocab` elements of `dtype`; `out_token` null or
-/// valid for a write of an `int64_t`.
-#[no_mangle]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn et_cuda_sample_host(
-    logits: *const c_void,
-    dtype: i32,
-    vocab: i64,
-    temperature: f64,
-    top_p: f64,
-    seed: u64,
-    step: u64,
-    out_token: *mut i64,
-) -> EtCudaStatus {
-    guard::<EtCuda>("et_cuda_sample_host", || {
-        if out_token.is_null() {
-            return invalid("out_token is null");
-        }
-        let how = Sampling {
-            temperature,
-            top_p,
-            seed,
-            step,
-        };
-        // SAFETY: forwarded contract.
-        let token = unsafe { sample::sample_host(logits, dtype, vocab, &how) }?;
-        // SAFETY: checked non-null; valid per the contract.
-        unsafe { write_out(out_token, token.unwrap_or(-1), "out_token") }
-    })
-}
-
-/// Free the memory `et_cuda_sample` keeps for `device` (its first call there makes it; the
-/// next call makes it again). The last `et_cuda_destroy` of a method on the device does this
-/// too: call it before exiting when sampling with no method loaded (e.g. for a leak checker).
-/// OK without doing anything (and without a driver) when the sampler holds nothing for
-/// `device`; `INVALID_ARGUMENT` for a negative `device`.
-#[no_mangle]
-pub extern "C" fn et_cuda_sample_release(device: i32) -> EtCudaStatus {
-    guard::<EtCuda>("et_cuda_sample_release", || sample::release(device))
-}
-
-/// The uniform number in [0, 1) that `et_cuda_sample` draws with at `step` of the sequence
-/// seeded by `seed` (splitmix64 of the pair, 53 bits), for a host-side sampler that wants the
-/// same draws.
-///
-/// # Safety
-/// `out` must be null or valid for a write of a `double`.
-#[no_mangle]
-pub unsafe extern "C" fn et_cuda_sample_uniform(
-    seed: u64,
-    step: u64,
-    out: *mut f64,
-) -> EtCudaStatus {
-    guard::<EtCuda>("et_cuda_sample_uniform", || {
-        if out.is_null() {
-            return invalid("out is null");
-        }
-        // SAFETY: checked non-null; valid per the contract.
-        unsafe { write_out(out, sample::uniform(seed, step), "out") }
     })
 }
 

@@ -23,6 +23,7 @@
 pub mod api;
 pub mod memory;
 pub mod options;
+pub mod sample;
 pub mod types;
 
 pub use types::*;

@@ -3,7 +3,7 @@
 //! kernel writes the token id straight into page-locked host memory, so the caller
 //! waits once and reads back 8 bytes instead of the row. Greedy spreads the row over
 //! many blocks (`et_argmax`, one launch); sampling is one block (`et_sample`).
-//! The C entry point is `et_cuda_sample` (`src/ffi/memory.rs` through `api::memory`).
+//! The C entry point is `et_cuda_sample` (`src/ffi/sample.rs` through `api::sample`).
 
 pub mod host;
 
