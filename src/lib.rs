@@ -80,6 +80,7 @@ pub mod logging;
 pub mod options;
 pub mod shim;
 mod stats;
+pub mod switches;
 pub(crate) mod tensor;
 
 pub use api::memory::{device_count, driver_version, global_stats, mem_info, CallerStreamGuard};

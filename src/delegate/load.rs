@@ -207,12 +207,12 @@ fn load_weights(
 
 /// Whether a packed weights blob is checked against the SHA-256 in its key.
 fn verify_weights_requested() -> bool {
-    std::env::var_os("ET_CUDA_VERIFY_WEIGHTS").is_some_and(|v| v == "1")
+    crate::switches::get().verify_weights
 }
 
 /// Whether packed weights blobs are page-locked while the generated code loads them.
 fn pin_blob_requested() -> bool {
-    std::env::var_os("ET_CUDA_PIN_WEIGHTS_BLOB").is_some_and(|v| v == "1")
+    crate::switches::get().pin_weights_blob
 }
 
 #[cfg(test)]

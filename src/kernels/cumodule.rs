@@ -18,13 +18,13 @@ pub enum Image {
 /// -1: not read yet; 0 off; 1 on.
 static PDL: std::sync::atomic::AtomicI8 = std::sync::atomic::AtomicI8::new(-1);
 
-/// Whether launches are programmatic dependent launches: `ET_CUDA_PDL` (read once; `0`
-/// turns them off; default on), unless [`set_pdl`] said otherwise.
+/// Whether launches are programmatic dependent launches: `ET_CUDA_PDL` (`crate::switches`;
+/// `0` turns them off; default on), unless [`set_pdl`] said otherwise.
 pub fn pdl_enabled() -> bool {
     use std::sync::atomic::Ordering;
     match PDL.load(Ordering::Relaxed) {
         -1 => {
-            let on = std::env::var_os("ET_CUDA_PDL").is_none_or(|v| v != "0");
+            let on = crate::switches::get().pdl;
             PDL.store(i8::from(on), Ordering::Relaxed);
             on
         }
@@ -96,11 +96,18 @@ pub(super) fn aligned_copy(bytes: &[u8], nul: bool) -> Vec<u64> {
     v
 }
 
-fn load_image(image: Image) -> Result<sys::CUmodule> {
-    load_image_of(image, FATBIN, PTX_ENV)
-}
-
-fn load_image_of(image: Image, fatbin: &[u8], ptx_env: &str) -> Result<sys::CUmodule> {
+/// The image of `fatbin`, or the PTX file `ptx` names (the switch `ptx_env` set it:
+/// `crate::switches`).
+fn load_image_of(
+    fatbin: &[u8],
+    ptx: Option<&std::ffi::OsString>,
+    ptx_env: &str,
+) -> Result<sys::CUmodule> {
+    let image = if ptx.is_some() {
+        Image::Ptx
+    } else {
+        Image::Fatbin
+    };
     let mut module: sys::CUmodule = std::ptr::null_mut();
     match image {
         Image::Fatbin => {
@@ -113,8 +120,8 @@ fn load_image_of(image: Image, fatbin: &[u8], ptx_env: &str) -> Result<sys::CUmo
             )?;
         }
         Image::Ptx => {
-            let path = std::env::var(ptx_env).unwrap_or_default();
-            let ptx = std::fs::read(&path)
+            let path = ptx.map(|p| p.to_string_lossy()).unwrap_or_default();
+            let ptx = std::fs::read(path.as_ref())
                 .map_err(|e| Error::invalid_argument(format!("{ptx_env}={path:?}: {e}")))?;
             let buf = aligned_copy(&ptx, true);
             let mut log = vec![0u8; 16 * 1024];
@@ -154,19 +161,18 @@ impl Module {
                 device.ordinal
             )));
         }
-        let force_ptx = std::env::var_os(PTX_ENV).is_some_and(|v| !v.is_empty());
-        let (raw, image) = if force_ptx {
-            (load_image(Image::Ptx)?, Image::Ptx)
-        } else {
-            (load_image(Image::Fatbin)?, Image::Fatbin)
-        };
-        let decode_ptx = std::env::var_os(DECODE_PTX_ENV).is_some_and(|v| !v.is_empty());
-        let decode_image = if decode_ptx {
+        let sw = crate::switches::get();
+        let raw = load_image_of(FATBIN, sw.kernels_ptx.as_ref(), PTX_ENV)?;
+        let image = if sw.kernels_ptx.is_some() {
             Image::Ptx
         } else {
             Image::Fatbin
         };
-        let decode = match load_image_of(decode_image, DECODE_FATBIN, DECODE_PTX_ENV) {
+        let decode = match load_image_of(
+            DECODE_FATBIN,
+            sw.decode_kernels_ptx.as_ref(),
+            DECODE_PTX_ENV,
+        ) {
             Ok(d) => d,
             Err(e) => {
                 // SAFETY: the int4 module just loaded, unloaded once on this error path.

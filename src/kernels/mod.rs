@@ -67,9 +67,9 @@ pub static DECODE_PTX: &[u8] = include_bytes!("../../kernels/decode.ptx");
 pub static DECODE_RECORD: &str = include_str!("../../kernels/decode.sha256");
 
 /// The environment variable naming a PTX file to load instead of the fatbin.
-pub const PTX_ENV: &str = "ET_CUDA_KERNELS_PTX";
+pub const PTX_ENV: &str = crate::switches::KERNELS_PTX;
 /// The same for the decode kernels (`kernels/decode.ptx`).
-pub const DECODE_PTX_ENV: &str = "ET_CUDA_DECODE_KERNELS_PTX";
+pub const DECODE_PTX_ENV: &str = crate::switches::DECODE_KERNELS_PTX;
 /// The hashes `kernels/build.sh` recorded for the source and the artifacts.
 #[cfg(test)]
 pub static RECORD: &str = include_str!("../../kernels/int4mm.sha256");

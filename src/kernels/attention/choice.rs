@@ -94,12 +94,12 @@ const DEC_THREADS: u32 = 256;
 /// kernel) and at most 8 rows per KV head (`Hq/Hkv * Lq`); it reads a warp's whole tile of 32
 /// keys at once and splits the keys over its 8 warps. The pair is (the kernel, its variant that
 /// writes `et_attention_rope`'s new keys and values into the caches first).
-/// `ET_CUDA_ATTN_DECODE=0` (read once) or [`set_decode_kernel`] turn it off (the benchmark's
+/// `ET_CUDA_ATTN_DECODE=0` (`crate::switches`) or [`set_decode_kernel`] turn it off (the benchmark's
 /// comparison row).
 pub fn decode_kernel(p: &Problem, nsplit: i64) -> Option<(&'static str, &'static str)> {
     let on = match DECODE_KERNEL.load(Ordering::Relaxed) {
         -1 => {
-            let on = std::env::var_os("ET_CUDA_ATTN_DECODE").is_none_or(|v| v != "0");
+            let on = crate::switches::get().decode_attention;
             DECODE_KERNEL.store(i8::from(on), Ordering::Relaxed);
             on
         }
