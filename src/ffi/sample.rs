@@ -37,21 +37,18 @@ pub unsafe extern "C" fn et_cuda_sample(
     step: u64,
     out_token: *mut i64,
 ) -> EtCudaStatus {
-    guard::<EtCuda>("et_cuda_sample", || {
-        if out_token.is_null() {
-            return invalid("out_token is null");
-        }
-        let how = Sampling {
-            temperature,
-            top_p,
-            seed,
-            step,
-        };
-        // SAFETY: forwarded contract.
-        let token = unsafe { sample::sample(logits, dtype, vocab, device, &how) }?;
-        // SAFETY: checked non-null; valid per the contract.
-        unsafe { write_out(out_token, token.unwrap_or(-1), "out_token") }
-    })
+    let how = Sampling {
+        temperature,
+        top_p,
+        seed,
+        step,
+    };
+    // SAFETY: forwarded contract (logits for `choose`, out_token for `pick`).
+    unsafe {
+        pick("et_cuda_sample", out_token, || {
+            sample::sample(logits, dtype, vocab, device, &how)
+        })
+    }
 }
 
 /// The token `et_cuda_sample` would choose (the same rules, arguments and draws), from a row
@@ -75,21 +72,18 @@ pub unsafe extern "C" fn et_cuda_sample_host(
     step: u64,
     out_token: *mut i64,
 ) -> EtCudaStatus {
-    guard::<EtCuda>("et_cuda_sample_host", || {
-        if out_token.is_null() {
-            return invalid("out_token is null");
-        }
-        let how = Sampling {
-            temperature,
-            top_p,
-            seed,
-            step,
-        };
-        // SAFETY: forwarded contract.
-        let token = unsafe { sample::sample_host(logits, dtype, vocab, &how) }?;
-        // SAFETY: checked non-null; valid per the contract.
-        unsafe { write_out(out_token, token.unwrap_or(-1), "out_token") }
-    })
+    let how = Sampling {
+        temperature,
+        top_p,
+        seed,
+        step,
+    };
+    // SAFETY: forwarded contract (logits for `choose`, out_token for `pick`).
+    unsafe {
+        pick("et_cuda_sample_host", out_token, || {
+            sample::sample_host(logits, dtype, vocab, &how)
+        })
+    }
 }
 
 /// Free the memory `et_cuda_sample` keeps for `device` (its first call there makes it; the
@@ -120,5 +114,25 @@ pub unsafe extern "C" fn et_cuda_sample_uniform(
         }
         // SAFETY: checked non-null; valid per the contract.
         unsafe { write_out(out, sample::uniform(seed, step), "out") }
+    })
+}
+
+/// The guarded body of both samplers: `choose` (unsafe: it reads the caller's logits) runs
+/// once `out_token` is known to be non-null, and its token (-1 for none) is written there.
+///
+/// # Safety
+/// `out_token` null or valid for a write of an `int64_t`; `choose` safe to call.
+unsafe fn pick(
+    name: &'static str,
+    out_token: *mut i64,
+    choose: impl FnOnce() -> crate::error::Result<Option<i64>>,
+) -> EtCudaStatus {
+    guard::<EtCuda>(name, || {
+        if out_token.is_null() {
+            return invalid("out_token is null");
+        }
+        let token = choose()?;
+        // SAFETY: checked non-null; valid per the contract.
+        unsafe { write_out(out_token, token.unwrap_or(-1), "out_token") }
     })
 }
