@@ -24,6 +24,8 @@ import operator
 import torch
 from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 
+from .subgraph import cut
+
 aten = torch.ops.aten
 
 
@@ -323,31 +325,6 @@ def _norm_candidate(state, x):
     return h, weights.pop(), float(eps)
 
 
-def _subgraph(inputs, out):
-    """A GraphModule computing ``out`` from ``inputs`` (every node between them), or None if
-    the region reads anything else."""
-    g = torch.fx.Graph()
-    env = {}
-    for i, n in enumerate(inputs):
-        env[n] = g.placeholder(f"in{i}")
-    order = []
-    stack, seen = [out], set()
-    while stack:
-        n = stack.pop()
-        if n in env or n in seen:
-            continue
-        if n.op != "call_function":
-            return None
-        seen.add(n)
-        order.append(n)
-        stack.extend(n.all_input_nodes)
-    pos = {n: i for i, n in enumerate(out.graph.nodes)}
-    for n in sorted(order, key=pos.get):
-        env[n] = g.node_copy(n, lambda a: env[a])
-    g.output(env[out])
-    return torch.fx.GraphModule(torch.nn.Module(), g)
-
-
 def _norm_mode(sub, dtype, k, eps):
     """Which formula of ``ops.et_linear`` the subgraph computes (1, 2 with offset), or None."""
     from .ops import _linear_ref  # noqa: F401  (the formulas below are its prologue)
@@ -423,10 +400,10 @@ def _prove_plain_norm(state, x):
     hv, wv = _val(h), _val(wnode)
     if hv is None or hv.dtype != xv.dtype or wv.dtype != xv.dtype or wv.shape[0] != xv.shape[-1]:
         return None
-    sub = _subgraph([h, wnode], x)
-    if sub is None:
+    made = cut(x, [h, wnode])
+    if isinstance(made, torch.fx.Node):  # the region reads something else too
         return None
-    got = _norm_mode(sub, xv.dtype, int(wv.shape[0]), eps)
+    got = _norm_mode(made[0], xv.dtype, int(wv.shape[0]), eps)
     if got is None:
         return None
     return h, wnode, got[0], eps, got[1]

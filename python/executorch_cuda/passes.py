@@ -210,13 +210,15 @@ def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=T
     ``max_m`` is accepted and ignored (the ops dispatch on M when they run)."""
     g = gm.graph
     counts = {"linear": 0, "attention": 0, "window": 0, "skipped_attention": [], "rope": 0,
-              "rope_norm": 0, "rope_skipped": [], "rope_shared": 0, "rope_packed": 0}
+              "rope_norm": 0, "rope_skipped": [], "rope_shared": 0, "rope_packed": 0,
+              "eager_attention": 0}
     attn = torch.ops.et_cuda.et_attention.default
     rope_attn = torch.ops.et_cuda.et_attention_rope.default
     index_cache = {}
     verdicts = {}
     pos_node = _find_positions(ep, gm, positions) if attention else None
     if attention and pos_node is not None:
+        _written_out_attention(gm, ep, pos_node, verdicts, counts)
         # Every mask is evaluated before anything is rewritten.
         for n in g.nodes:
             if n.op == "call_function" and n.target == aten.scaled_dot_product_attention.default:
@@ -281,6 +283,22 @@ def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=T
         gm.recompile()
     counts["gemv"] = counts["linear"]
     return counts
+
+
+def _written_out_attention(gm, ep, pos_node, verdicts, counts):
+    """Attention written out as matmuls (HF's eager attention) -> SDPA nodes, where the
+    SDPA would then be routed (``eager.convert``): ``report["eager_attention"]``."""
+    from . import eager as _eager
+
+    def accept(q, k, v, mask):
+        why = _attention_blocker(ep, q, k, v, mask, 0.0, False, pos_node)
+        if why:
+            return why
+        verdict = _mask_verdict(gm, ep, mask, pos_node, _cache_base(ep, k), verdicts)
+        return None if verdict.kind in ("causal", "window") else f"mask: {verdict.reason}"
+
+    counts["eager_attention"], skipped = _eager.convert(gm, accept)
+    counts["skipped_attention"] += skipped
 
 
 def _fake_out(node):

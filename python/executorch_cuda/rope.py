@@ -29,6 +29,7 @@ import torch
 
 from . import mask as _mask
 from . import ops
+from .subgraph import concrete, cut
 
 aten = torch.ops.aten
 _INPLACE_WRITES = (aten.index_copy_.default, aten.index_put_.default)
@@ -117,35 +118,20 @@ def rope_parts(n):
     return None
 
 
-def _concrete(shape, t=3):
-    return [int(d) if isinstance(d, int) else t for d in shape]
-
-
 def prove(n, x, c, s):
     """None when the nodes from (x, cos, sin) to ``n`` compute ``ops._rope_ref`` on random
     values (T = 3 for a symbolic length), else the reason."""
-    order = {m: i for i, m in enumerate(n.graph.nodes)}
-    sub, stack = set(), [n]
-    while stack:
-        m = stack.pop()
-        if m in sub or m in (x, c, s):
-            continue
-        if m.op != "call_function":
-            return f"the rotation reads '{m.name}' ({m.op}), not only x, cos and sin"
-        sub.add(m)
-        stack.extend(m.all_input_nodes)
-    g = torch.fx.Graph()
-    env = {x: g.placeholder("x"), c: g.placeholder("cos"), s: g.placeholder("sin")}
-    for m in sorted(sub, key=order.get):
-        env[m] = g.node_copy(m, lambda a: env[a])
-    g.output(env[n])
+    made = cut(n, [x, c, s])
+    if isinstance(made, torch.fx.Node):
+        return f"the rotation reads '{made.name}' ({made.op}), not only x, cos and sin"
+    module, _ = made
     vals = [_val(m) for m in (x, c, s)]
     if any(not isinstance(v, torch.Tensor) for v in vals):
         return "no tensor metadata on x, cos or sin"
     gen = torch.Generator().manual_seed(0)
-    xs, cs, ss = (torch.randn(_concrete(v.shape), generator=gen, dtype=torch.float32) for v in vals)
+    xs, cs, ss = (torch.randn(concrete(v.shape), generator=gen, dtype=torch.float32) for v in vals)
     try:
-        got = torch.fx.GraphModule(torch.nn.Module(), g)(xs, cs, ss)
+        got = module(xs, cs, ss)
         want = ops._rope_ref(xs, cs, ss)
     except Exception as e:  # noqa: BLE001 - a subgraph that does not run is not a RoPE
         return f"the rotation does not run on its own ({type(e).__name__}: {e})"

@@ -76,12 +76,12 @@ FAMILIES = {
 }
 
 
-def _model(family, dtype):
+def _model(family, dtype, attn="sdpa"):
     import transformers as tf
 
     cls, kwargs, _ = FAMILIES[family]
     cfg = getattr(tf, cls)(**kwargs)
-    cfg._attn_implementation = "sdpa"
+    cfg._attn_implementation = attn
     torch.manual_seed(0)
     make = tf.Gemma3ForCausalLM if cls == "Gemma3TextConfig" else tf.AutoModelForCausalLM.from_config
     model = make(cfg).eval().to(dtype)
@@ -108,11 +108,11 @@ def _steps(max_t):
 class _Check(unittest.TestCase):
     """The check the test classes share (no tests of its own)."""
 
-    def check(self, family, dtype=None, max_t=32):
+    def check(self, family, dtype=None, max_t=32, attn="sdpa"):
         import executorch_cuda
 
         dtype = dtype or torch.bfloat16
-        model = _model(family, dtype)
+        model = _model(family, dtype, attn)
         ref, ep = _export(model, max_t), _export(model, max_t)
         ep, report = executorch_cuda.prepare(ep, positions="cache_position")
         # Every linear of the decoder is ours, every attention too, whatever the family.
@@ -171,6 +171,22 @@ class ExportShapes(_Check):
         for family in ("llama32", "qwen3", "gemma3"):
             with self.subTest(family=family):
                 self.check(family, dtype=torch.float16)
+
+    def test_eager_attention_ends_as_the_same_fused_ops(self):
+        # attn_implementation="eager": q @ k^T * s + mask, softmax in fp32, @ v, as matmuls
+        # (python/executorch_cuda/eager.py proves them an SDPA first).
+        for family in ("llama32", "qwen3", "gemma3", "phi3"):
+            with self.subTest(family=family):
+                report = self.check(family, attn="eager")
+                self.assertEqual(report["eager_attention"], LAYERS, report)
+
+    def test_gemma2_soft_capping_keeps_its_eager_attention(self):
+        import executorch_cuda
+
+        ep = _export(_model("gemma2", torch.bfloat16, "eager"), 32)
+        _, report = executorch_cuda.prepare(ep, positions="cache_position")
+        self.assertEqual((report["eager_attention"], report.get("attention", 0)), (0, 0), report)
+        self.assertEqual(report["gemv"], report["linear"], report)
 
     def test_float32_is_left_alone(self):
         import executorch_cuda
