@@ -11,7 +11,7 @@ rounding of the dtype (the written-out form rounds the probabilities to the dtyp
 the second product; SDPA and this library's kernels keep them in fp32). A proven one
 becomes an SDPA node, which ``passes.rewrite`` then routes like any other when its mask
 and caches qualify (``accept``); anything else is left as it is. Gemma-2's logit
-soft-capping (``tanh``) is not an SDPA and fails the proof.
+soft-capping (``tanh`` of the scores) is not an SDPA and is not matched.
 """
 
 import torch
@@ -120,7 +120,7 @@ def prove(out, q, k, v, mask, scale):
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
             return "the result has another shape than the attention's", None
         if not torch.allclose(got.float(), want, atol=tol, rtol=tol):
-            return f"the nodes do not compute softmax(q @ k^T * s + mask) @ v", None
+            return "the nodes do not compute softmax(q @ k^T * s + mask) @ v", None
     return None, sub
 
 
