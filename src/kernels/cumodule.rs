@@ -120,8 +120,8 @@ fn load_image_of(
             )?;
         }
         Image::Ptx => {
-            let path = ptx.map(|p| p.to_string_lossy()).unwrap_or_default();
-            let ptx = std::fs::read(path.as_ref())
+            let path = std::path::Path::new(ptx.map_or("".as_ref(), |p| p.as_os_str()));
+            let ptx = std::fs::read(path)
                 .map_err(|e| Error::invalid_argument(format!("{ptx_env}={path:?}: {e}")))?;
             let buf = aligned_copy(&ptx, true);
             let mut log = vec![0u8; 16 * 1024];
@@ -141,7 +141,7 @@ fn load_image_of(
                     vals.as_mut_ptr(),
                 )
             };
-            if let Err(e) = check(r, &format!("cuModuleLoadDataEx({path})")) {
+            if let Err(e) = check(r, &format!("cuModuleLoadDataEx({})", path.display())) {
                 let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
                 let text = String::from_utf8_lossy(&log[..end]);
                 return Err(e.context(&format!("JIT log: {}", text.trim())));
