@@ -15,7 +15,7 @@ pub enum Image {
     Ptx,
 }
 
-/// -1: not read yet; 0 off; 1 on.
+/// -1: as `ET_CUDA_PDL` says (`crate::switches`); 0 off; 1 on ([`set_pdl`]).
 static PDL: std::sync::atomic::AtomicI8 = std::sync::atomic::AtomicI8::new(-1);
 
 /// Whether launches are programmatic dependent launches: `ET_CUDA_PDL` (`crate::switches`;
@@ -23,11 +23,7 @@ static PDL: std::sync::atomic::AtomicI8 = std::sync::atomic::AtomicI8::new(-1);
 pub fn pdl_enabled() -> bool {
     use std::sync::atomic::Ordering;
     match PDL.load(Ordering::Relaxed) {
-        -1 => {
-            let on = crate::switches::get().pdl;
-            PDL.store(i8::from(on), Ordering::Relaxed);
-            on
-        }
+        -1 => crate::switches::get().pdl,
         v => v == 1,
     }
 }

@@ -76,7 +76,8 @@ pub fn split(p: &Problem, sms: i64) -> (i64, i64, i64) {
     (rgroups, chunk, nsplit.max(1))
 }
 
-/// Whether the short-context kernel is used: -1 not decided yet (the environment decides).
+/// Whether the short-context kernel is used: -1 as `ET_CUDA_ATTN_DECODE` says (`crate::switches`),
+/// else 0 off, 1 on ([`set_decode_kernel`]).
 static DECODE_KERNEL: AtomicI8 = AtomicI8::new(-1);
 
 /// Use the short-context decode kernel where it applies (`Some(true)`, the default), never
@@ -98,11 +99,7 @@ const DEC_THREADS: u32 = 256;
 /// comparison row).
 pub fn decode_kernel(p: &Problem, nsplit: i64) -> Option<(&'static str, &'static str)> {
     let on = match DECODE_KERNEL.load(Ordering::Relaxed) {
-        -1 => {
-            let on = crate::switches::get().decode_attention;
-            DECODE_KERNEL.store(i8::from(on), Ordering::Relaxed);
-            on
-        }
+        -1 => crate::switches::get().decode_attention,
         v => v == 1,
     };
     let rows = p.hq / p.hkv * p.lq;
