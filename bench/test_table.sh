@@ -13,6 +13,8 @@
 #     end with fakes (testdata/real_scale/test.sh);
 #  3e. bench/hf_scale.sh and hf_scale_table.py (the HF transformers decoders): flags, the driver end to
 #     end with the same fakes (testdata/hf_scale/test.sh);
+#  3f. bench/trace/trace_table.py on a canned timeline (testdata/trace/timeline.tsv): the step's span,
+#     PDL overlap, the time between replays and its breakdown into driver calls, copies and kernels;
 #  4. et_cuda_run --mem against a stand-in libcuda.so.1, when a built runner is there
 #     (ET_CUDA_RUN=path, default build/et_cuda_run) and cc works; skipped otherwise.
 # Ends with "N passed, N failed"; exit status 1 when anything failed.
@@ -349,6 +351,18 @@ if bash "$HERE/testdata/hf_scale/test.sh" >"$T/hf_scale.log" 2>&1; then
 else
   bad "bench/testdata/hf_scale/test.sh: $(grep -E '^FAIL|hf_scale:' "$T/hf_scale.log" | head -6 | tr '\n' ' ')"
 fi
+
+# ------------------------------------------------------------------ 3f. kernel timeline (bench/trace)
+if python3 "$HERE/trace/trace_table.py" "$HERE/testdata/trace/timeline.tsv" --skip 0 --title canned >"$T/trace.md" 2>&1; then
+  ok "trace_table.py on the canned timeline"
+else
+  bad "trace_table.py on the canned timeline: $(tail -3 "$T/trace.md")"
+fi
+has "$T/trace.md" "Step span 200.0 µs = kernels busy 200.0 µs + idle 0.0 µs; kernels overlapping each other 10.0 µs (PDL); between replays (host) 50.0 µs" "trace: span, overlap and time between replays"
+has "$T/trace.md" "| \`api cuStreamSynchronize\` | 1.00 | 15.0 |" "trace: a wait clipped to the interval between replays"
+has "$T/trace.md" "| \`et_argmax\` | 1.00 | 6.0 |" "trace: a kernel outside the graph, by kind"
+has "$T/trace.md" "| 35.0 | 10.0 | \`api cuGraphLaunch\` |" "trace: the median interval record by record"
+has "$T/trace.md" "| 50.0 | 0.0 | \`next replay's first kernel\` |" "trace: the interval ends at the next replay"
 
 # ------------------------------------------------------------------ 4. et_cuda_run --mem
 RUNNER=${ET_CUDA_RUN:-$ROOT/build/et_cuda_run}

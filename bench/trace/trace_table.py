@@ -8,7 +8,10 @@ into replays of one record per graph node. For each replay (the first --skip lef
 (first start to last end), busy (the union of the kernels' intervals), gap = span - busy (the GPU
 idle inside the step), overlap (kernels running at once, from programmatic dependent launch).
 Prints a markdown summary: medians over the replays, the idle time before each kind of kernel,
-and the time between replays (the host's)."""
+and the time between replays (the host's). When the timeline also holds the records outside the
+graph (kernels, copies, driver calls: cupti_trace.c writes them), the time between replays is
+broken down: per record kind, its median time inside the interval, and the records of the
+median interval in order, with their offsets from the end of the replay before."""
 import argparse
 import statistics
 import sys
@@ -77,7 +80,10 @@ def summarize(rows, skip):
         busys.append(busy / 1e3)
         overlaps.append((total - busy) / 1e3)
     k = len(reps)
+    outside = sorted(r for r in rows if not r[2])
+    breakdown, timeline = between_breakdown(reps, outside)
     return {
+        "breakdown": breakdown, "timeline": timeline,
         "graph": gid, "nodes": n, "replays": k,
         "span": statistics.median(spans), "busy": statistics.median(busys),
         "gap": statistics.median(s - b for s, b in zip(spans, busys)),
@@ -86,6 +92,54 @@ def summarize(rows, skip):
         "kinds": sorted(((name, len(v) / k, sum(dur[name]) / k, sum(v) / k)
                          for name, v in gap_before.items()), key=lambda t: -(t[2] + t[3])),
     }
+
+
+def outside_kind(name):
+    """A record outside the graph: a driver call or a copy by its name (sizes kept), a kernel by kind()."""
+    if name.startswith("api ") or name.startswith("memcpy ") or name.startswith("memset "):
+        return name
+    return kind(name)
+
+
+def between_breakdown(reps, outside):
+    """Per interval between two replays: the time of each kind of record outside the graph inside
+    it (clipped to the interval); medians over the intervals, and the median interval's records."""
+    gaps = []
+    for a, b in zip(reps, reps[1:]):
+        lo, hi = max(r[1] for r in a), b[0][0]
+        if hi > lo:
+            gaps.append((lo, hi))
+    if not gaps or not outside:
+        return [], []
+    starts = [r[0] for r in outside]
+    per = defaultdict(list)
+    inside = []
+    import bisect
+    for lo, hi in gaps:
+        sums = defaultdict(float)
+        recs = []
+        # Records are sorted by start; a driver call may start before the interval (a wait).
+        i = bisect.bisect_left(starts, lo - 50_000_000)
+        for r in outside[i:]:
+            if r[0] >= hi:
+                break
+            o = min(r[1], hi) - max(r[0], lo)
+            if o <= 0:
+                continue
+            sums[outside_kind(r[5])] += o / 1e3
+            recs.append(r)
+        for name, v in sums.items():
+            per[name].append(v)
+        inside.append(recs)
+    n = len(gaps)
+    breakdown = sorted(((name, len(v) / n, statistics.median(v + [0.0] * (n - len(v))))
+                        for name, v in per.items()), key=lambda t: -t[2])
+    order = sorted(range(n), key=lambda j: gaps[j][1] - gaps[j][0])
+    mid = order[n // 2]
+    lo, hi = gaps[mid]
+    timeline = [((r[0] - lo) / 1e3, (r[1] - r[0]) / 1e3, outside_kind(r[5])) for r in inside[mid]]
+    timeline.append(((hi - lo) / 1e3, 0.0, "next replay's first kernel"))
+    return breakdown, timeline
 
 
 def main(argv=None):
@@ -110,6 +164,19 @@ def main(argv=None):
     for name, cnt, d, g in s["kinds"]:
         print(f"| `{name}` | {cnt:.0f} | {d:.1f} | {g:.1f} |")
     print()
+    if s["breakdown"]:
+        print("Between replays, outside the graph (median µs inside the interval; driver calls are "
+              "host time, the rest GPU time; they overlap):\n")
+        print("| record | share of intervals with it | µs inside the interval |")
+        print("| --- | ---: | ---: |")
+        for name, share, us in s["breakdown"][:25]:
+            print(f"| `{name}` | {share:.2f} | {us:.1f} |")
+        print("\nThe median interval, record by record (µs from the end of the replay before):\n")
+        print("| at µs | lasts µs | record |")
+        print("| ---: | ---: | --- |")
+        for at, d, name in s["timeline"][:60]:
+            print(f"| {at:.1f} | {d:.1f} | `{name}` |")
+        print()
     return 0
 
 
