@@ -2,8 +2,9 @@
 
 HF ``transformers``' ``eager`` attention (``attn_implementation="eager"``) and many
 hand-written models compute ``softmax(q @ k^T * s + mask, -1) @ v`` from aten ops
-(``matmul``, ``mul``/``div`` by the scale, ``add`` of an additive mask, ``softmax`` (in
-fp32 or not), a cast back, eval-mode ``dropout``, ``matmul``). ``convert`` finds that
+(``matmul``, ``mul``/``div`` by the scale, ``add`` of an additive mask or ``masked_fill`` of
+the hidden keys (``~mask``) with -inf or a dtype's lowest value, ``softmax`` (in fp32 or not),
+a cast back, eval-mode ``dropout``, ``matmul``). ``convert`` finds that
 shape, then proves it: the nodes between q, k, v, the mask and the result are cut out and
 run on random values of the graph's dtype (twice, with a mask that hides keys) and must give what
 ``F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=s)`` gives, within the
@@ -24,6 +25,9 @@ _DROPOUT = (aten.dropout.default,)
 _SOFTMAX = (aten.softmax.int, aten._softmax.default)
 _MATMUL = (aten.matmul.default, aten.bmm.default)
 _CHECKS = (aten._assert_tensor_metadata.default,)
+_NOT = (aten.bitwise_not.default, aten.logical_not.default)
+# masked_fill values that hide a key: -inf, or at most fp16's lowest (HF: finfo(dtype).min).
+_HIDE_AT_MOST = -65504.0
 # How far the written-out form may be from SDPA in fp32 on unit-normal inputs: it rounds the
 # scores and the probabilities to the dtype.
 _TOLERANCE = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 3e-2}
@@ -74,6 +78,12 @@ def match(out):
             if _scores(a) is not None and isinstance(b, torch.fx.Node):
                 s, mask = a, b
                 break
+    elif _is(s, aten.masked_fill.Scalar) and len(s.args) == 3 and _is(s.args[1], *_NOT) \
+            and _scalar(s.args[2]) and float(s.args[2]) <= _HIDE_AT_MOST:
+        # scores.masked_fill(~keep, -inf): SDPA's boolean mask is `keep` (True: attend).
+        s, mask = s.args[0], s.args[1].args[0]
+        if not (isinstance(_val(mask), torch.Tensor) and _val(mask).dtype == torch.bool):
+            return None
     found = _scores(s)
     if found is None:
         return None
@@ -84,7 +94,8 @@ def match(out):
     vals = [_val(x) for x in (q, k, v, out)]
     if any(not isinstance(t, torch.Tensor) or t.dim() != 4 for t in vals):
         return None
-    if mask is not None and not (isinstance(_val(mask), torch.Tensor) and _val(mask).is_floating_point()):
+    mv = _val(mask)
+    if mask is not None and not (isinstance(mv, torch.Tensor) and (mv.is_floating_point() or mv.dtype == torch.bool)):
         return None
     return q, k, v, mask, scale
 
@@ -108,12 +119,16 @@ def prove(out, q, k, v, mask, scale):
         if mask is not None:
             hide = torch.rand(shapes[3], generator=gen) < 0.4
             hide[..., 0] = False  # every query sees a key
-            xs.append(torch.zeros(shapes[3]).masked_fill(hide, float("-inf")).to(_val(mask).dtype))
+            if _val(mask).dtype == torch.bool:
+                xs.append(~hide)
+            else:
+                xs.append(torch.zeros(shapes[3]).masked_fill(hide, float("-inf")).to(_val(mask).dtype))
         try:
             with torch.no_grad():
                 got = module(*xs)
                 want = torch.nn.functional.scaled_dot_product_attention(
-                    *(x.float() for x in xs[:3]), attn_mask=xs[3].float() if mask is not None else None,
+                    *(x.float() for x in xs[:3]),
+                    attn_mask=None if mask is None else xs[3] if xs[3].dtype == torch.bool else xs[3].float(),
                     scale=scale)
         except Exception as e:  # noqa: BLE001 - a subgraph that does not run is no attention
             return f"the nodes do not run on their own ({type(e).__name__}: {e})", None

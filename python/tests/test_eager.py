@@ -26,7 +26,10 @@ class _Attn(torch.nn.Module if torch is not None else object):
             s = torch.matmul(q, k.transpose(2, 3)) * 0.125
         if self.style == "softcap":
             s = torch.tanh(s / 50.0) * 50.0
-        s = s + mask
+        if self.style == "masked":  # a boolean mask (True: attend), the hidden keys filled
+            s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
+        else:
+            s = s + mask
         if self.style == "float":
             p = torch.softmax(s.float(), dim=-1).type_as(q)
         else:
@@ -36,7 +39,8 @@ class _Attn(torch.nn.Module if torch is not None else object):
 
 def _graph(style, dtype=torch.bfloat16 if torch is not None else None):
     args = (torch.randn(1, 4, 3, 64, dtype=dtype), torch.randn(1, 4, 16, 64, dtype=dtype),
-            torch.randn(1, 4, 16, 64, dtype=dtype), torch.zeros(1, 1, 3, 16, dtype=dtype))
+            torch.randn(1, 4, 16, 64, dtype=dtype),
+            torch.ones(1, 1, 3, 16, dtype=torch.bool) if style == "masked" else torch.zeros(1, 1, 3, 16, dtype=dtype))
     ep = torch.export.export(_Attn(style), args, strict=False)
     out = [n for n in ep.graph.nodes if n.op == "output"][0].args[0][0]
     return ep, out, args
@@ -47,7 +51,7 @@ class WrittenOut(unittest.TestCase):
     def test_the_forms_users_write_are_matched_and_proven(self):
         from executorch_cuda import eager
 
-        for style in ("mul", "div", "float"):
+        for style in ("mul", "div", "float", "masked"):
             ep, out, _ = _graph(style)
             found = eager.match(out)
             self.assertIsNotNone(found, style)
@@ -56,6 +60,19 @@ class WrittenOut(unittest.TestCase):
             why, sub = eager.prove(out, q, k, v, mask, scale)
             self.assertIsNone(why, style)
             self.assertIn(out, sub)
+
+    def test_a_masked_fill_that_does_not_hide_is_no_mask(self):
+        from executorch_cuda import eager
+
+        class Filled(torch.nn.Module):
+            def forward(self, q, k, v, mask):  # fills the hidden keys with 0, not -inf
+                s = (torch.matmul(q, k.transpose(2, 3)) * 0.125).masked_fill(~mask, 0.0)
+                return torch.matmul(torch.softmax(s, dim=-1), v)
+
+        args = _graph("masked")[2]
+        ep = torch.export.export(Filled(), args, strict=False)
+        out = [n for n in ep.graph.nodes if n.op == "output"][0].args[0][0]
+        self.assertIsNone(eager.match(out))
 
     def test_soft_capping_is_no_sdpa(self):
         from executorch_cuda import eager
