@@ -1039,6 +1039,31 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
   };
   // The weights do not depend on the kernel before: their first batch is in flight first.
   if (jb < je) load_w(jb);
+#if defined(ET_L2_PREFETCH_MB) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Then the rest of the warp's rows, into L2, up to its share of ET_L2_PREFETCH_MB per
+  // kernel: while the kernel before runs, the memory system fetches them (one bulk request
+  // per row, from the first lane of each row's quad).
+  if (c == 0) {
+#ifdef ET_L2_PREFETCH_WHOLE
+    // All of the weights when they fit the budget, else none.
+    const long long share =
+        (long long)(ACT ? 2 : 1) * N * K * 2 <= ((long long)ET_L2_PREFETCH_MB << 20) ? (1ll << 40) : 0;
+#else
+    const long long share = ((long long)ET_L2_PREFETCH_MB << 20) /
+                            ((long long)gridDim.x * gridDim.y * NW * RTW * 8);
+#endif
+    const long long lo = (long long)min(jb + U, je) * 64;
+    const long long hi = min(min((long long)je * 64, (long long)K * 2), lo + (share & ~15ll));
+    if (hi > lo) {
+#pragma unroll
+      for (int t = 0; t < RTW; ++t)
+        if (wok[t])
+          asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(wp[t] + lo),
+                       "r"((unsigned)(hi - lo))
+                       : "memory");
+    }
+  }
+#endif
   pdl_wait();
 
   const int mode = a.norm_mode;
