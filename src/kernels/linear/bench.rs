@@ -144,28 +144,8 @@ fn model(name: &str, layers: usize, ops: [Op; 4], stream: &std::sync::Arc<CudaSt
     }
 }
 
-#[test]
-#[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
-fn linear_bench() {
-    require_gpu("linear_bench");
-    let device = crate::cuda::device(0).expect("device 0");
-    let stream = CudaStream::new(device).expect("stream");
-    let _scope = StreamScope::enter(0, stream.raw(), Some(stream.clone()));
-    model(
-        "Llama-3.2-1B layer",
-        16,
-        layer_ops(2048, 3072, 2048, 8192),
-        &stream,
-    );
-    model(
-        "Qwen3-0.6B layer",
-        28,
-        layer_ops(1024, 4096, 2048, 3072),
-        &stream,
-    );
-    set_pdl(true);
-
-    // Vocabulary heads (tied embeddings), plain and with the final norm folded in.
+/// Vocabulary heads (tied embeddings), plain and with the final norm folded in.
+fn heads(stream: &std::sync::Arc<CudaStream>) {
     let mut rng = Rng(5);
     println!("vocabulary heads, M=1, 4 back-to-back calls over 2 copies (PDL on):");
     for (n, k) in [(128256usize, 2048usize), (151936, 1024)] {
@@ -190,7 +170,7 @@ fn linear_bench() {
                 act: Act::None,
                 residual: false,
             };
-            let us = time_graph(&stream, 4, &mut |i| run(op, &x, &ws[i % 2], &g, &y, &y));
+            let us = time_graph(stream, 4, &mut |i| run(op, &x, &ws[i % 2], &g, &y, &y));
             let gbs = (n * k * 2) as f64 / us / 1e3;
             println!(
                 "  N={n:>6} K={k:>5} norm={}: {us:>7.2} us {gbs:>5.0} GB/s {:>5.1} %",
@@ -199,6 +179,30 @@ fn linear_bench() {
             );
         }
     }
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
+fn linear_bench() {
+    require_gpu("linear_bench");
+    let device = crate::cuda::device(0).expect("device 0");
+    let stream = CudaStream::new(device).expect("stream");
+    let _scope = StreamScope::enter(0, stream.raw(), Some(stream.clone()));
+    model(
+        "Llama-3.2-1B layer",
+        16,
+        layer_ops(2048, 3072, 2048, 8192),
+        &stream,
+    );
+    model(
+        "Qwen3-0.6B layer",
+        28,
+        layer_ops(1024, 4096, 2048, 3072),
+        &stream,
+    );
+    set_pdl(true);
+
+    heads(&stream);
 
     // Attention at the Llama-1B decode shape, 96 of 512 positions filled.
     let mut rng = Rng(9);
