@@ -84,6 +84,19 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// L2 prefetch of the fused linear's weights before its PDL wait (sm_90; linear_mma): a weight of
+// at most ET_L2_PREFETCH_MB MB is asked for whole (ET_L2_PREFETCH_WHOLE), a larger one not at
+// all (its lines would be evicted before they are read). Measured on linear_bench's layer chain
+// (H100, bench/results/2026-12-06-*-l2-prefetch*.md): Qwen3-0.6B layer -5 %, Llama-3.2-1B
+// unchanged. -DET_L2_PREFETCH_MB=0 builds without it; ET_L2_PREFETCH_WHOLE=0 prefetches every
+// weight's first N MB instead.
+#ifndef ET_L2_PREFETCH_MB
+#define ET_L2_PREFETCH_MB 16
+#endif
+#ifndef ET_L2_PREFETCH_WHOLE
+#define ET_L2_PREFETCH_WHOLE 1
+#endif
+
 // Programmatic dependent launch (sm_90): let the next kernel of the stream start launching, and
 // wait until the kernel before has finished and its writes are visible. Both return at once
 // when the launch was not programmatic (or before sm_90, where they are compiled out).
@@ -1039,12 +1052,12 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
   };
   // The weights do not depend on the kernel before: their first batch is in flight first.
   if (jb < je) load_w(jb);
-#if defined(ET_L2_PREFETCH_MB) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if ET_L2_PREFETCH_MB > 0 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Then the rest of the warp's rows, into L2, up to its share of ET_L2_PREFETCH_MB per
   // kernel: while the kernel before runs, the memory system fetches them (one bulk request
   // per row, from the first lane of each row's quad).
   if (c == 0) {
-#ifdef ET_L2_PREFETCH_WHOLE
+#if ET_L2_PREFETCH_WHOLE
     // All of the weights when they fit the budget, else none.
     const long long share =
         (long long)(ACT ? 2 : 1) * N * K * 2 <= ((long long)ET_L2_PREFETCH_MB << 20) ? (1ll << 40) : 0;
