@@ -13,6 +13,7 @@ graph (kernels, copies, driver calls: cupti_trace.c writes them), the time betwe
 broken down: per record kind, its median time inside the interval, and the records of the
 median interval in order, with their offsets from the end of the replay before."""
 import argparse
+import bisect
 import statistics
 import sys
 from collections import defaultdict
@@ -112,14 +113,15 @@ def between_breakdown(reps, outside):
     if not gaps or not outside:
         return [], []
     starts = [r[0] for r in outside]
+    longest = max(r[1] - r[0] for r in outside)
     per = defaultdict(list)
     inside = []
-    import bisect
     for lo, hi in gaps:
         sums = defaultdict(float)
         recs = []
-        # Records are sorted by start; a driver call may start before the interval (a wait).
-        i = bisect.bisect_left(starts, lo - 50_000_000)
+        # Records are sorted by start; one may start before the interval (a wait), but no
+        # earlier than the longest record's length.
+        i = bisect.bisect_left(starts, lo - longest)
         for r in outside[i:]:
             if r[0] >= hi:
                 break

@@ -114,12 +114,13 @@ def prove(out, q, k, v, mask, scale):
     tol = _TOLERANCE.get(dtype)
     if tol is None:
         return f"dtype {dtype}", None
+    boolean = mask is not None and _val(mask).dtype == torch.bool  # True: attend
     for _ in range(2):
         xs = [torch.randn(s, generator=gen).to(dtype) for s in shapes[:3]]
         if mask is not None:
             hide = torch.rand(shapes[3], generator=gen) < 0.4
             hide[..., 0] = False  # every query sees a key
-            if _val(mask).dtype == torch.bool:
+            if boolean:
                 xs.append(~hide)
             else:
                 xs.append(torch.zeros(shapes[3]).masked_fill(hide, float("-inf")).to(_val(mask).dtype))
@@ -128,7 +129,7 @@ def prove(out, q, k, v, mask, scale):
                 got = module(*xs)
                 want = torch.nn.functional.scaled_dot_product_attention(
                     *(x.float() for x in xs[:3]),
-                    attn_mask=None if mask is None else xs[3] if xs[3].dtype == torch.bool else xs[3].float(),
+                    attn_mask=None if mask is None else xs[3] if boolean else xs[3].float(),
                     scale=scale)
         except Exception as e:  # noqa: BLE001 - a subgraph that does not run is no attention
             return f"the nodes do not run on their own ({type(e).__name__}: {e})", None
