@@ -84,14 +84,14 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// L2 prefetch of the fused linear's weights before its PDL wait (sm_90; linear_mma): a weight of
-// at most ET_L2_PREFETCH_MB MB is asked for whole (ET_L2_PREFETCH_WHOLE), a larger one not at
-// all (its lines would be evicted before they are read). Measured on linear_bench's layer chain
-// (H100, bench/results/2026-12-06-*-l2-prefetch*.md): Qwen3-0.6B layer -5 %, Llama-3.2-1B
-// unchanged. -DET_L2_PREFETCH_MB=0 builds without it; ET_L2_PREFETCH_WHOLE=0 prefetches every
-// weight's first N MB instead.
+// L2 prefetch of the fused linear's weights before its PDL wait (sm_90; linear_mma), off as
+// built: -DET_L2_PREFETCH_MB=16 asks for a weight of at most 16 MB whole (ET_L2_PREFETCH_WHOLE),
+// a larger one not at all; ET_L2_PREFETCH_WHOLE=0 asks for every weight's first N MB instead.
+// On linear_bench's layer chain (H100) it took 5 % off a Qwen3-0.6B layer, but whole programs
+// on the H200 (hf_scale, graphs) lost with it: Qwen3-0.6B -1.6 %, Gemma-3-1B -4.5 %,
+// Llama-3.2-1B +0.7 % (bench/results/2026-12-06-55d432e-hf-scale.md).
 #ifndef ET_L2_PREFETCH_MB
-#define ET_L2_PREFETCH_MB 16
+#define ET_L2_PREFETCH_MB 0
 #endif
 #ifndef ET_L2_PREFETCH_WHOLE
 #define ET_L2_PREFETCH_WHOLE 1
