@@ -301,7 +301,7 @@ trace() { # model variant
     "$PY" "$TABLE" run "$W/logs/trace_${m}_$v.log" --timeout "$t" -- "$RUNNER" --manifest "$EX/${m}_$v/manifest.json" \
     --generate 32 --option enable_cuda_graph_for_method=forward
   "$PY" bench/trace/trace_table.py "$W/logs/trace_${m}_$v.tsv" --title "${m}_$v (graphs, 32 tokens)" >>"$TRACE" 2>&1
-  say "trace ${m}_$v: $(grep -m1 -oE 'Step span [0-9.]+ µs = kernels busy [0-9.]+ µs \+ idle [0-9.]+ µs' "$TRACE" | tail -1)"
+  say "trace ${m}_$v: $(grep -oE 'Step span [0-9.]+ µs = kernels busy [0-9.]+ µs \+ idle [0-9.]+ µs' "$TRACE" | tail -1)"
 }
 if [ -n "${HFS_TRACE_LIB:-}" ] && [ -n "$NCU_VARIANTS" ]; then
   for n in "${!PID[@]}"; do alive "$n" && end_job "$n"; done
