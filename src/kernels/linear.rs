@@ -265,47 +265,39 @@ pub fn fused_shape(l: &Linear, act: Act, v: usize) -> (&'static str, (u32, u32, 
     (name, (gx as u32, gy as u32, 1))
 }
 
-/// Rows of W up to this many elements (each warp's share of them one batch of loads) take
-/// the largest tiles in one wave too ([`variant_by_waves`]).
-pub const SHORT_K: i64 = 1024;
-
 /// Threads per block of every kernel here (8 warps).
 const THREADS: u32 = 256;
 
 /// The variant whose grid takes the fewest waves of resident blocks, from each variant's
-/// `(blocks, blocks one SM holds)` on `sms` SMs, for rows of `k` elements. A block's weights
-/// are in flight at once and then it reduces, so a partial wave costs nearly a full one: the
-/// fewest waves win. Among those, in one wave the most blocks (the most SMs reading); over
-/// several, the largest tiles (fewer loads of x and reductions per byte of W); in one wave of
-/// rows of at most [`SHORT_K`], the largest tiles whose grid still covers 70 % of the SMs. H200, `linear_bench`: Llama's
-/// gate/up (two waves either way) 17.98 µs with 256 blocks, 20.10 µs with 512; O (one wave)
-/// 3.29 µs with 256 blocks, 3.74 µs with 128. H100 (`bench/results/2026-12-06-f114e02-stream-linear.md`):
-/// Qwen3-0.6B's gate/up (K = 1024, one wave either way) 5.67 µs with 192 blocks, 5.01 µs
-/// with 96; its QKV 4.01 and 3.90 µs; its O (K = 2048) still 2.70 µs with 128 blocks against
-/// 3.20 µs with 64.
-pub fn variant_by_waves(cands: &[(i64, i64)], sms: i64, k: i64) -> usize {
-    let sms = sms.max(1);
-    let waves =
-        |&(blocks, per_sm): &(i64, i64)| (blocks + per_sm.max(1) * sms - 1) / (per_sm.max(1) * sms);
-    let least = cands.iter().map(waves).min().unwrap_or(1);
-    let fewest =
-        least > 1 || (k <= SHORT_K && cands.iter().any(|c| waves(c) == 1 && c.0 * 10 >= sms * 7));
-    let mut best: Option<usize> = None;
-    for (v, c) in cands.iter().enumerate() {
-        // One wave of short rows: only grids that still reach 70 % of the SMs.
-        if waves(c) != least || (least <= 1 && fewest && c.0 * 10 < sms * 7) {
+/// `(blocks, blocks one SM holds)` on `sms` SMs. A block's weights are in flight at once and
+/// then it reduces, so a partial wave costs nearly a full one: the fewest waves win. Among
+/// those, in one wave the most blocks (the most SMs reading); over several, the largest tiles
+/// (fewer loads of x and reductions per byte of W). H200, `linear_bench`: Llama's gate/up
+/// (two waves either way) 17.98 µs with 256 blocks, 20.10 µs with 512; O (one wave) 3.29 µs
+/// with 256 blocks, 3.74 µs with 128.
+pub fn variant_by_waves(cands: &[(i64, i64)], sms: i64) -> usize {
+    let waves: Vec<i64> = cands
+        .iter()
+        .map(|&(blocks, per_sm)| {
+            (blocks + per_sm.max(1) * sms.max(1) - 1) / (per_sm.max(1) * sms.max(1))
+        })
+        .collect();
+    let least = waves.iter().copied().min().unwrap_or(1);
+    let mut best = 0;
+    for (v, &(blocks, _)) in cands.iter().enumerate() {
+        if waves[v] != least {
             continue;
         }
-        let better = match best {
-            None => true,
-            Some(b) if fewest => c.0 < cands[b].0,
-            Some(b) => c.0 > cands[b].0,
+        let better = if least <= 1 {
+            waves[best] != least || blocks > cands[best].0
+        } else {
+            waves[best] != least || blocks < cands[best].0
         };
         if better {
-            best = Some(v);
+            best = v;
         }
     }
-    best.unwrap_or(0)
+    best
 }
 
 /// The variant for `l` on `module`'s device ([`variant_by_waves`] over the kernels' occupancy).
@@ -317,7 +309,7 @@ fn pick_variant(l: &Linear, act: Act, module: &Module) -> usize {
             (i64::from(g.0) * i64::from(g.1), i64::from(per_sm))
         })
         .collect();
-    variant_by_waves(&cands, i64::from(module.sm_count), l.gemv.k)
+    variant_by_waves(&cands, i64::from(module.sm_count))
 }
 
 /// Check, allocate the result on the device's current stream and enqueue the work there.
