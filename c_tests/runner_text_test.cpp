@@ -2,6 +2,7 @@
 // API and the runner's wrapper (runner/text.cpp), stop strings, and the
 // sampler with its seeded generator (runner/sampling.cpp).
 //   runner_text_test <tokenizer/testdata folder>
+#include "../runner/json.h"
 #include "../runner/sampling.h"
 #include "../runner/text.h"
 
@@ -370,12 +371,38 @@ static void sampling_tests() {
   CHECK(differ == 0);
 }
 
+// --json's line builder: escaping, numbers, nulls, lists.
+static void json_tests() {
+  using et_cuda_run::JsonLine;
+  using et_cuda_run::json_string;
+  CHECK(json_string("a\"b\\c") == "\"a\\\"b\\\\c\"");
+  CHECK(json_string(std::string("x\n\t\x01\x7f\xc3\xa9", 7)) == "\"x\\n\\t\\u0001\\u007f\xc3\xa9\"");
+  const std::string line = JsonLine("case")
+                               .str("method", "forward")
+                               .num("max_abs_err", 0.25)
+                               .num("nan", std::nan(""))
+                               .integer("n", -3)
+                               .boolean("pass", true)
+                               .null("none")
+                               .ints("tokens", {1, 22, 333})
+                               .ints("empty", {})
+                               .text();
+  CHECK(line ==
+        "{\"kind\":\"case\",\"method\":\"forward\",\"max_abs_err\":0.25,\"nan\":null,\"n\":-3,"
+        "\"pass\":true,\"none\":null,\"tokens\":[1,22,333],\"empty\":[]}");
+  CHECK(et_cuda_run::json() == false);
+  et_cuda_run::set_json(true);
+  CHECK(et_cuda_run::json());
+  et_cuda_run::set_json(false);
+}
+
 int main(int argc, char** argv) {
   data_dir = argc > 1 ? argv[1] : "tokenizer/testdata";
   tokenizer_tests();
   tokenizer_limit_and_handle_tests();
   temperature_rule_tests();
   sampling_tests();
+  json_tests();
   if (failures > 0) {
     std::fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;

@@ -122,6 +122,10 @@ Backend
                            --option skip_copy_output_to_cpu_for_method=forward
   --stats                print the backend's counters at the end (this project's backend only)
                            et_cuda_run --manifest m.json --stats
+  --json                 results as JSON lines instead of text lines: one object per line, "kind"
+                         first (case, bench, bench-lib, bench-wait, generate, generate-lib);
+                         tests/models/runner_json.py reads them
+                           et_cuda_run --manifest m.json --bench 200 --json
   --load-mode MODE       how ExecuTorch reads the .pte/.ptd files: file (default, ExecuTorch's
                          Module default: each piece read into memory) or mmap (mapped; pages come
                          from the page cache as the backend reads them)
@@ -264,6 +268,7 @@ void declare(CLI::App& app, Args& a, Raw& r, bool& have_prefill, bool& have_deco
   app.add_option("--pipeline", a.pipeline);
   each("--option", a.options);
   app.add_flag("--stats", a.stats);
+  app.add_flag("--json", a.json);
   app.add_option("--load-mode", a.load_mode);
   app.add_flag("--mem", a.mem);
   app.add_option("--load-cycles", r.load_cycles);

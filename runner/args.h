@@ -16,6 +16,7 @@ struct Args {
   long bench = 0, warmup = 0, enqueue = 0;
   std::vector<std::string> options;
   bool stats = false;
+  bool json = false;  // --json: results as JSON lines (runner/json.h)
   std::string load_mode = "file";  // --load-mode: file or mmap
   bool mem = false;  // --mem: device memory in use after load and the peak seen
   bool device_io = false;

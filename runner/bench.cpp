@@ -2,6 +2,7 @@
 
 #include "backend.h"
 #include "compare.h"
+#include "json.h"
 
 #include <algorithm>
 #include <chrono>
@@ -33,20 +34,45 @@ void bench(Module& module, const std::string& model, const std::string& method, 
   have_stats = have_stats && stats_snapshot(s1);
   mem_sample();
   std::sort(wall.begin(), wall.end());
-  std::printf("%s %s: n=%ld warmup=%ld min=%.1fus p50=%.1fus p99=%.1fus cpu_mean=%.1fus\n", method.c_str(), label,
-              n, warmup, wall.empty() ? 0.0 : wall.front(), pct(wall, 0.5), pct(wall, 0.99),
-              n > 0 ? cpu / static_cast<double>(n) : 0.0);
+  const double cpu_mean = n > 0 ? cpu / static_cast<double>(n) : 0.0;
+  if (json()) {
+    JsonLine(label)
+        .str("method", method)
+        .integer("n", n)
+        .integer("warmup", warmup)
+        .num("min_us", wall.empty() ? 0.0 : wall.front())
+        .num("p50_us", pct(wall, 0.5))
+        .num("p99_us", pct(wall, 0.99))
+        .num("cpu_mean_us", cpu_mean)
+        .print(stdout);
+  } else {
+    std::printf("%s %s: n=%ld warmup=%ld min=%.1fus p50=%.1fus p99=%.1fus cpu_mean=%.1fus\n", method.c_str(), label,
+                n, warmup, wall.empty() ? 0.0 : wall.front(), pct(wall, 0.5), pct(wall, 0.99), cpu_mean);
+  }
   if (have_stats && n > 0) {
     const double calls = static_cast<double>(n);
     const double executes = static_cast<double>(s1.executes - s0.executes);
     const double exec_us = static_cast<double>(s1.execute_host_ns - s0.execute_host_ns) / 1e3;
     const double run_us = static_cast<double>(s1.run_host_ns - s0.run_host_ns) / 1e3;
-    std::printf(
-        "%s %s-lib: io=%s executes_per_call=%.2f lib_execute_us=%.1f run_us=%.1f backend_overhead_us=%.1f "
-        "host_waits_per_call=%.2f\n",
-        method.c_str(), label, device_io ? "device" : "host", executes / calls, exec_us / calls, run_us / calls,
-        executes > 0 ? (exec_us - run_us) / executes : 0.0,
-        static_cast<double>(s1.host_waits - s0.host_waits) / calls);
+    const double overhead = executes > 0 ? (exec_us - run_us) / executes : 0.0;
+    const double waits = static_cast<double>(s1.host_waits - s0.host_waits) / calls;
+    if (json()) {
+      JsonLine(std::string(label) + "-lib")
+          .str("method", method)
+          .str("io", device_io ? "device" : "host")
+          .num("executes_per_call", executes / calls)
+          .num("lib_execute_us", exec_us / calls)
+          .num("run_us", run_us / calls)
+          .num("backend_overhead_us", overhead)
+          .num("host_waits_per_call", waits)
+          .print(stdout);
+    } else {
+      std::printf(
+          "%s %s-lib: io=%s executes_per_call=%.2f lib_execute_us=%.1f run_us=%.1f backend_overhead_us=%.1f "
+          "host_waits_per_call=%.2f\n",
+          method.c_str(), label, device_io ? "device" : "host", executes / calls, exec_us / calls, run_us / calls,
+          overhead, waits);
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 #include "generate.h"
 
 #include "backend.h"
+#include "json.h"
 
 #include <algorithm>
 #include <cmath>
@@ -335,6 +336,25 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
     const std::string prefix =
         round < p.rounds ? "generate (round " + std::to_string(round) + " of " + std::to_string(p.rounds) + ")"
                          : "generate";
+    if (json()) {
+      JsonLine j("generate");
+      j.integer("round", round).integer("rounds", p.rounds).str("prefill", p.prefill_method);
+      j.str("decode", p.decode_method).integer("prompt_tokens", static_cast<long long>(p.prompt.size()));
+      j.integer("new_tokens", static_cast<long long>(tokens.size())).num("ttft_ms", first_token_ms - start_ms);
+      j.num("prefill_tok_s", prefill_s > 0 ? static_cast<double>(p.prompt.size()) / prefill_s : 0.0);
+      if (decoded > 0 && decode_s > 0) j.num("decode_tok_s", static_cast<double>(decoded) / decode_s);
+      else j.null("decode_tok_s");
+      if (have_stats && decoded > 0)
+        j.num("host_waits_per_token",
+              static_cast<double>(s1.host_waits - s0.host_waits) / static_cast<double>(decoded));
+      else j.null("host_waits_per_token");
+      j.str("sampler", on_device ? "device" : "host");
+      j.num("sampling_us_per_token", tokens.empty() ? 0.0 : sampling_ms * 1e3 / static_cast<double>(tokens.size()));
+      j.ints("tokens", tokens);
+      if (p.check) j.ints("expected", expected);
+      else j.null("expected");
+      j.str("verdict", p.check ? (match ? "MATCH" : "MISMATCH") : "UNCHECKED").print(figures);
+    } else {
     std::fprintf(
         figures, "%s: prefill=%s decode=%s prompt_tokens=%zu new_tokens=%zu ttft_ms=%.3f prefill_tok_s=%.1f "
         "decode_tok_s=%s host_waits_per_token=%s sampler=%s sampling_us_per_token=%.1f rounds=%ld tokens=%s "
@@ -344,20 +364,32 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
         decode_rate.c_str(), waits.c_str(), on_device ? "device" : "host",
         tokens.empty() ? 0.0 : sampling_ms * 1e3 / static_cast<double>(tokens.size()), p.rounds, join_ints(tokens).c_str(),
         p.check ? join_ints(expected).c_str() : "none", p.check ? (match ? "MATCH" : "MISMATCH") : "UNCHECKED");
+    }
     // The library's host time per decode execute (this project's backend only): what the
     // decode steps above added to its counters, so the prefill and earlier rounds are left out.
     if (have_stats && s1.executes > s0.executes) {
       const double n = static_cast<double>(s1.executes - s0.executes);
-      const std::string lib_prefix =
-          round < p.rounds ? "generate-lib (round " + std::to_string(round) + " of " + std::to_string(p.rounds) + ")"
-                           : "generate-lib";
-      std::fprintf(figures,
-                   "%s: decode_executes=%llu lib_execute_us=%.2f run_us=%.2f graph_replays=%llu graph_captures=%llu\n",
-                   lib_prefix.c_str(), static_cast<unsigned long long>(s1.executes - s0.executes),
-                   static_cast<double>(s1.execute_host_ns - s0.execute_host_ns) / n / 1e3,
-                   static_cast<double>(s1.run_host_ns - s0.run_host_ns) / n / 1e3,
-                   static_cast<unsigned long long>(s1.graph_replays - s0.graph_replays),
-                   static_cast<unsigned long long>(s1.graph_captures - s0.graph_captures));
+      const double exec_us = static_cast<double>(s1.execute_host_ns - s0.execute_host_ns) / n / 1e3;
+      const double run_us = static_cast<double>(s1.run_host_ns - s0.run_host_ns) / n / 1e3;
+      const auto replays = static_cast<unsigned long long>(s1.graph_replays - s0.graph_replays);
+      const auto captures = static_cast<unsigned long long>(s1.graph_captures - s0.graph_captures);
+      if (json()) {
+        JsonLine("generate-lib")
+            .integer("round", round)
+            .integer("decode_executes", static_cast<long long>(n))
+            .num("lib_execute_us", exec_us)
+            .num("run_us", run_us)
+            .integer("graph_replays", static_cast<long long>(replays))
+            .integer("graph_captures", static_cast<long long>(captures))
+            .print(figures);
+      } else {
+        const std::string lib_prefix =
+            round < p.rounds ? "generate-lib (round " + std::to_string(round) + " of " + std::to_string(p.rounds) + ")"
+                             : "generate-lib";
+        std::fprintf(figures,
+                     "%s: decode_executes=%llu lib_execute_us=%.2f run_us=%.2f graph_replays=%llu graph_captures=%llu\n",
+                     lib_prefix.c_str(), static_cast<unsigned long long>(n), exec_us, run_us, replays, captures);
+      }
     }
     if (round < p.rounds) continue;
     // Upstream's LLM runner stats (extension/llm/runner): the same keys, in

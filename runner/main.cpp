@@ -17,6 +17,7 @@
 #include "cycles.h"
 #include "file_check.h"
 #include "generate.h"
+#include "json.h"
 #include "manifest.h"
 #include "methods.h"
 
@@ -146,6 +147,7 @@ int run(int argc, char** argv) {
     return kExitOk;
   }
   install_log(a.verbose);
+  set_json(a.json);
   executorch::runtime::runtime_init();
   if (a.version) {
     print_version(a);

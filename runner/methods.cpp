@@ -2,6 +2,7 @@
 
 #include "backend.h"
 #include "compare.h"
+#include "json.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -174,8 +175,18 @@ bool run_case(Module& module, const std::string& model, const std::string& metho
     diff.compare(got.data(), want.bytes.data(), want.numel(), *want.dtype, i,
                  cs.tolerance ? *cs.tolerance : default_tolerance(want.dtype->type));
   }
-  std::printf("%s %s: max_abs_err=%.3g %s%s%s\n", method.c_str(), label.c_str(), diff.max_err,
-              diff.pass ? "PASS" : "FAIL", diff.problem.empty() ? "" : ": ", sanitize(diff.problem).c_str());
+  if (json()) {
+    JsonLine("case")
+        .str("method", method)
+        .str("case", label)
+        .num("max_abs_err", diff.max_err)
+        .boolean("pass", diff.pass)
+        .str("problem", sanitize(diff.problem))
+        .print(stdout);
+  } else {
+    std::printf("%s %s: max_abs_err=%.3g %s%s%s\n", method.c_str(), label.c_str(), diff.max_err,
+                diff.pass ? "PASS" : "FAIL", diff.problem.empty() ? "" : ": ", sanitize(diff.problem).c_str());
+  }
   mem_sample();
   return diff.pass;
 }
