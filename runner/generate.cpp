@@ -355,15 +355,15 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
       else j.null("expected");
       j.str("verdict", p.check ? (match ? "MATCH" : "MISMATCH") : "UNCHECKED").print(figures);
     } else {
-    std::fprintf(
-        figures, "%s: prefill=%s decode=%s prompt_tokens=%zu new_tokens=%zu ttft_ms=%.3f prefill_tok_s=%.1f "
-        "decode_tok_s=%s host_waits_per_token=%s sampler=%s sampling_us_per_token=%.1f rounds=%ld tokens=%s "
-        "expected=%s %s\n",
-        prefix.c_str(), p.prefill_method.c_str(), p.decode_method.c_str(), p.prompt.size(), tokens.size(),
-        first_token_ms - start_ms, prefill_s > 0 ? static_cast<double>(p.prompt.size()) / prefill_s : 0.0,
-        decode_rate.c_str(), waits.c_str(), on_device ? "device" : "host",
-        tokens.empty() ? 0.0 : sampling_ms * 1e3 / static_cast<double>(tokens.size()), p.rounds, join_ints(tokens).c_str(),
-        p.check ? join_ints(expected).c_str() : "none", p.check ? (match ? "MATCH" : "MISMATCH") : "UNCHECKED");
+      std::fprintf(
+          figures, "%s: prefill=%s decode=%s prompt_tokens=%zu new_tokens=%zu ttft_ms=%.3f prefill_tok_s=%.1f "
+          "decode_tok_s=%s host_waits_per_token=%s sampler=%s sampling_us_per_token=%.1f rounds=%ld tokens=%s "
+          "expected=%s %s\n",
+          prefix.c_str(), p.prefill_method.c_str(), p.decode_method.c_str(), p.prompt.size(), tokens.size(),
+          first_token_ms - start_ms, prefill_s > 0 ? static_cast<double>(p.prompt.size()) / prefill_s : 0.0,
+          decode_rate.c_str(), waits.c_str(), on_device ? "device" : "host",
+          tokens.empty() ? 0.0 : sampling_ms * 1e3 / static_cast<double>(tokens.size()), p.rounds, join_ints(tokens).c_str(),
+          p.check ? join_ints(expected).c_str() : "none", p.check ? (match ? "MATCH" : "MISMATCH") : "UNCHECKED");
     }
     // The library's host time per decode execute (this project's backend only): what the
     // decode steps above added to its counters, so the prefill and earlier rounds are left out.
