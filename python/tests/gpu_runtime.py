@@ -38,6 +38,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
+import runner_json  # noqa: E402  (et_cuda_run --json's reader)
 
 FAILED = []
 
@@ -75,8 +77,9 @@ def check_manifest(load, path, np, torch, runner):
     with open(path) as f:
         manifest = json.load(f)
     tag = os.path.basename(folder)
-    rc, out = runner_lines(runner, "--manifest", path)
-    theirs = {(m, c): e for m, c, e in re.findall(r"^(\S+) (case\d+): max_abs_err=(\S+) PASS", out, re.M)}
+    rc, out = runner_lines(runner, "--manifest", path, "--json")
+    theirs = {(r["method"], r["case"]): f"{r['max_abs_err']:.3g}"
+              for r in runner_json.of_kind(out, "case", **{"pass": True})}
     if rc != 0 or not theirs:
         report(f"{tag} et_cuda_run", False, f"exit {rc}: {out.strip()[-400:]}")
     data = manifest.get("data") or []
@@ -137,14 +140,13 @@ def bench(prog, torch, runner, n):
             call()
         figures[name] = (time.perf_counter() - t0) / n * 1e6
     rc, out = runner_lines(runner, os.path.join(mlp, "model.pte"), "--data", os.path.join(mlp, "aoti_cuda_blob.ptd"),
-                           "--bench", str(n), "--warmup", "50")
-    m = re.search(r"forward bench: .*cpu_mean=([0-9.]+)", out)
-    if rc != 0 or not m:
+                           "--bench", str(n), "--warmup", "50", "--json")
+    rec = runner_json.last(out, "bench", method="forward")
+    if rc != 0 or rec is None:
         report("bench", False, f"et_cuda_run --bench: exit {rc}: {out.strip()[-300:]}")
         return
-    native = float(m.group(1))
-    line = re.search(r"^forward bench: .*$", out, re.M).group(0)
-    print(f"bench et_cuda_run: {line}")
+    native = float(rec["cpu_mean_us"])
+    print(f"bench et_cuda_run: {json.dumps(rec)}")
     report("bench", "info",
            f"us_per_execute raw={figures['raw']:.1f} checked={figures['checked']:.1f} et_cuda_run_cpu_mean={native:.1f} "
            f"overhead_raw={figures['raw'] - native:.1f} overhead_checked={figures['checked'] - native:.1f} "
