@@ -22,6 +22,9 @@ import signal
 import subprocess
 import sys
 import tarfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import runner_json  # noqa: E402  (et_cuda_run --json's reader)
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -89,6 +92,24 @@ def parse_log(text, rc):
     res = {"cases": [], "generate": None, "error": None, "observer": None, "stats": None, "rc": rc}
     for line in text.splitlines():
         line = line.rstrip()
+        rec = runner_json.records(line)
+        if rec and rec[0]["kind"] == "case":
+            r = rec[0]
+            err = r.get("max_abs_err")
+            res["cases"].append({"method": r.get("method"), "case": r.get("case"),
+                                 "err": float("nan") if err is None else float(err), "ok": bool(r.get("pass")),
+                                 "problem": r.get("problem") or None})
+            continue
+        if rec and rec[0]["kind"] == "generate":
+            r = rec[0]
+            join = ",".join
+            kv = {k: (join(map(str, v)) if isinstance(v, list) else str(v)) for k, v in r.items() if k != "kind"}
+            verdict = r.get("verdict") if r.get("verdict") in ("MATCH", "MISMATCH") else None
+            res["generate"] = {"tokens": kv.get("tokens", ""), "expected": kv.get("expected", ""),
+                               "match": (verdict == "MATCH") if verdict else (rc == 0),
+                               "verdict": verdict, "line": line[:400], "fields": kv}
+            continue
+        # Text lines: logs of runs before --json (and of runners without it).
         m = CASE_RE.match(line)
         if m:
             err = m.group(3)
@@ -203,7 +224,7 @@ def cmd_run(a):
                     results.append(row)
                     continue
                 args = [x.replace("{methods}", methods).replace("{first}", first) for x in margs]
-                cmd = [a.runner, "--manifest", mp] + args + bargs
+                cmd = [a.runner, "--manifest", mp, "--json"] + args + bargs
                 log = os.path.join(logdir, f"{name}.{bname}.{mode}.log")
                 limit = a.timeout
                 if a.deadline:
