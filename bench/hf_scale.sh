@@ -213,7 +213,7 @@ run_ours() { # model variant mode
   t=$(($(left) - 15))
   [ "$t" -ge 15 ] || { say "run ${m}_$v/$mode: skipped, ${t}s left"; return 0; }
   [ "$t" -le 90 ] || t=90
-  args=(--manifest "$p/manifest.json" --generate "$STEPS" --generate-rounds 2 --stats --mem)
+  args=(--manifest "$p/manifest.json" --generate "$STEPS" --generate-rounds 2 --stats --mem --json)
   case $mode in
     graphs) args+=(--option enable_cuda_graph_for_method=forward) ;;
     shared) args+=(--option enable_cuda_graph_for_method=forward --option use_shared_cuda_stream=true) ;;
@@ -221,7 +221,7 @@ run_ours() { # model variant mode
   exp=$(tokens_of "$EX/ref_$m.json")
   [ -n "$exp" ] && args+=(--expect-tokens "$exp")
   "$PY" "$TABLE" run "$W/logs/run_${m}_${v}_$mode.log" --timeout "$t" -- "$RUNNER" "${args[@]}"
-  say "run ${m}_$v/$mode (rc $?): $(grep -E '^generate: ' "$W/logs/run_${m}_${v}_$mode.log" | sed 's/ tokens=.*expected=[^ ]*//' | cut -c1-160) | $(grep -E '^generate-lib: |^et_cuda_run: ' "$W/logs/run_${m}_${v}_$mode.log" | head -2 | tr '\n' ' ' | cut -c1-160)"
+  say "run ${m}_$v/$mode (rc $?): $("$PY" "$TABLE" brief "$W/logs/run_${m}_${v}_$mode.log")"
 }
 run_prefill() { # model variant: --generate 2 on a PREFILL-token prompt, plain, 3 rounds
   local m=$1 v=$2 p=$EX/$1_$2 ids t
@@ -232,8 +232,8 @@ run_prefill() { # model variant: --generate 2 on a PREFILL-token prompt, plain, 
   [ "$t" -ge 15 ] || { say "prefill ${m}_$v: skipped, ${t}s left"; return 0; }
   [ "$t" -le 60 ] || t=60
   "$PY" "$TABLE" run "$W/logs/prefill_${m}_$v.log" --timeout "$t" -- "$RUNNER" --manifest "$p/manifest.json" \
-    --prompt-ids "$ids" --generate 2 --generate-rounds 3 --stats
-  say "prefill ${m}_$v (rc $?): $(grep -E '^generate: ' "$W/logs/prefill_${m}_$v.log" | grep -oE 'prompt_tokens=[0-9]+|ttft_ms=[0-9.]+' | tr '\n' ' ')"
+    --prompt-ids "$ids" --generate 2 --generate-rounds 3 --stats --json
+  say "prefill ${m}_$v (rc $?): $("$PY" "$TABLE" brief "$W/logs/prefill_${m}_$v.log" | grep -oE 'prompt_tokens=[0-9]+|ttft_ms=[0-9.]+' | tr '\n' ' ')"
 }
 declare -A TIMED TORCH_DONE
 time_model() { # model: everything else stopped meanwhile

@@ -248,7 +248,7 @@ run_ours() { # tag mode
   t=$(($(left) - 15))
   [ "$t" -ge 20 ] || { say "run $tag/$mode: skipped, ${t}s left"; return 0; }
   [ "$t" -le 120 ] || t=120
-  args=(--manifest "$m" --generate "$STEPS" --generate-rounds 2 --stats --mem)
+  args=(--manifest "$m" --generate "$STEPS" --generate-rounds 2 --stats --mem --json)
   [ "$mode" = graphs ] && args+=(--option enable_cuda_graph_for_method=forward)
   # The eager runs read the files mapped (REAL_EAGER_LOAD_MODE, default mmap): the Load table then
   # compares the two ways ExecuTorch can read the named data.
@@ -258,7 +258,7 @@ run_ours() { # tag mode
     [ -n "$exp" ] && args+=(--expect-tokens "$exp")
   fi
   "$PY" "$TABLE" run "$W/logs/run_${tag}_$mode.log" --timeout "$t" -- "$RUNNER" "${args[@]}"
-  say "run $tag/$mode (rc $?): $(grep -E '^generate: ' "$W/logs/run_${tag}_$mode.log" | sed 's/ tokens=.*expected=[^ ]*//' | cut -c1-200) | $(grep -E '^generate-lib: |^et_cuda_run: ' "$W/logs/run_${tag}_$mode.log" | head -2 | tr '\n' ' ' | cut -c1-200)"
+  say "run $tag/$mode (rc $?): $("$PY" "$TABLE" brief "$W/logs/run_${tag}_$mode.log")"
 }
 load_inputs() { # tag: page-cache read rate of its .ptd files
   local d=$EX/$1

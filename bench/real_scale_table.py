@@ -5,6 +5,8 @@
   real_scale_table.py readbw FILE...     page-cache read rate of the files ("readbw: bytes= s= gb_s=")
   real_scale_table.py ctx                CUDA context creation through libcuda.so.1 (ctypes):
         "ctx: init_ms= ctx_ms= total_ms=" or "ctx: n/a (...)"
+  real_scale_table.py brief LOG [--width N]   one line about an et_cuda_run --generate log (its
+        last round's figures, the library's line, or the runner's error) for a script's timeline
   real_scale_table.py census CSV [--md OUT.md] [--title T] [--gpu NAME]   one decode step from an ncu
         CSV log (ncu --csv --print-units base --metrics gpu__time_duration.sum,dram__bytes_read.sum,
         dram__bytes_write.sum --log-file CSV <runner> --generate 4): per-kernel table (% of the HBM
@@ -15,7 +17,8 @@
 
 WORK layout: export/<tag>/{manifest.json,export.json} (tests/models/decode_llama.py; tag: base,
 companion, int4, qwen06b_base, qwen06b_companion), export/ref_<model>.json (decode_llama.py --mode ref),
-logs/run_<tag>_<eager|graphs>.log (et_cuda_run --generate under `run`; the library's "load_phases:"
+logs/run_<tag>_<eager|graphs>.log (et_cuda_run --generate --json under `run`, read by parse_run, which
+also reads the text lines of older logs; the library's "load_phases:"
 line, where it prints one, gives the Load table's phase times and measured upload rate), logs/ncu_<tag>.csv,
 logs/ctx.txt, logs/readbw_<tag>.txt, timeline.txt, env.txt (its first line nvidia-smi's: the GPU's name,
 which gives the floor's bandwidth through bench/hbm.py).
@@ -231,6 +234,64 @@ def cmd_census(a):
 KV = re.compile(r"(\w+)=([^\s]+)")
 
 
+def _json_record(line):
+    """An et_cuda_run --json object line (runner/README.md, "--json"), or None."""
+    if not line.startswith("{"):
+        return None
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("kind"), str) else None
+
+
+# The text lines' precision per figure (runner/generate.cpp), so that a JSON record reads as
+# the text line did and the tables print the same strings.
+_TEXT_FORMAT = {"ttft_ms": "%.3f", "prefill_tok_s": "%.1f", "decode_tok_s": "%.1f", "host_waits_per_token": "%.2f",
+                "sampling_us_per_token": "%.1f", "lib_execute_us": "%.2f", "run_us": "%.2f"}
+
+
+def _as_text_fields(rec):
+    """A JSON record's fields as the text line's key=value strings (lists joined by commas,
+    null as n/a, no expected tokens as none, figures at the text line's precision), so that one
+    reader serves both."""
+    out = {}
+    for k, v in rec.items():
+        if k == "kind":
+            continue
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and k in _TEXT_FORMAT:
+            out[k] = _TEXT_FORMAT[k] % v
+        elif isinstance(v, list):
+            out[k] = ",".join(str(x) for x in v)
+        elif v is None:
+            out[k] = "none" if k == "expected" else "n/a"
+        elif isinstance(v, bool):
+            out[k] = "true" if v else "false"
+        else:
+            out[k] = str(v)
+    return out
+
+
+def cmd_brief(a):
+    """One line about a --generate log for a script's timeline: the last round's figures (its
+    tokens left out) and the library's line, or the runner's error."""
+    r = parse_run(a.log)
+    if r is None:
+        print("no log")
+        return 0
+    parts = []
+    if r["rounds"]:
+        d = r["rounds"][-1]
+        parts.append("generate: " + " ".join(f"{k}={v}" for k, v in d.items()
+                                             if k not in ("tokens", "expected", "verdict")) + " " + d["verdict"])
+    if r.get("lib"):
+        parts.append("generate-lib: " + " ".join(f"{k}={v}" for k, v in r["lib"][-1].items()))
+    if r.get("error"):
+        parts.append("et_cuda_run: " + r["error"])
+    print(" | ".join(parts)[: a.width])
+    return 0
+
+
 def parse_run(path):
     """Figures of one et_cuda_run --generate log (written by `run`)."""
     r = {"log": os.path.basename(path), "rounds": []}
@@ -239,6 +300,16 @@ def parse_run(path):
     with open(path, encoding="utf-8", errors="replace") as f:
         text = f.read()
     for ln in text.splitlines():
+        rec = _json_record(ln)
+        if rec is not None and rec["kind"] == "generate":
+            d = _as_text_fields(rec)
+            d["verdict"] = verdict(d, rec.get("verdict", ""))
+            r["rounds"].append(d)
+            continue
+        if rec is not None and rec["kind"] == "generate-lib":
+            r.setdefault("lib", []).append(_as_text_fields(rec))
+            continue
+        # Text lines: logs written before --json.
         m = re.match(r"^generate(?: \(round (\d+) of (\d+)\))?: (.*)$", ln)
         if m:
             d = dict(KV.findall(m.group(3)))
@@ -649,6 +720,9 @@ def main(argv=None):
     b = sub.add_parser("readbw")
     b.add_argument("files", nargs="+")
     sub.add_parser("ctx")
+    w = sub.add_parser("brief")
+    w.add_argument("log")
+    w.add_argument("--width", type=int, default=320)
     c = sub.add_parser("census")
     c.add_argument("csv")
     c.add_argument("--md", default="")
@@ -670,7 +744,8 @@ def main(argv=None):
     if a.cmd == "run":
         a.argv = command
         return cmd_run(a)
-    return {"readbw": cmd_readbw, "ctx": cmd_ctx, "census": cmd_census, "report": cmd_report}[a.cmd](a)
+    return {"readbw": cmd_readbw, "ctx": cmd_ctx, "brief": cmd_brief, "census": cmd_census,
+            "report": cmd_report}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ FAKE_RUNNER_FAIL=<tag> makes that program's run fail like a failed load. The lib
 an older library). HF tags (hf_<model>_<variant>, bench/hf_scale.sh's test): the rate follows the variant
 and the shared stream; FAKE_RUNNER_MISMATCH=<tag> changes that program's token 5; --prompt-ids sets
 prompt_tokens."""
+import json
 import os
 import sys
 import time
@@ -36,13 +37,23 @@ plen = len(args[args.index("--prompt-ids") + 1].split(",")) if "--prompt-ids" in
 for r in range(1, rounds + 1):
     pre = f"generate (round {r} of {rounds})" if r < rounds else "generate"
     ttft = (250.0 if r == 1 else 12.5) * (plen / 32 if plen != 32 else 1)
+    word = ('MATCH' if got == toks else 'MISMATCH') if exp else 'UNCHECKED'
+    us = 9.5 if graphs else 140.0
+    replays, captures = (n - 1 if r > 1 else n - 3) if graphs else 0, 0 if r > 1 or not graphs else 1
+    if "--json" in args:  # runner/README.md, "--json"
+        print(json.dumps({"kind": "generate", "round": r, "rounds": rounds, "prefill": "forward", "decode": "forward",
+                          "prompt_tokens": plen, "new_tokens": n, "ttft_ms": ttft, "prefill_tok_s": 2560.0,
+                          "decode_tok_s": rate, "host_waits_per_token": 1.0, "tokens": [int(t) for t in got],
+                          "expected": [int(t) for t in toks] if exp else None, "verdict": word}))
+        print(json.dumps({"kind": "generate-lib", "round": r, "decode_executes": n - 1, "lib_execute_us": us,
+                          "run_us": us - 3, "graph_replays": replays, "graph_captures": captures}))
+        continue
     print(f"{pre}: prefill=forward decode=forward prompt_tokens={plen} new_tokens={n} ttft_ms={ttft:.3f} "
           f"prefill_tok_s=2560.0 decode_tok_s={rate:.1f} host_waits_per_token=1.00 rounds={rounds} tokens={','.join(got)} "
-          f"expected={','.join(toks) if exp else 'none'} {('MATCH' if got == toks else 'MISMATCH') if exp else 'UNCHECKED'}")
+          f"expected={','.join(toks) if exp else 'none'} {word}")
     lib = "generate-lib" + (f" (round {r} of {rounds})" if r < rounds else "")
-    us = 9.5 if graphs else 140.0
     print(f"{lib}: decode_executes={n - 1} lib_execute_us={us:.2f} run_us={us - 3:.2f} "
-          f"graph_replays={(n - 1 if r > 1 else n - 3) if graphs else 0} graph_captures={0 if r > 1 or not graphs else 1}")
+          f"graph_replays={replays} graph_captures={captures}")
 t = time.monotonic() * 1e3
 print('PyTorchObserver {"prompt_tokens":32,"generated_tokens":%d,"model_load_start_ms":%.3f,"model_load_end_ms":%.3f,'
       '"inference_start_ms":%.3f,"inference_end_ms":%.3f,"prompt_eval_end_ms":%.3f,"first_token_ms":%.3f,'
