@@ -35,7 +35,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "models"))
 import hbm  # noqa: E402  the GPU's HBM bandwidth, for the floors and the "% of HBM" columns
+import runner_json  # noqa: E402  et_cuda_run --json's reader
 MODEL_OF = {"base": "llama1b", "companion": "llama1b", "int4": "llama1b",
             "qwen06b_base": "qwen06b", "qwen06b_companion": "qwen06b"}
 TITLES = {"llama1b": "Llama-3.2-1B-shaped", "qwen06b": "Qwen3-0.6B-shaped"}
@@ -234,44 +236,6 @@ def cmd_census(a):
 KV = re.compile(r"(\w+)=([^\s]+)")
 
 
-def _json_record(line):
-    """An et_cuda_run --json object line (runner/README.md, "--json"), or None."""
-    if not line.startswith("{"):
-        return None
-    try:
-        rec = json.loads(line)
-    except ValueError:
-        return None
-    return rec if isinstance(rec, dict) and isinstance(rec.get("kind"), str) else None
-
-
-# The text lines' precision per figure (runner/generate.cpp), so that a JSON record reads as
-# the text line did and the tables print the same strings.
-_TEXT_FORMAT = {"ttft_ms": "%.3f", "prefill_tok_s": "%.1f", "decode_tok_s": "%.1f", "host_waits_per_token": "%.2f",
-                "sampling_us_per_token": "%.1f", "lib_execute_us": "%.2f", "run_us": "%.2f"}
-
-
-def _as_text_fields(rec):
-    """A JSON record's fields as the text line's key=value strings (lists joined by commas,
-    null as n/a, no expected tokens as none, figures at the text line's precision), so that one
-    reader serves both."""
-    out = {}
-    for k, v in rec.items():
-        if k == "kind":
-            continue
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and k in _TEXT_FORMAT:
-            out[k] = _TEXT_FORMAT[k] % v
-        elif isinstance(v, list):
-            out[k] = ",".join(str(x) for x in v)
-        elif v is None:
-            out[k] = "none" if k == "expected" else "n/a"
-        elif isinstance(v, bool):
-            out[k] = "true" if v else "false"
-        else:
-            out[k] = str(v)
-    return out
-
-
 def cmd_brief(a):
     """One line about a --generate log for a script's timeline: the last round's figures (its
     tokens left out) and the library's line, or the runner's error."""
@@ -300,14 +264,14 @@ def parse_run(path):
     with open(path, encoding="utf-8", errors="replace") as f:
         text = f.read()
     for ln in text.splitlines():
-        rec = _json_record(ln)
+        rec = runner_json.record(ln)
         if rec is not None and rec["kind"] == "generate":
-            d = _as_text_fields(rec)
+            d = runner_json.text_fields(rec)
             d["verdict"] = verdict(d, rec.get("verdict", ""))
             r["rounds"].append(d)
             continue
         if rec is not None and rec["kind"] == "generate-lib":
-            r.setdefault("lib", []).append(_as_text_fields(rec))
+            r.setdefault("lib", []).append(runner_json.text_fields(rec))
             continue
         # Text lines: logs written before --json.
         m = re.match(r"^generate(?: \(round (\d+) of (\d+)\))?: (.*)$", ln)

@@ -142,26 +142,15 @@ def main(argv):
         rate = 1e6 / (base * 8)
         k = min(n, len(exp))
         match = toks[:k] == exp[:k]
-        word = ('MATCH' if match else 'MISMATCH') if exp else 'UNCHECKED'
-        g = "enable_cuda_graph_for_method" in opts
-        if "--json" in flags:  # runner/README.md, "--json": the same figures as JSON lines
-            out(json.dumps({"kind": "generate", "round": rounds, "rounds": rounds, "prefill": pre, "decode": dec,
-                            "prompt_tokens": len(gen.get("prompt_ids", [])), "new_tokens": n,
-                            "ttft_ms": round(base / 30, 3), "prefill_tok_s": round(rate * 3, 1),
-                            "decode_tok_s": round(rate, 1), "host_waits_per_token": 1.0 if ours else None,
-                            "tokens": toks, "expected": exp[:k] if exp else None, "verdict": word}))
-            if ours and "--stats" in flags:
-                out(json.dumps({"kind": "generate-lib", "round": rounds, "decode_executes": n - 1,
-                                "lib_execute_us": 12.5 if g else 1100.0, "run_us": 11.5 if g else 1098.0,
-                                "graph_replays": n - 1 if g else 0, "graph_captures": 0}))
-        else:
-            out(f"generate: prefill={pre} decode={dec} prompt_tokens={len(gen.get('prompt_ids', []))} new_tokens={n} "
-                f"ttft_ms={base / 30:.3f} prefill_tok_s={rate * 3:.1f} decode_tok_s={rate:.1f} "
-                f"host_waits_per_token={'1.00' if ours else 'n/a'} tokens={','.join(map(str, toks))} "
-                f"expected={','.join(map(str, exp[:k])) or 'none'} {word}")
-            if ours and "--stats" in flags:
-                out(f"generate-lib: decode_executes={n - 1} lib_execute_us={12.5 if g else 1100.0} "
-                    f"run_us={11.5 if g else 1098.0} graph_replays={n - 1 if g else 0} graph_captures=0")
+        out(f"generate: prefill={pre} decode={dec} prompt_tokens={len(gen.get('prompt_ids', []))} new_tokens={n} "
+            f"ttft_ms={base / 30:.3f} prefill_tok_s={rate * 3:.1f} decode_tok_s={rate:.1f} "
+            f"host_waits_per_token={'1.00' if ours else 'n/a'} tokens={','.join(map(str, toks))} "
+            f"expected={','.join(map(str, exp[:k])) or 'none'} "
+            f"{('MATCH' if match else 'MISMATCH') if exp else 'UNCHECKED'}")
+        if ours and "--stats" in flags:
+            g = "enable_cuda_graph_for_method" in opts
+            out(f"generate-lib: decode_executes={n - 1} lib_execute_us={12.5 if g else 1100.0} "
+                f"run_us={11.5 if g else 1098.0} graph_replays={n - 1 if g else 0} graph_captures=0")
         # Times on the monotonic clock in ms, as the runner's steady_clock: load 40 ms after start,
         # first token base/30 ms later (bench/side_by_side.sh's cold start reads them).
         t = time.monotonic() * 1000

@@ -44,6 +44,19 @@ class RunnerJsonTest(unittest.TestCase):
         self.assertIsNone(runner_json.last(CANNED, "bench-wait"))
         self.assertIsNone(runner_json.last("", "case"))
 
+    def test_text_fields_read_as_the_text_line_did(self):
+        gen = runner_json.last(CANNED, "generate")
+        self.assertEqual(runner_json.text_fields(gen),
+                         {"round": "2", "rounds": "2", "decode_tok_s": "1333.5", "tokens": "5,6", "expected": "5,6",
+                          "verdict": "MATCH"})
+        first = runner_json.of_kind(CANNED, "generate")[0]
+        self.assertEqual((runner_json.text_fields(first)["decode_tok_s"], runner_json.text_fields(first)["expected"]),
+                         ("n/a", "none"))
+        lib = runner_json.text_fields(runner_json.last(CANNED, "generate-lib"))
+        self.assertEqual((lib["lib_execute_us"], lib["run_us"], lib["graph_replays"]), ("5.70", "4.50", "63"))
+        self.assertIsNone(runner_json.record("PyTorchObserver {}"))
+        self.assertIsNone(runner_json.record('{"no_kind": 1}'))
+
 
 if __name__ == "__main__":
     unittest.main()

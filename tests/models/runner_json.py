@@ -6,19 +6,46 @@
 import json
 
 
+def record(line):
+    """The JSON object of one line, or None (not an object line, or no ``"kind"``)."""
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("kind"), str) else None
+
+
 def records(text):
     """Every JSON object line of ``text``, in order, as dicts."""
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
+    return [r for r in map(record, text.splitlines()) if r is not None]
+
+
+# The text lines' precision per figure (runner/generate.cpp), for text_fields.
+_TEXT_FORMAT = {"ttft_ms": "%.3f", "prefill_tok_s": "%.1f", "decode_tok_s": "%.1f", "host_waits_per_token": "%.2f",
+                "sampling_us_per_token": "%.1f", "lib_execute_us": "%.2f", "run_us": "%.2f"}
+
+
+def text_fields(rec):
+    """A record's fields as the text line's ``key=value`` strings (lists joined by commas,
+    null as n/a, no expected tokens as none, figures at the text line's precision), so that a
+    reader of older text logs reads both the same way."""
+    out = {}
+    for k, v in rec.items():
+        if k == "kind":
             continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("kind"), str):
-            out.append(rec)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and k in _TEXT_FORMAT:
+            out[k] = _TEXT_FORMAT[k] % v
+        elif isinstance(v, list):
+            out[k] = ",".join(str(x) for x in v)
+        elif v is None:
+            out[k] = "none" if k == "expected" else "n/a"
+        elif isinstance(v, bool):
+            out[k] = "true" if v else "false"
+        else:
+            out[k] = str(v)
     return out
 
 

@@ -22,12 +22,10 @@ import signal
 import subprocess
 import sys
 import tarfile
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import runner_json  # noqa: E402  (et_cuda_run --json's reader)
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import runner_json  # noqa: E402  (et_cuda_run --json's reader)
 
 # name: (runner args, applies(manifest) -> None or a reason it does not apply)
 MODES = {
@@ -92,18 +90,15 @@ def parse_log(text, rc):
     res = {"cases": [], "generate": None, "error": None, "observer": None, "stats": None, "rc": rc}
     for line in text.splitlines():
         line = line.rstrip()
-        rec = runner_json.records(line)
-        if rec and rec[0]["kind"] == "case":
-            r = rec[0]
+        r = runner_json.record(line)
+        if r is not None and r["kind"] == "case":
             err = r.get("max_abs_err")
             res["cases"].append({"method": r.get("method"), "case": r.get("case"),
                                  "err": float("nan") if err is None else float(err), "ok": bool(r.get("pass")),
                                  "problem": r.get("problem") or None})
             continue
-        if rec and rec[0]["kind"] == "generate":
-            r = rec[0]
-            join = ",".join
-            kv = {k: (join(map(str, v)) if isinstance(v, list) else str(v)) for k, v in r.items() if k != "kind"}
+        if r is not None and r["kind"] == "generate":
+            kv = runner_json.text_fields(r)
             verdict = r.get("verdict") if r.get("verdict") in ("MATCH", "MISMATCH") else None
             res["generate"] = {"tokens": kv.get("tokens", ""), "expected": kv.get("expected", ""),
                                "match": (verdict == "MATCH") if verdict else (rc == 0),
