@@ -318,12 +318,13 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
 
     const long decoded = static_cast<long>(tokens.size()) - 1;
     const double prefill_s = (first_token_ms - start_ms) / 1e3, decode_s = (end_ms - first_token_ms) / 1e3;
-    const std::string decode_rate =
-        decoded > 0 && decode_s > 0 ? fixed(static_cast<double>(decoded) / decode_s, 1) : "n/a";
-    const std::string waits =
-        have_stats && decoded > 0
-            ? fixed(static_cast<double>(s1.host_waits - s0.host_waits) / static_cast<double>(decoded), 2)
-            : "n/a";
+    // NaN where there is no figure: "n/a" in the text line, null in the JSON one.
+    const double rate_v = decoded > 0 && decode_s > 0 ? static_cast<double>(decoded) / decode_s : std::nan("");
+    const double waits_v = have_stats && decoded > 0
+                               ? static_cast<double>(s1.host_waits - s0.host_waits) / static_cast<double>(decoded)
+                               : std::nan("");
+    const std::string decode_rate = std::isnan(rate_v) ? "n/a" : fixed(rate_v, 1);
+    const std::string waits = std::isnan(waits_v) ? "n/a" : fixed(waits_v, 2);
     bool match = true;
     std::vector<int64_t> expected;
     if (p.check) {
@@ -342,12 +343,7 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
       j.str("decode", p.decode_method).integer("prompt_tokens", static_cast<long long>(p.prompt.size()));
       j.integer("new_tokens", static_cast<long long>(tokens.size())).num("ttft_ms", first_token_ms - start_ms);
       j.num("prefill_tok_s", prefill_s > 0 ? static_cast<double>(p.prompt.size()) / prefill_s : 0.0);
-      if (decoded > 0 && decode_s > 0) j.num("decode_tok_s", static_cast<double>(decoded) / decode_s);
-      else j.null("decode_tok_s");
-      if (have_stats && decoded > 0)
-        j.num("host_waits_per_token",
-              static_cast<double>(s1.host_waits - s0.host_waits) / static_cast<double>(decoded));
-      else j.null("host_waits_per_token");
+      j.num("decode_tok_s", rate_v).num("host_waits_per_token", waits_v);  // NaN: null
       j.str("sampler", on_device ? "device" : "host");
       j.num("sampling_us_per_token", tokens.empty() ? 0.0 : sampling_ms * 1e3 / static_cast<double>(tokens.size()));
       j.ints("tokens", tokens);
