@@ -210,6 +210,8 @@ class Method:
 
 
 class Program:
+    runtime = "bridge"
+
     def __init__(self, pte, ptd=None, require_device=True):
         for path in (pte, ptd):
             if path is not None and not os.path.isfile(path):

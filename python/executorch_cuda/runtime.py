@@ -131,6 +131,8 @@ class Program:
     """A program loaded through ``executorch.runtime`` with the backend enabled;
     ``program.method("forward")`` or ``program.forward(...)``."""
 
+    runtime = "executorch"
+
     def __init__(self, program, info):
         self._program = program
         self.backend = info
@@ -156,18 +158,58 @@ class Program:
         return self.method(name)
 
 
-def load(pte, ptd=None, *, require_device=True):
-    """Enable the backend, check torch, and load ``pte`` (with its ``.ptd`` data
-    file) through ``executorch.runtime``. Returns a Program."""
+RUNTIMES = ("auto", "executorch", "bridge")
+
+
+def load(pte, ptd=None, *, require_device=True, runtime="auto"):
+    """Enable the backend and load ``pte`` (with its ``.ptd`` data file). Returns a
+    Program whose ``runtime`` attribute says which runtime runs it:
+
+    - ``"executorch"``: ExecuTorch's Python runtime (``executorch.runtime``), after
+      checking that torch is the one its bindings were compiled against
+      (``TorchVersionError`` otherwise);
+    - ``"bridge"``: the same C++ runtime through ``executorch_cuda.bridge`` (any torch,
+      or none: numpy arrays in and out);
+    - ``"auto"`` (default): ``executorch.runtime`` when torch is installed and matches
+      its bindings, else the bridge, with a ``RuntimeWarning`` saying why."""
     import os
 
+    if runtime not in RUNTIMES:
+        raise ValueError(f"executorch_cuda: runtime must be one of {RUNTIMES}, not {runtime!r}")
     for path in (pte, ptd):
         if path is not None and not os.path.isfile(path):
             raise FileNotFoundError(f"executorch_cuda: no such file: {path}")
+    if runtime == "auto":
+        why = _why_not_executorch_runtime()
+        runtime = "bridge" if why else "executorch"
+        if why:
+            import warnings
+
+            warnings.warn(f"executorch_cuda.load: running through executorch_cuda.bridge, as {why}",
+                          RuntimeWarning, stacklevel=2)
+    if runtime == "bridge":
+        from . import bridge
+
+        return bridge.load(pte, ptd, require_device=require_device)
     info = native.enable(require_device=require_device)
     check_torch()
     from executorch.runtime import Runtime
 
-    runtime = Runtime.get()
-    program = runtime.load_program(str(pte), data_path=None if ptd is None else str(ptd))
+    program = Runtime.get().load_program(str(pte), data_path=None if ptd is None else str(ptd))
     return Program(program, info)
+
+
+def _why_not_executorch_runtime():
+    """Why ``executorch.runtime`` cannot run programs here (no torch, another torch than its
+    bindings', no ExecuTorch Python runtime), or None when it can."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return "torch is not installed (executorch.runtime takes torch tensors)"
+    try:
+        check_torch()
+    except TorchVersionError as e:
+        return str(e).replace("executorch_cuda: ", "", 1)
+    except native.NativeLibraryError as e:  # no executorch package at all
+        return f"executorch.runtime is not available ({e})"
+    return None

@@ -356,6 +356,26 @@ class Bridge(unittest.TestCase):
         np.testing.assert_allclose(np.asarray(y1), x @ w.T + b, rtol=1e-6, atol=1e-6)
         self.assertFalse(np.allclose(np.asarray(y1), np.asarray(y2)))
 
+    def test_load_takes_the_bridge_when_executorch_runtime_cannot_run(self):
+        import warnings
+
+        import executorch_cuda
+        from executorch_cuda import runtime
+
+        why = runtime._why_not_executorch_runtime()
+        if why is None:
+            self.skipTest("torch matches executorch.runtime's bindings here: load() takes executorch.runtime")
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            prog = executorch_cuda.load(self.pte, require_device=False)
+        self.assertEqual(prog.runtime, "bridge")
+        self.assertTrue(any("running through executorch_cuda.bridge" in str(w.message) for w in seen), seen)
+        (y,) = prog.forward(np.ones((2, 4), np.float32))
+        self.assertEqual(list(np.asarray(y).shape), [2, 3])
+        self.assertEqual(executorch_cuda.load(self.pte, require_device=False, runtime="bridge").runtime, "bridge")
+        with self.assertRaises(ValueError):
+            executorch_cuda.load(self.pte, require_device=False, runtime="pybind")
+
     def test_bad_inputs(self):
         from executorch_cuda import InputError
 
