@@ -671,7 +671,14 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
   __shared__ float wacc[DEC_WARPS][R][D];
 
   pdl_launch_dependents();
-  pdl_wait();
+  // With W, nothing this block reads before the wait is written by the kernels before it in
+  // the stream: the positions are a graph input (or made by a kernel that ends before this one
+  // starts: only the library's kernels launch their dependents early), and the cache rows are
+  // written only by this layer's attention (earlier steps), the new rows by this very kernel
+  // (taken from its shared copy below). So the keys' range and the first tile's keys and
+  // values (or, without EARLY, an L2 prefetch of them) are asked for while the kernel before
+  // still runs. Without W the kernel before may have written the cache: everything waits.
+  if constexpr (!W) pdl_wait();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hkv = blockIdx.y, b = blockIdx.z;
   const int g = a.Hq / a.Hkv;
@@ -703,6 +710,20 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
   };
   int base = kbeg + warp * TILE;
   if (EARLY && base < kend) load_tile(base);
+  if constexpr (W && !EARLY) {
+    // The rows of the warp's first tile into L2: this lane's part of its key's K and V rows.
+    const int key = base + lane / KL;
+    if (key < kend) {
+      const char* kp = kb + (key * a.ksl + d0) * (long long)sizeof(T);
+      const char* vp = vb + (key * a.vsl + d0) * (long long)sizeof(T);
+#pragma unroll
+      for (int o = 0; o < (int)(D / KL * sizeof(T)); o += 128) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(kp + o));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(vp + o));
+      }
+    }
+  }
+  if constexpr (W) pdl_wait();
 
   // Everything before the keys in one step (one round trip, one barrier): warp w takes the
   // rows w, w + DEC_WARPS, ... of the block's q rows (normed and rotated as asked, scaled,
@@ -942,6 +963,15 @@ struct LinArgs {
   float norm_add;
   int M, N, K;        // N output columns (W has N rows, or 2N with act != 0)
   int norm_mode;      // 0 none, 1, 2 (above)
+  // PRE kernels (et_add_rmsnorm_linear): the product's input is h = x + rmsnorm(p) first, as
+  // et_add_rmsnorm computes it (x is then the residual), p rows of stride sp, pn its [K] weight
+  // (mode p_mode, p_eps, p_add); the first block of each block row writes h [M][K] (contiguous).
+  const void* p;
+  long long sp;
+  const void* pn;
+  void* h;
+  float p_eps, p_add;
+  int p_mode;
 };
 
 template <typename T> __device__ __forceinline__ float rnd(float v) {
@@ -965,6 +995,24 @@ __device__ __forceinline__ uint4 norm8(uint4 v, uint4 gv, float r, int mode, flo
     } else {
       out[i] = pack2<T>(f.x * r * (add + g.x), f.y * r * (add + g.y));
     }
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+// Eight elements of h = res + rmsnorm(p): p times its row's r, then its norm weight gv (mode 1:
+// rounded, times gv, rounded; mode 2: times (add + gv) in fp32, rounded), plus the residual rv,
+// rounded: et_add_rmsnorm's arithmetic (add_rmsnorm_rows).
+template <typename T>
+__device__ __forceinline__ uint4 add_norm8(uint4 pv, uint4 gv, uint4 rv, float r, int mode, float add) {
+  const uint32_t in[4] = {pv.x, pv.y, pv.z, pv.w}, gw[4] = {gv.x, gv.y, gv.z, gv.w};
+  const uint32_t rw[4] = {rv.x, rv.y, rv.z, rv.w};
+  uint32_t out[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = Ops<T>::pair(in[i]), g = Ops<T>::pair(gw[i]), q = Ops<T>::pair(rw[i]);
+    const float n0 = mode == 1 ? rnd<T>(rnd<T>(f.x * r) * g.x) : rnd<T>(f.x * r * (add + g.x));
+    const float n1 = mode == 1 ? rnd<T>(rnd<T>(f.y * r) * g.y) : rnd<T>(f.y * r * (add + g.y));
+    out[i] = pack2<T>(n0 + q.x, n1 + q.y);
   }
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
@@ -1005,7 +1053,7 @@ template <int ACT> __device__ __forceinline__ float act_fn(float g) {
 // of 32 k per load batch (halved with X16, which loads twice the x), X16: 16 rows of x per
 // block row (else 8). The lane layout and requirements are the GEMV's (above); the plain GEMV
 // entry points (et_gemv_*) are this kernel with no norm, act or residual.
-template <typename T, int NW, int RT, int U0, bool X16, int ACT>
+template <typename T, int NW, int RT, int U0, bool X16, int ACT, bool PRE = false>
 __device__ __forceinline__ void linear_mma(const LinArgs& a) {
   constexpr int MROWS = X16 ? 16 : 8;
   constexpr int RTW = ACT ? 2 * RT : RT;
@@ -1015,6 +1063,8 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
   // the end. No pass over x before the loop (a round trip and two barriers less on the
   // block's critical path). fp16 keeps the pass (x * g could overflow fp16 before r scales it).
   constexpr bool LATE = Ops<T>::kBf16;
+  // PRE: bf16 (the late norm) and up to 8 rows (the companion's decode steps) only.
+  static_assert(!PRE || (LATE && !X16), "PRE kernels are bf16 with 8-row blocks");
   __shared__ float red[NW][RTW][MROWS][8];
   __shared__ float rs[MROWS];
   __shared__ float rss[NW][MROWS];
@@ -1110,6 +1160,27 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
     }
     __syncthreads();
   }
+  if constexpr (PRE) {
+    // r of each row of p, as the fp16 pass above does for x (the sum of h's squares is then
+    // taken late, from the h the loop forms).
+    const T* pr = reinterpret_cast<const T*>(a.p);
+#pragma unroll 1
+    for (int m = 0; m < mcount; ++m) {
+      const T* xr = pr + (long long)(m0 + m) * a.sp;
+      float part = 0.f;
+      for (int k = threadIdx.x * 8; k < K; k += 32 * NW * 8) part += sumsq8<T>(ld_x(xr + k, true));
+      const float sum = warp_sum(part);
+      if (lane == 0) red[warp][0][m][0] = sum;
+    }
+    __syncthreads();
+    if (threadIdx.x < mcount) {
+      float q = 0.f;
+#pragma unroll
+      for (int w = 0; w < NW; ++w) q += red[w][0][threadIdx.x][0];
+      rs[threadIdx.x] = rsqrtf(q / (float)K + a.p_eps);
+    }
+    __syncthreads();
+  }
   const bool aok = g < mcount, bok = X16 && g + 8 < mcount;
   const float ra = mode != 0 && !LATE && aok ? rs[g] : 0.f;
   const float rb = mode != 0 && !LATE && bok ? rs[g + 8] : 0.f;
@@ -1117,6 +1188,15 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
   const char* ap = reinterpret_cast<const char*>(x + (long long)(m0 + (aok ? g : 0)) * a.sx) + c * 16;
   const char* bp = reinterpret_cast<const char*>(x + (long long)(m0 + (bok ? g + 8 : 0)) * a.sx) + c * 16;
   const char* gp = reinterpret_cast<const char*>(a.norm) + c * 16;
+  // PRE: this lane's row of p, the p norm weight, and (first block of the row) of h.
+  const char* ppp = PRE ? reinterpret_cast<const char*>(a.p) +
+                              (long long)(m0 + (aok ? g : 0)) * a.sp * (long long)sizeof(T) + c * 16
+                        : nullptr;
+  const char* pnp = PRE ? reinterpret_cast<const char*>(a.pn) + c * 16 : nullptr;
+  char* hp = PRE ? reinterpret_cast<char*>(a.h) + (long long)(m0 + (aok ? g : 0)) * K * (long long)sizeof(T) + c * 16
+                 : nullptr;
+  const float rpa = PRE && aok ? rs[g] : 0.f;
+  const bool hwrite = PRE && blockIdx.x == 0 && aok;
 
   constexpr int NACC = RTW == 1 ? 2 : 1;
   float acc[NACC][RTW][4];
@@ -1137,6 +1217,15 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
     for (int u = 0; u < U; ++u) {
       av[u] = ld_x(ap + off + u * 64, u < nvalid && aok);
       bv[u] = X16 ? ld_x(bp + off + u * 64, u < nvalid && bok) : make_uint4(0, 0, 0, 0);
+    }
+    if constexpr (PRE) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const bool in = u < nvalid && aok;
+        const uint4 pv = ld_x(ppp + off + u * 64, in), gv = ld_x(pnp + off + u * 64, in);
+        av[u] = in ? add_norm8<T>(pv, gv, av[u], rpa, a.p_mode, a.p_add) : make_uint4(0, 0, 0, 0);
+        if (hwrite && u < nvalid) *reinterpret_cast<uint4*>(hp + off + u * 64) = av[u];
+      }
     }
     if (mode != 0) {
 #pragma unroll
@@ -1475,3 +1564,16 @@ ATTN(et_attn_f16_d256, et_attn_combine_f16_d256, __half, 256)
 
 LIN_DT(bf16, __nv_bfloat16)
 LIN_DT(f16, __half)
+
+// et_add_rmsnorm followed by et_linear, in one kernel: et_lin_bf16_v<variant>_m8_a<act>_pre.
+#define LIN_PRE(NAME, NW, RT, U, ACT, MINB)                                                     \
+  extern "C" __global__ void __launch_bounds__(32 * NW, MINB) NAME(LinArgs a) {               \
+    linear_mma<__nv_bfloat16, NW, RT, U, false, ACT, true>(a);                                  \
+  }
+#define LIN_PRE_ACT(ACT)                                                                        \
+  LIN_PRE(et_lin_bf16_v0_m8_a##ACT##_pre, 8, 1, 8, ACT, 2)                                      \
+  LIN_PRE(et_lin_bf16_v1_m8_a##ACT##_pre, 8, 2, 4, ACT, 2)                                      \
+  LIN_PRE(et_lin_bf16_v2_m8_a##ACT##_pre, 8, 4, 4, ACT, 1)
+LIN_PRE_ACT(0)
+LIN_PRE_ACT(1)
+LIN_PRE_ACT(2)

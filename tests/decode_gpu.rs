@@ -22,6 +22,8 @@
 
 mod common;
 use common::*;
+#[path = "decode_gpu/add_norm_linear.rs"]
+mod add_norm_linear;
 #[path = "decode_gpu/linear.rs"]
 mod linear;
 use cudarc::driver::sys;

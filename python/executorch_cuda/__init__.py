@@ -64,7 +64,7 @@ def prepare(ep, *, positions=None, linear=True, attention=True, fuse=True, max_m
     """Rewrite ``ep`` (a ``torch.export.ExportedProgram``) in place and make
     CudaBackend map the new ops to the library's C shims. Returns ``(ep, report)``,
     report = ``{"linear": n, "attention": n, "rope": n, "gated_mlp": n, "merged": n, "norm": n,
-    "residual": n, "add_norm": n, "skipped_attention": [...], "rope_skipped": [...],
+    "residual": n, "add_norm": n, "add_norm_linear": n, "skipped_attention": [...], "rope_skipped": [...],
     "patched": [...]}``
     (``rope``: attentions with their RoPE and KV-cache write folded in; ``rope=False`` leaves
     those to the lowering). Every bf16/fp16 linear

@@ -14,7 +14,10 @@
   ``ops.et_linear`` bit for bit, else nothing changes;
 - **residual epilogue**: ``add(r, linear(...))`` -> the linear with ``residual=r``;
 - **residual plus norm**: ``add(r, rmsnorm(y))`` (a norm after the attention or the MLP, as
-  Gemma and OLMo-2 have; proven as the prologue's norms are) -> ``et_add_rmsnorm(y, r, w)``.
+  Gemma and OLMo-2 have; proven as the prologue's norms are) -> ``et_add_rmsnorm(y, r, w)``;
+- **residual plus norm, then the linear**: ``et_linear(et_add_rmsnorm(...), ...)`` ->
+  ``et_add_rmsnorm_linear`` (one kernel in decode; its second result, the sum, serves the sum's
+  other readers).
 
 The concatenated weights are new parameters of the exported program; weights no node uses
 any more leave it. Needs the ``ExportedProgram`` (its state holds the weights)."""
@@ -472,10 +475,47 @@ def add_norm(state, report):
             break
 
 
+def add_norm_linear(state, report):
+    """``et_linear(h, ...)`` with ``h = et_add_rmsnorm(...)`` its ``x`` (and no other argument)
+    -> ``y, h = et_add_rmsnorm_linear(<et_add_rmsnorm's args>, <et_linear's after x>)`` in the
+    sum's place, when the sum has exactly one such linear and the linear's other arguments come
+    before the sum in the graph (weights do)."""
+    from .ops import et_add_rmsnorm, et_add_rmsnorm_linear
+
+    g = state.gm.graph
+    op = et_add_rmsnorm_linear._opoverload
+    order = {n: i for i, n in enumerate(g.nodes)}
+    for a in list(g.nodes):
+        if a.op != "call_function" or a.target != et_add_rmsnorm._opoverload:
+            continue
+        lins = [u for u in a.users if _is_lin(u) and u.args[0] is a and a not in u.args[1:]]
+        if len(lins) != 1:
+            continue
+        lin = lins[0]
+        if any(isinstance(v, torch.fx.Node) and order[v] > order[a] for v in lin.args[1:]):
+            continue
+        args = (*a.args, *lin.args[1:])
+        with g.inserting_after(a):
+            new = g.call_function(op, args)
+        with g.inserting_after(new):
+            y = g.call_function(operator.getitem, (new, 0))
+        with g.inserting_after(y):
+            h = g.call_function(operator.getitem, (new, 1))
+        new.meta["val"] = _fake(op, *args)
+        if new.meta["val"] is not None:
+            y.meta["val"], h.meta["val"] = new.meta["val"]
+        order[new] = order[y] = order[h] = order[a]
+        lin.replace_all_uses_with(y)
+        g.erase_node(lin)
+        a.replace_all_uses_with(h)
+        g.erase_node(a)
+        report["add_norm_linear"] += 1
+
+
 def fuse(ep, report):
-    """Run the five fusions on ``ep`` in place (see the module docs); counts go to ``report``."""
+    """Run the six fusions on ``ep`` in place (see the module docs); counts go to ``report``."""
     state = State(ep)
-    for k in ("gated_mlp", "merged", "norm", "residual", "add_norm"):
+    for k in ("gated_mlp", "merged", "norm", "residual", "add_norm", "add_norm_linear"):
         report.setdefault(k, 0)
     drop_identities(state.gm.graph)
     orphans = gated_mlp(state, report)
@@ -483,6 +523,7 @@ def fuse(ep, report):
     norm_prologue(state, report)
     residual(state, report)
     add_norm(state, report)
+    add_norm_linear(state, report)
     g = state.gm.graph
     g.eliminate_dead_code()
     report["weights_dropped"] = state.drop_orphans(set(orphans))

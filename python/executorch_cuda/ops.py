@@ -120,6 +120,39 @@ def _(x, residual, weight, norm_mode, eps, norm_offset):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
+@torch.library.custom_op("et_cuda::et_add_rmsnorm_linear", mutates_args=())
+def et_add_rmsnorm_linear(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    post_weight: torch.Tensor,
+    post_mode: int,
+    post_eps: float,
+    post_offset: float,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    norm_weight: Optional[torch.Tensor],
+    lin_residual: Optional[torch.Tensor],
+    norm_mode: int,
+    eps: float,
+    norm_offset: float,
+    act: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``h = et_add_rmsnorm(x, residual, post_weight, ...)`` then ``y = et_linear(h, weight,
+    ...)``, as one op: returns ``(y, h)``. One kernel for decode rows (bf16, at most 8 rows):
+    Gemma's norm after the attention (or the MLP), its residual add and the normed linear that
+    reads the sum, with ``h`` kept for the next residual add."""
+    h = residual + _rms_ref(x, post_weight, post_mode, post_eps, post_offset)
+    y = _linear_ref(h, weight, bias, norm_weight, lin_residual, norm_mode, eps, norm_offset, act)
+    return y, h
+
+
+@et_add_rmsnorm_linear.register_fake
+def _(x, residual, post_weight, post_mode, post_eps, post_offset, weight, bias, norm_weight,
+      lin_residual, norm_mode, eps, norm_offset, act):
+    n = weight.shape[0] // 2 if act else weight.shape[0]
+    return (x.new_empty((*x.shape[:-1], n)), torch.empty_like(x, memory_format=torch.contiguous_format))
+
+
 def _attention_ref(q, k_cache, v_cache, positions, scale, window=0):
     """q [B, Hq, Lq, D]; caches [B, Hkv, Lmax, D]; positions [Lq] (int64): query i sees keys 0..positions[i]."""
     b, hq, lq, d = q.shape

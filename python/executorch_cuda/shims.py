@@ -11,6 +11,10 @@ C_SHIMS = {
     "et_add_rmsnorm": "AOTITorchError aoti_torch_cuda_et_add_rmsnorm("
     "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, int64_t, double, double, "
     "AtenTensorHandle*)",
+    "et_add_rmsnorm_linear": "AOTITorchError aoti_torch_cuda_et_add_rmsnorm_linear("
+    "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle, int64_t, double, double, "
+    "AtenTensorHandle, AtenTensorHandle*, AtenTensorHandle*, AtenTensorHandle*, int64_t, double, "
+    "double, int64_t, AtenTensorHandle*, AtenTensorHandle*)",
     "et_gemv": "AOTITorchError aoti_torch_cuda_et_gemv("
     "AtenTensorHandle, AtenTensorHandle, AtenTensorHandle*)",
     "et_gemv_bias": "AOTITorchError aoti_torch_cuda_et_gemv_bias("

@@ -45,7 +45,7 @@ RUST_TO_C = {"AtenTensorHandle": "AtenTensorHandle", "*mut AtenTensorHandle": "A
 class MappingTable(unittest.TestCase):
     def test_every_op_maps_to_a_shim_the_library_exports_with_the_same_signature(self):
         rust = _rust_shims()
-        self.assertEqual(len(rust), 9, rust)
+        self.assertEqual(len(rust), 10, rust)
         self.assertEqual(set(rust), {shims.shim_name(op) for op in shims.C_SHIMS})
         for op, decl in shims.C_SHIMS.items():
             m = re.fullmatch(r"AOTITorchError (\w+)\((.*)\)", decl)
@@ -387,8 +387,13 @@ class Fusions(unittest.TestCase):
             ep, r, got, want = self._run(gemma=gemma, post_norms=True)
             # The O and down projections' adds now read a norm: no residual epilogue there.
             self.assertEqual((r["add_norm"], r["residual"], r["norm"]), (4, 0, 5), (gemma, r))
-            ops = [n for n in ep.graph.nodes if n.target == torch.ops.et_cuda.et_add_rmsnorm.default]
+            # Each sum is read by one normed linear (the MLP's, the next layer's QKV, the
+            # head's): the two ops become one, whose second result is the sum.
+            self.assertEqual(r["add_norm_linear"], 4, r)
+            ops = [n for n in ep.graph.nodes
+                   if n.target == torch.ops.et_cuda.et_add_rmsnorm_linear.default]
             self.assertEqual(len(ops), 4)
+            self.assertFalse([n for n in ep.graph.nodes if n.target == torch.ops.et_cuda.et_add_rmsnorm.default])
             self.assertEqual({n.args[3] for n in ops}, {2 if gemma else 1})
             self.assertTrue(torch.equal(got, want), gemma)
         _, r, _, _ = self._run(gemma=True)

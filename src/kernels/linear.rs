@@ -251,14 +251,27 @@ pub(crate) struct Args {
     n: i32,
     k: i32,
     norm_mode: i32,
+    // PRE kernels (`add_rmsnorm_linear`): h = x + rmsnorm(p) before the product.
+    p: u64,
+    sp: i64,
+    pn: u64,
+    h: u64,
+    p_eps: f32,
+    p_add: f32,
+    p_mode: i32,
 }
 
-/// Name and grid of the fused kernel for `l` with weight-tile variant `v` (0..=2).
-pub fn fused_shape(l: &Linear, act: Act, v: usize) -> (&'static str, (u32, u32, u32)) {
+/// Name and grid of the fused kernel for `l` with weight-tile variant `v` (0..=2); `pre`: the
+/// kernel of `add_rmsnorm_linear` (bf16, 8-row blocks: the caller checked both).
+pub fn fused_shape(l: &Linear, act: Act, v: usize, pre: bool) -> (&'static str, (u32, u32, u32)) {
     let v = v.min(gemv::VARIANT_ROWS.len() - 1);
     let bf = l.gemv.dtype == dtype::BFLOAT16;
     let mt = gemv::rows_per_block(l.gemv.m);
-    let name = names::FUSED[if bf { 0 } else { 3 } + v][usize::from(mt == 16)][act as usize];
+    let name = if pre {
+        names::FUSED_PRE[v][act as usize]
+    } else {
+        names::FUSED[if bf { 0 } else { 3 } + v][usize::from(mt == 16)][act as usize]
+    };
     let rows = gemv::VARIANT_ROWS[v];
     let gx = (l.n_out + rows - 1) / rows;
     let gy = (l.gemv.m + mt - 1) / mt;
@@ -301,10 +314,10 @@ pub fn variant_by_waves(cands: &[(i64, i64)], sms: i64) -> usize {
 }
 
 /// The variant for `l` on `module`'s device ([`variant_by_waves`] over the kernels' occupancy).
-fn pick_variant(l: &Linear, act: Act, module: &Module) -> usize {
+fn pick_variant(l: &Linear, act: Act, module: &Module, pre: bool) -> usize {
     let cands: Vec<(i64, i64)> = (0..gemv::VARIANT_ROWS.len())
         .map(|v| {
-            let (name, g) = fused_shape(l, act, v);
+            let (name, g) = fused_shape(l, act, v, pre);
             let per_sm = module.blocks_per_sm(name, THREADS);
             (i64::from(g.0) * i64::from(g.1), i64::from(per_sm))
         })
@@ -353,9 +366,9 @@ fn launch_fused(l: &Linear, x: &Tensor, w: &Tensor, f: &Fusion, y: &Tensor) -> R
     let module = module(l.gemv.device)?;
     let v = match gemv::forced_variant() {
         Some(v) => v,
-        None => pick_variant(l, f.act, &module),
+        None => pick_variant(l, f.act, &module, false),
     };
-    let (name, grid) = fused_shape(l, f.act, v);
+    let (name, grid) = fused_shape(l, f.act, v, false);
     let mut args = Args {
         x: x.data_ptr() as u64,
         sx: l.gemv.sx.0,
@@ -463,7 +476,7 @@ fn composite(l: &Linear, x: &Tensor, w: &Tensor, f: &Fusion, y: Tensor) -> Resul
 
 #[path = "linear/add_norm.rs"]
 mod add_norm;
-pub use add_norm::add_rmsnorm;
+pub use add_norm::{add_rmsnorm, add_rmsnorm_linear};
 #[path = "linear/names.rs"]
 mod names;
 #[cfg(test)]

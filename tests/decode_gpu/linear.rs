@@ -30,14 +30,14 @@ type AddNorm = unsafe extern "C" fn(
 type Toggle = extern "C" fn(i32) -> i32;
 type GetDim = unsafe extern "C" fn(*mut c_void, *mut i64) -> i32;
 
-struct Lin {
+pub(super) struct Lin {
     linear: Linear,
-    add_norm: AddNorm,
-    pdl: Toggle,
+    pub(super) add_norm: AddNorm,
+    pub(super) pdl: Toggle,
     dim: GetDim,
 }
 
-fn lin() -> &'static Lin {
+pub(super) fn lin() -> &'static Lin {
     static S: std::sync::OnceLock<Lin> = std::sync::OnceLock::new();
     S.get_or_init(|| {
         let _ = shims();
@@ -149,7 +149,7 @@ fn lin_ref(s: &Spec, x: &[f32], w: &[f32], b: &[f32], g: &[f32], r: &[f32], eps:
 }
 
 /// Call et_linear on handles (the optional ones may be None).
-fn call(
+pub(super) fn call(
     x: &Handle,
     w: &Handle,
     b: Option<&Handle>,

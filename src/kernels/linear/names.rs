@@ -75,6 +75,24 @@ pub(super) const FUSED: [[[&str; 3]; 2]; 6] = [
         ],
     ],
 ];
+/// The fused kernels of `add_rmsnorm_linear` (bf16, 8-row blocks): [variant][act].
+pub(super) const FUSED_PRE: [[&str; 3]; 3] = [
+    [
+        "et_lin_bf16_v0_m8_a0_pre",
+        "et_lin_bf16_v0_m8_a1_pre",
+        "et_lin_bf16_v0_m8_a2_pre",
+    ],
+    [
+        "et_lin_bf16_v1_m8_a0_pre",
+        "et_lin_bf16_v1_m8_a1_pre",
+        "et_lin_bf16_v1_m8_a2_pre",
+    ],
+    [
+        "et_lin_bf16_v2_m8_a0_pre",
+        "et_lin_bf16_v2_m8_a1_pre",
+        "et_lin_bf16_v2_m8_a2_pre",
+    ],
+];
 /// The act/residual kernels of the prefill path: [bf16, f16][act].
 pub(super) const EPILOGUE: [[&str; 3]; 2] = [
     [
@@ -100,6 +118,7 @@ pub(super) const ADD_NORM: [&str; 2] = ["et_add_norm_bf16", "et_add_norm_f16"];
 pub fn kernels() -> Vec<&'static str> {
     let fused = FUSED.iter().flatten().flatten();
     fused
+        .chain(FUSED_PRE.iter().flatten())
         .chain(&NORM)
         .chain(&ADD_NORM)
         .chain(EPILOGUE.iter().flatten())

@@ -131,9 +131,15 @@ fn fused_kernels_cover_every_row_and_column() {
                     res_stride: 0,
                     fused: true,
                 };
-                let (name, grid) = fused_shape(&l, act, v);
+                let (name, grid) = fused_shape(&l, act, v, false);
                 assert!(kernels().contains(&name), "{name}");
                 assert!(name.ends_with(&format!("_a{}", act as i32)), "{name}");
+                if m <= 8 {
+                    let (pre, pre_grid) = fused_shape(&l, act, v, true);
+                    assert!(kernels().contains(&pre), "{pre}");
+                    assert!(pre.ends_with(&format!("_a{}_pre", act as i32)), "{pre}");
+                    assert_eq!(pre_grid, grid, "{pre}: the grid of {name}");
+                }
                 assert!(i64::from(grid.0) * gemv::VARIANT_ROWS[v] >= n_out);
                 assert!(i64::from(grid.1) * gemv::rows_per_block(m) >= m);
             }
@@ -158,10 +164,14 @@ fn fused_kernels_cover_every_row_and_column() {
 
 #[test]
 fn args_layout_matches_the_kernel() {
-    // LinArgs: 9 pointers/longs, then eps, norm_add, M, N, K, norm_mode (4 bytes each).
-    assert_eq!(std::mem::size_of::<Args>(), 9 * 8 + 6 * 4);
+    // LinArgs: 9 pointers/longs, then eps, norm_add, M, N, K, norm_mode (4 bytes each), then
+    // the PRE fields: p, sp, pn, h (8 bytes each), p_eps, p_add, p_mode, padded to 8.
     assert_eq!(std::mem::offset_of!(Args, eps), 72);
     assert_eq!(std::mem::offset_of!(Args, norm_mode), 92);
+    assert_eq!(std::mem::offset_of!(Args, p), 96);
+    assert_eq!(std::mem::offset_of!(Args, h), 120);
+    assert_eq!(std::mem::offset_of!(Args, p_mode), 136);
+    assert_eq!(std::mem::size_of::<Args>(), 144);
 }
 
 #[test]
