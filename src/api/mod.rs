@@ -20,7 +20,7 @@ pub use program::{Blobs, NamedDataLookup};
 use crate::config::{MethodConfig, OutputPlacement};
 use crate::cuda::{self, copy, ContextGuard};
 use crate::delegate::CudaHandle;
-use crate::dtype::{self, DType};
+use crate::dtype::{self, Code};
 use crate::error::{invalid, Error, Result};
 use crate::stats::Stats;
 use crate::tensor::{self, Device, Tensor};
@@ -35,12 +35,7 @@ pub struct DeviceTensor {
 
 impl DeviceTensor {
     /// Copy a contiguous host tensor to device `device` (waits for the copy).
-    pub fn from_host(
-        device: i32,
-        dtype: DType,
-        sizes: &[i64],
-        data: &[u8],
-    ) -> Result<DeviceTensor> {
+    pub fn from_host(device: i32, dtype: Code, sizes: &[i64], data: &[u8]) -> Result<DeviceTensor> {
         let n = host_nbytes(dtype, sizes, data.len())?;
         let d = cuda::device(device)?;
         let _g = ContextGuard::device(&d)?;
@@ -60,7 +55,7 @@ impl DeviceTensor {
     }
 
     /// The dtype code.
-    pub fn dtype(&self) -> DType {
+    pub fn dtype(&self) -> Code {
         self.t.dtype
     }
     /// The sizes.
@@ -89,7 +84,7 @@ impl DeviceTensor {
     }
 }
 
-fn host_nbytes(dtype: DType, sizes: &[i64], have: usize) -> Result<usize> {
+fn host_nbytes(dtype: Code, sizes: &[i64], have: usize) -> Result<usize> {
     tensor::check_rank(sizes.len())?;
     let elem = dtype::checked_element_size(dtype)?;
     let n = tensor::required_bytes(sizes, &tensor::contiguous_strides(sizes), 0, elem)?;
@@ -110,7 +105,7 @@ pub struct Input<'a> {
 
 impl<'a> Input<'a> {
     /// A contiguous tensor in host memory (copied to the device by the execute).
-    pub fn host(dtype: DType, sizes: &[i64], data: &'a [u8]) -> Input<'a> {
+    pub fn host(dtype: Code, sizes: &[i64], data: &'a [u8]) -> Input<'a> {
         Input {
             arg: InputArg {
                 dtype,
@@ -144,7 +139,7 @@ impl<'a> Input<'a> {
     /// device memory of the method's device) until the execute's work has run
     /// on the device, and nothing may write it meanwhile.
     pub unsafe fn device_raw(
-        dtype: DType,
+        dtype: Code,
         sizes: &[i64],
         data: *const c_void,
         nbytes: usize,
