@@ -15,7 +15,8 @@
 //!   container;
 //! - `delegate`: one loaded method (init / execute / destroy), its IO
 //!   policy, CUDA graphs and weight sharing;
-//! - the safe Rust API ([`Method`], [`DeviceTensor`], [`Input`]) and
+//! - the safe Rust API ([`Method`], [`DeviceTensor`], [`Input`], typed with
+//!   [`DType`], [`Device`], [`TensorDesc`], [`DevicePtr`], [`RawStream`]) and
 //!   [`options`], [`logging`], [`Stats`];
 //! - [`ffi`]: the C boundary, the `et_cuda_*` API and the `aoti_torch_*`
 //!   shims. Only `ffi` knows C types.
@@ -23,7 +24,7 @@
 //! # Example
 //!
 //! ```
-//! use executorch_cuda::{dtype::codes::FLOAT32, ErrorKind, Input, Method, MethodConfig};
+//! use executorch_cuda::{DType, ErrorKind, Input, Method, MethodConfig, TensorDesc};
 //!
 //! let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mlp_f32");
 //! let (Ok(so), Ok(weights)) = (
@@ -42,8 +43,9 @@
 //! };
 //! let x: Vec<u8> = (0..4 * 64).flat_map(|i| (i as f32 / 256.0).to_le_bytes()).collect();
 //! let mut y = vec![0u8; 4 * 10 * 4];
+//! let desc = TensorDesc::new(DType::Float32, &[4, 64]).unwrap();
 //! let shapes = method
-//!     .execute_to_host(&[Input::host(FLOAT32, &[4, 64], &x)], &mut [&mut y])
+//!     .execute_to_host(&[Input::host(&desc, &x)], &mut [&mut y])
 //!     .unwrap();
 //! assert_eq!(shapes, vec![vec![4, 10]]);
 //! ```
@@ -60,7 +62,8 @@
 //!
 //! ```compile_fail,E0133
 //! // So does wrapping memory the library does not own.
-//! let input = executorch_cuda::Input::device_raw(6, &[1], 0x10 as *const std::ffi::c_void, 4);
+//! let desc = executorch_cuda::TensorDesc::new(executorch_cuda::DType::Float32, &[1]).unwrap();
+//! let input = executorch_cuda::Input::device_raw(&desc, 0x10 as *const std::ffi::c_void, 4);
 //! ```
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks, missing_docs)]
@@ -85,7 +88,9 @@ pub(crate) mod tensor;
 
 pub use api::memory::{device_count, driver_version, global_stats, mem_info, CallerStreamGuard};
 pub use api::{Blobs, DeviceTensor, Input, InputArg, Method, OutputArg, OutputInfo};
+pub use api::{Device, DevicePtr, RawStream, TensorDesc};
 pub use config::{MethodConfig, OutputPlacement};
+pub use dtype::DType;
 pub use error::{Error, ErrorKind, Result};
 pub use stats::Stats;
 pub use tensor::MAX_RANK;

@@ -6,7 +6,7 @@
 //! code holding a [`Tensor`] may address any of its elements. Memory someone
 //! else owns enters only through the `unsafe` [`Tensor::borrowed`].
 
-use crate::dtype::{self, DType};
+use crate::dtype::{self, Code};
 use crate::error::{invalid, Error, Result};
 use crate::stats::{self, Event};
 use std::alloc::Layout;
@@ -169,7 +169,7 @@ impl Storage {
 #[derive(Debug, Clone)]
 pub(crate) struct Tensor {
     pub(crate) storage: Arc<Storage>,
-    pub(crate) dtype: DType,
+    pub(crate) dtype: Code,
     pub(crate) sizes: Vec<i64>,
     pub(crate) strides: Vec<i64>,
     /// In elements.
@@ -270,7 +270,7 @@ pub(crate) fn required_bytes(
 /// Whether a view of `dtype` with `sizes`, `strides` and `storage_offset` fits a storage
 /// of `nbytes` bytes: the checks of [`Tensor::view`], without making one.
 pub(crate) fn check_view(
-    dtype: DType,
+    dtype: Code,
     sizes: &[i64],
     strides: &[i64],
     storage_offset: i64,
@@ -302,7 +302,7 @@ impl Tensor {
     /// A view over `storage`, validated to fit inside it.
     pub(crate) fn view(
         storage: Arc<Storage>,
-        dtype: DType,
+        dtype: Code,
         sizes: Vec<i64>,
         strides: Vec<i64>,
         storage_offset: i64,
@@ -326,7 +326,7 @@ impl Tensor {
     /// tensor or any view made from it lives.
     pub(crate) unsafe fn borrowed(
         data: *mut c_void,
-        dtype: DType,
+        dtype: Code,
         sizes: Vec<i64>,
         strides: Vec<i64>,
         storage_offset: i64,
@@ -350,7 +350,7 @@ impl Tensor {
         memory: Memory,
         nbytes: usize,
         device: Device,
-        dtype: DType,
+        dtype: Code,
         sizes: Vec<i64>,
         strides: Vec<i64>,
     ) -> Result<Tensor> {
@@ -368,7 +368,7 @@ impl Tensor {
     pub(crate) fn empty_strided_with(
         sizes: Vec<i64>,
         strides: Vec<i64>,
-        dtype: DType,
+        dtype: Code,
         device: Device,
         device_alloc: impl FnOnce(i32, usize) -> Result<Box<dyn DeviceBuffer>>,
     ) -> Result<Tensor> {

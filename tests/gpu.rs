@@ -185,7 +185,8 @@ fn init_execute_destroy_cycles() {
         assert!(compare("float32", &out[0], &case.outputs[0].bytes).1);
         drop(h);
         let s = stats(std::ptr::null());
-        let (free, total) = executorch_cuda::mem_info(0).unwrap();
+        let (free, total) =
+            executorch_cuda::mem_info(executorch_cuda::Device::cuda(0).unwrap()).unwrap();
         let rss = rss_bytes();
         // Drift is measured from a warm cycle on (first-use costs of the process excluded).
         let warm = (cycles / 10).clamp(1, 10);
@@ -442,11 +443,15 @@ fn fake_model_cycles_keep_rss_and_device_memory_flat() {
         assert_eq!(s.live_allocs, base.live_allocs, "cycle {c}");
         if c == 99 {
             rss0 = rss_bytes();
-            free0 = executorch_cuda::mem_info(0).unwrap().0;
+            free0 = executorch_cuda::mem_info(executorch_cuda::Device::cuda(0).unwrap())
+                .unwrap()
+                .0;
         }
     }
     let rss1 = rss_bytes();
-    let free1 = executorch_cuda::mem_info(0).unwrap().0;
+    let free1 = executorch_cuda::mem_info(executorch_cuda::Device::cuda(0).unwrap())
+        .unwrap()
+        .0;
     println!(
         "fake model, {cycles} init/execute/destroy cycles: own live allocs back to {} each cycle; from cycle 100 to {cycles}: RSS {:+} KiB, driver free memory {:+} KiB",
         base.live_allocs,

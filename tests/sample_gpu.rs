@@ -517,7 +517,12 @@ fn greedy_time_many_blocks_vs_one_block() {
     let one = || {
         // SAFETY: the buffer holds `vocab` bf16 values on device 0.
         unsafe {
-            executorch_cuda::api::sample::sample_greedy_one_block(buf.ptr(), BF16, vocab as i64, 0)
+            executorch_cuda::api::sample::sample_greedy_one_block(
+                executorch_cuda::DevicePtr::from_raw(buf.ptr()),
+                executorch_cuda::DType::BFloat16,
+                vocab as i64,
+                executorch_cuda::Device::cuda(0).unwrap(),
+            )
         }
         .unwrap_or_else(|e| panic!("one-block greedy: {e}"))
     };

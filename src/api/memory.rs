@@ -3,6 +3,7 @@
 //! `et_cuda_alloc_device`, `et_cuda_device_allocate`, copies, caller stream).
 //! Choosing a token from logits is in [`super::sample`].
 
+use super::{Device, DevicePtr, RawStream};
 use crate::cuda::{self, copy, memory, stream};
 use crate::error::Result;
 use crate::stats::Stats;
@@ -19,8 +20,8 @@ pub fn driver_version() -> Result<i32> {
 }
 
 /// Free and total memory of a device, from the driver.
-pub fn mem_info(device: i32) -> Result<(usize, usize)> {
-    cuda::mem_info(device)
+pub fn mem_info(device: Device) -> Result<(usize, usize)> {
+    cuda::mem_info(device.ordinal())
 }
 
 /// Process-wide counters (with the generated code's modules loaded now).
@@ -30,37 +31,38 @@ pub fn global_stats() -> Stats {
     s
 }
 
-/// Whether `ptr` is CUDA device memory (a `NoDevice` error without a driver).
+/// Whether `ptr` (any address; only looked up, never read) is CUDA device memory (a
+/// `NoDevice` error without a driver).
 pub fn is_device_pointer(ptr: *const c_void) -> Result<bool> {
     cuda::is_device_pointer(ptr)
 }
 
 /// `nbytes` of device memory on `device` from plain `cuMemAlloc` (synchronous; for tools
 /// and tests). Free with [`free_device`].
-pub fn alloc_device(device: i32, nbytes: usize) -> Result<*mut c_void> {
-    memory::alloc_device_sync(device, nbytes)
+pub fn alloc_device(device: Device, nbytes: usize) -> Result<DevicePtr> {
+    memory::alloc_device_sync(device.ordinal(), nbytes).map(DevicePtr::from_raw)
 }
 
 /// Free memory from [`alloc_device`] (synchronous); null is ignored.
 ///
 /// # Safety
 /// `ptr` must be null or come from [`alloc_device`], not freed yet and no longer in use.
-pub unsafe fn free_device(ptr: *mut c_void) -> Result<()> {
+pub unsafe fn free_device(ptr: DevicePtr) -> Result<()> {
     // SAFETY: forwarded contract.
-    unsafe { memory::free_device_sync(ptr) }
+    unsafe { memory::free_device_sync(ptr.as_raw()) }
 }
 
 /// `nbytes` of device memory on `device` from the library's stream-ordered pool, ordered on
 /// the device's legacy default stream, aligned to `alignment` (a power of two ≤ 256).
 /// Free with [`device_deallocate`].
-pub fn device_allocate(device: i32, nbytes: usize, alignment: usize) -> Result<*mut c_void> {
-    memory::external_allocate(device, nbytes, alignment)
+pub fn device_allocate(device: Device, nbytes: usize, alignment: usize) -> Result<DevicePtr> {
+    memory::external_allocate(device.ordinal(), nbytes, alignment).map(DevicePtr::from_raw)
 }
 
 /// Free (stream-ordered) memory from [`device_allocate`]; null is ignored, a pointer it did
 /// not hand out is an `InvalidArgument` error.
-pub fn device_deallocate(ptr: *mut c_void) -> Result<()> {
-    memory::external_deallocate(ptr)
+pub fn device_deallocate(ptr: DevicePtr) -> Result<()> {
+    memory::external_deallocate(ptr.as_raw())
 }
 
 /// Live allocations made by [`device_allocate`].
@@ -83,13 +85,13 @@ pub unsafe fn copy_blocking(dst: *mut c_void, src: *const c_void, nbytes: usize)
 /// # Safety
 /// `src` must be readable host memory and `dst` device memory of `device`, `nbytes` each.
 pub unsafe fn copy_host_to_device(
-    dst: *mut c_void,
+    dst: DevicePtr,
     src: *const c_void,
     nbytes: usize,
-    device: i32,
+    device: Device,
 ) -> Result<()> {
     // SAFETY: forwarded contract.
-    unsafe { copy::copy_htod_ordered(dst, src, nbytes, device) }
+    unsafe { copy::copy_htod_ordered(dst.as_raw(), src, nbytes, device.ordinal()) }
 }
 
 /// Copy device memory of `device` to host memory after the work queued before on the
@@ -99,21 +101,21 @@ pub unsafe fn copy_host_to_device(
 /// `src` must be device memory of `device` and `dst` writable host memory, `nbytes` each.
 pub unsafe fn copy_device_to_host(
     dst: *mut c_void,
-    src: *const c_void,
+    src: DevicePtr,
     nbytes: usize,
-    device: i32,
+    device: Device,
 ) -> Result<()> {
     // SAFETY: forwarded contract.
-    unsafe { copy::copy_dtoh_ordered(dst, src, nbytes, device) }
+    unsafe { copy::copy_dtoh_ordered(dst, src.as_raw().cast_const(), nbytes, device.ordinal()) }
 }
 
-/// Order this thread's executes on `stream` (a `CUstream`; null is the legacy default
-/// stream) until [`clear_caller_stream`] or a replacement.
+/// Order this thread's executes on `stream` until [`clear_caller_stream`] or a replacement.
 ///
 /// # Safety
-/// `stream` must stay a live stream until it is cleared or replaced.
-pub unsafe fn set_caller_stream(stream: *mut c_void) {
-    stream::set_caller_stream(Some(stream::CallerStream(stream.cast())));
+/// `stream` must stay a live stream (or be the legacy default stream) until it is cleared or
+/// replaced.
+pub unsafe fn set_caller_stream(stream: RawStream) {
+    stream::set_caller_stream(Some(stream::CallerStream(stream.as_raw().cast())));
 }
 
 /// Stop ordering this thread's executes on a caller stream.
@@ -121,9 +123,9 @@ pub fn clear_caller_stream() {
     stream::set_caller_stream(None);
 }
 
-/// This thread's caller stream, if one is set (`Some(null)` is the legacy default stream).
-pub fn caller_stream() -> Option<*mut c_void> {
-    stream::caller_stream().map(|c| c.0.cast())
+/// This thread's caller stream, if one is set (it may be [`RawStream::LEGACY_DEFAULT`]).
+pub fn caller_stream() -> Option<RawStream> {
+    stream::caller_stream().map(|c| RawStream::from_raw(c.0.cast()))
 }
 
 /// Orders the executes of this thread on a stream the caller owns, until dropped.
@@ -132,13 +134,14 @@ pub struct CallerStreamGuard {
 }
 
 impl CallerStreamGuard {
-    /// Use `stream` (a `CUstream`/`cudaStream_t`; null is the legacy default stream).
+    /// Use `stream` (it may be the legacy default stream).
     ///
     /// # Safety
-    /// `stream` must be a live CUDA stream (or null) for as long as the guard lives.
-    pub unsafe fn new(stream: *mut c_void) -> CallerStreamGuard {
+    /// `stream` must be a live CUDA stream (or the legacy default stream) for as long as the
+    /// guard lives.
+    pub unsafe fn new(stream: RawStream) -> CallerStreamGuard {
         CallerStreamGuard {
-            prev: stream::set_caller_stream(Some(stream::CallerStream(stream.cast()))),
+            prev: stream::set_caller_stream(Some(stream::CallerStream(stream.as_raw().cast()))),
         }
     }
 }

@@ -8,22 +8,26 @@
 //! library reads or writes is either a Rust slice or a [`DeviceTensor`] whose
 //! device memory the library allocated and keeps alive. The ways to hand in
 //! memory from elsewhere ([`Input::device_raw`], [`Method::execute_raw`]) are
-//! `unsafe`.
+//! `unsafe`. Values are typed ([`DType`], [`Device`], [`TensorDesc`]; device
+//! memory and streams from elsewhere as [`DevicePtr`] and [`RawStream`]); raw
+//! pointers appear only in the `unsafe` raw entry points.
 
 pub mod memory;
 mod program;
 pub mod sample;
+mod types;
 
 pub use crate::delegate::io::{InputArg, OutputArg, OutputInfo};
+pub use crate::dtype::DType;
 pub use program::{Blobs, NamedDataLookup};
+pub use types::{Device, DevicePtr, RawStream, TensorDesc};
 
 use crate::config::{MethodConfig, OutputPlacement};
 use crate::cuda::{self, copy, ContextGuard};
 use crate::delegate::CudaHandle;
-use crate::dtype::{self, DType};
 use crate::error::{invalid, Error, Result};
 use crate::stats::Stats;
-use crate::tensor::{self, Device, Tensor};
+use crate::tensor::{self, Tensor};
 use std::ffi::c_void;
 
 /// Device memory the library owns, holding one contiguous tensor. Freed
@@ -31,74 +35,86 @@ use std::ffi::c_void;
 #[derive(Debug, Clone)]
 pub struct DeviceTensor {
     t: Tensor,
+    desc: TensorDesc,
+    device: Device,
 }
 
 impl DeviceTensor {
-    /// Copy a contiguous host tensor to device `device` (waits for the copy).
-    pub fn from_host(
-        device: i32,
-        dtype: DType,
-        sizes: &[i64],
-        data: &[u8],
-    ) -> Result<DeviceTensor> {
-        let n = host_nbytes(dtype, sizes, data.len())?;
-        let d = cuda::device(device)?;
+    /// Copy a contiguous host tensor described by `desc` to `device` (waits for the copy).
+    pub fn from_host(device: Device, desc: &TensorDesc, data: &[u8]) -> Result<DeviceTensor> {
+        let (n, have) = (desc.nbytes(), data.len());
+        if have < n {
+            return invalid(format!(
+                "sizes {:?} need {n} bytes but the slice has {have}",
+                desc.sizes()
+            ));
+        }
+        let d = cuda::device(device.ordinal())?;
         let _g = ContextGuard::device(&d)?;
         let t = crate::cuda::memory::empty_strided(
-            sizes.to_vec(),
-            tensor::contiguous_strides(sizes),
-            dtype,
-            Device::Cuda(device),
+            desc.sizes().to_vec(),
+            desc.strides(),
+            desc.dtype().code(),
+            tensor::Device::Cuda(device.ordinal()),
         )?;
         // SAFETY: `data` holds n bytes (checked) and the tensor's memory n device bytes.
         unsafe { copy::copy_bytes_blocking(t.data_ptr(), data.as_ptr().cast(), n)? };
-        Ok(DeviceTensor { t })
+        Ok(DeviceTensor {
+            t,
+            desc: desc.clone(),
+            device,
+        })
     }
 
-    pub(crate) fn from_tensor(t: Tensor) -> DeviceTensor {
-        DeviceTensor { t }
+    /// A device tensor the library made (an output left on the device). Its tensor was
+    /// validated when made, so a failure here is an internal error.
+    pub(crate) fn from_tensor(t: Tensor) -> Result<DeviceTensor> {
+        let tensor::Device::Cuda(ordinal) = t.device() else {
+            return Err(Error::internal(
+                "an output left on the device is in host memory",
+            ));
+        };
+        let typed = DType::try_from(t.dtype)
+            .and_then(|dtype| TensorDesc::new(dtype, &t.sizes))
+            .and_then(|desc| Ok((desc, Device::cuda(ordinal)?)));
+        let (desc, device) =
+            typed.map_err(|e| Error::internal(format!("a device tensor's description: {e}")))?;
+        Ok(DeviceTensor { t, desc, device })
     }
 
-    /// The dtype code.
+    /// Its dtype and sizes.
+    pub fn desc(&self) -> &TensorDesc {
+        &self.desc
+    }
+    /// The dtype.
     pub fn dtype(&self) -> DType {
-        self.t.dtype
+        self.desc.dtype()
     }
     /// The sizes.
     pub fn sizes(&self) -> &[i64] {
-        &self.t.sizes
+        self.desc.sizes()
     }
     /// Bytes of the elements.
     pub fn nbytes(&self) -> usize {
-        self.t.nbytes()
+        self.desc.nbytes()
     }
-    /// The device ordinal.
-    pub fn device(&self) -> i32 {
-        self.t.device().index()
+    /// The device.
+    pub fn device(&self) -> Device {
+        self.device
     }
     /// The device address of element 0 (for interoperation; the memory stays owned here).
-    pub fn device_ptr(&self) -> *const c_void {
-        self.t.data_ptr().cast_const()
+    pub fn device_ptr(&self) -> DevicePtr {
+        DevicePtr::from_raw(self.t.data_ptr())
     }
 
     /// Copy the elements to host memory (row-major, contiguous; waits once).
     pub fn to_host(&self) -> Result<Vec<u8>> {
-        let d = cuda::device(self.device())?;
+        let ordinal = self.device.ordinal();
+        let d = cuda::device(ordinal)?;
         let _g = ContextGuard::device(&d)?;
-        let _scope = cuda::stream::StreamScope::enter(self.device(), std::ptr::null_mut(), None);
+        let _scope = cuda::stream::StreamScope::enter(ordinal, std::ptr::null_mut(), None);
         copy::gather_to_host(&self.t)
     }
-}
-
-fn host_nbytes(dtype: DType, sizes: &[i64], have: usize) -> Result<usize> {
-    tensor::check_rank(sizes.len())?;
-    let elem = dtype::checked_element_size(dtype)?;
-    let n = tensor::required_bytes(sizes, &tensor::contiguous_strides(sizes), 0, elem)?;
-    if have < n {
-        return invalid(format!(
-            "sizes {sizes:?} need {n} bytes but the slice has {have}"
-        ));
-    }
-    Ok(n)
 }
 
 /// One input of [`Method::execute`].
@@ -109,13 +125,14 @@ pub struct Input<'a> {
 }
 
 impl<'a> Input<'a> {
-    /// A contiguous tensor in host memory (copied to the device by the execute).
-    pub fn host(dtype: DType, sizes: &[i64], data: &'a [u8]) -> Input<'a> {
+    /// A contiguous tensor described by `desc` in host memory (copied to the device by the
+    /// execute; a slice shorter than `desc.nbytes()` is an error of the execute).
+    pub fn host(desc: &TensorDesc, data: &'a [u8]) -> Input<'a> {
         Input {
             arg: InputArg {
-                dtype,
-                sizes: sizes.to_vec(),
-                strides: tensor::contiguous_strides(sizes),
+                dtype: desc.dtype().code(),
+                sizes: desc.sizes().to_vec(),
+                strides: desc.strides(),
                 data: data.as_ptr().cast(),
                 nbytes: data.len(),
             },
@@ -127,7 +144,7 @@ impl<'a> Input<'a> {
     pub fn device(t: &'a DeviceTensor) -> Input<'a> {
         Input {
             arg: InputArg {
-                dtype: t.t.dtype,
+                dtype: t.dtype().code(),
                 sizes: t.t.sizes.clone(),
                 strides: t.t.strides.clone(),
                 data: t.t.data_ptr().cast_const(),
@@ -137,23 +154,23 @@ impl<'a> Input<'a> {
         }
     }
 
-    /// A contiguous tensor at a device or host address the caller owns.
+    /// A contiguous tensor described by `desc` at a device or host address the caller
+    /// owns, with `nbytes` readable there (a raw entry point).
     ///
     /// # Safety
     /// `data` must be valid for reads of `nbytes` bytes (host memory, or
     /// device memory of the method's device) until the execute's work has run
     /// on the device, and nothing may write it meanwhile.
     pub unsafe fn device_raw(
-        dtype: DType,
-        sizes: &[i64],
+        desc: &TensorDesc,
         data: *const c_void,
         nbytes: usize,
     ) -> Input<'static> {
         Input {
             arg: InputArg {
-                dtype,
-                sizes: sizes.to_vec(),
-                strides: tensor::contiguous_strides(sizes),
+                dtype: desc.dtype().code(),
+                sizes: desc.sizes().to_vec(),
+                strides: desc.strides(),
                 data,
                 nbytes,
             },
@@ -208,9 +225,9 @@ impl Method {
     pub fn stats(&self) -> Stats {
         self.inner.stats()
     }
-    /// The method's CUDA stream (a `CUstream`), borrowed: valid while the method lives.
-    pub fn stream(&self) -> *mut c_void {
-        self.inner.stream_raw()
+    /// The method's CUDA stream, borrowed: valid while the method lives.
+    pub fn stream(&self) -> RawStream {
+        RawStream::from_raw(self.inner.stream_raw())
     }
     /// Number of CUDA graphs the method holds now.
     pub fn graph_count(&self) -> usize {
@@ -250,9 +267,10 @@ impl Method {
             .into_iter()
             .enumerate()
             .map(|(j, i)| {
-                i.tensor.map(DeviceTensor::from_tensor).ok_or_else(|| {
+                let t = i.tensor.ok_or_else(|| {
                     Error::internal(format!("output {j} was not left on the device"))
-                })
+                })?;
+                DeviceTensor::from_tensor(t)
             })
             .collect()
     }

@@ -2,7 +2,8 @@
 //! `et_cuda_sample`, `et_cuda_sample_host`, `et_cuda_sample_release`, `et_cuda_sample_uniform`):
 //! the safe face of `kernels::sample`.
 
-use crate::error::Result;
+use super::{DType, Device, DevicePtr};
+use crate::error::{Error, Result};
 use crate::kernels::sample;
 use std::ffi::c_void;
 
@@ -38,8 +39,20 @@ impl Sampling {
     }
 }
 
-/// The next token from one row of `vocab` logits of `dtype` (a `c10::ScalarType` code:
-/// float32, bfloat16 or float16) in device memory of `device`, chosen on the device after
+/// The dtypes of logits the samplers take.
+const LOGITS: [DType; 3] = [DType::Float32, DType::BFloat16, DType::Float16];
+
+/// The error for logits of a dtype the samplers do not take (`code`: its c10 `ScalarType`
+/// code, known or not), naming the sampler (`who`).
+pub(crate) fn unsupported_logits(who: &str, code: i32) -> Error {
+    Error::invalid_argument(format!(
+        "{who}: logits of {}; float32, bfloat16 or float16 expected",
+        crate::dtype::describe(code)
+    ))
+}
+
+/// The next token from one row of `vocab` logits of `dtype` (float32, bfloat16 or float16)
+/// in device memory of `device`, chosen on the device after
 /// all work queued before on the device's streams, as `how` says; one host wait, 8 bytes read
 /// back. The memory it keeps per device is freed by [`release`], or when the device's last
 /// method is destroyed. `None` when sampling finds no weight (every logit NaN or -inf).
@@ -47,58 +60,50 @@ impl Sampling {
 /// # Safety
 /// `logits` must be device memory of `device` readable for `vocab` elements of `dtype`.
 pub unsafe fn sample(
-    logits: *const c_void,
-    dtype: i32,
+    logits: DevicePtr,
+    dtype: DType,
     vocab: i64,
-    device: i32,
+    device: Device,
     how: &Sampling,
 ) -> Result<Option<i64>> {
+    let (p, ordinal) = (logits.as_raw().cast_const(), device.ordinal());
     // SAFETY: forwarded contract.
-    unsafe { sample::sample(logits, dtype, vocab, device, &how.kernel()) }
+    unsafe { sample::sample(p, dtype.code(), vocab, ordinal, &how.kernel()) }
 }
 
 /// The token [`sample`] would choose, from a row of `vocab` logits of `dtype` in host memory,
 /// on the host (`kernels::sample::host`): for rows on the host, of any length. `None` when
-/// sampling finds no weight (every logit NaN or -inf).
+/// sampling finds no weight (every logit NaN or -inf). A raw entry point (the C API's).
 ///
 /// # Safety
 /// `logits` must be host memory readable for `vocab` elements of `dtype`.
 pub unsafe fn sample_host(
     logits: *const c_void,
-    dtype: i32,
+    dtype: DType,
     vocab: i64,
     how: &Sampling,
 ) -> Result<Option<i64>> {
-    let size = crate::dtype::element_size(dtype).filter(|_| {
-        [
-            crate::dtype::codes::FLOAT32,
-            crate::dtype::codes::BFLOAT16,
-            crate::dtype::codes::FLOAT16,
-        ]
-        .contains(&dtype)
-    });
-    let Some(size) = size else {
-        return Err(crate::Error::invalid_argument(format!(
-            "sample_host: logits of {}; float32, bfloat16 or float16 expected",
-            crate::dtype::describe(dtype)
-        )));
-    };
+    if !LOGITS.contains(&dtype) {
+        return Err(unsupported_logits("sample_host", dtype.code()));
+    }
+    let size = dtype.element_size();
     let bytes = usize::try_from(vocab)
         .ok()
         .filter(|&n| n >= 1)
         .and_then(|n| n.checked_mul(size))
         .filter(|&b| b <= isize::MAX as usize)
-        .ok_or_else(|| {
-            crate::Error::invalid_argument(format!("sample_host: a row of {vocab} logits"))
-        })?;
+        .ok_or_else(|| Error::invalid_argument(format!("sample_host: a row of {vocab} logits")))?;
     if logits.is_null() {
-        return Err(crate::Error::invalid_argument(
+        return Err(Error::invalid_argument(
             "sample_host: logits is null".to_string(),
         ));
     }
     // SAFETY: non-null, readable for `bytes` (caller's contract), which fit an isize.
     let row = unsafe { std::slice::from_raw_parts(logits.cast::<u8>(), bytes) };
-    sample::host::pick(&sample::host::HostRow::new(row, dtype)?, &how.kernel())
+    sample::host::pick(
+        &sample::host::HostRow::new(row, dtype.code())?,
+        &how.kernel(),
+    )
 }
 
 /// Free the memory [`sample`] keeps for `device` (a page-locked token slot and a few KB of
@@ -106,8 +111,8 @@ pub unsafe fn sample_host(
 /// device's last method frees them too when it is destroyed: this is for a caller that
 /// samples with no method loaded, before it exits. Nothing to do (and no driver needed)
 /// when the sampler holds nothing for `device`.
-pub fn release(device: i32) -> Result<()> {
-    sample::release(device)
+pub fn release(device: Device) -> Result<()> {
+    sample::release(device.ordinal())
 }
 
 /// The greedy token of [`sample`] (temperature 0) chosen by the sampler's one-block kernel
@@ -118,17 +123,17 @@ pub fn release(device: i32) -> Result<()> {
 /// As [`sample`].
 #[doc(hidden)]
 pub unsafe fn sample_greedy_one_block(
-    logits: *const c_void,
-    dtype: i32,
+    logits: DevicePtr,
+    dtype: DType,
     vocab: i64,
-    device: i32,
+    device: Device,
 ) -> Result<i64> {
     let how = Sampling::GREEDY.kernel();
+    let (p, code, ordinal) = (logits.as_raw().cast_const(), dtype.code(), device.ordinal());
     // SAFETY: forwarded contract.
-    let token = unsafe {
-        sample::sample_with(logits, dtype, vocab, device, &how, sample::Greedy::OneBlock)
-    }?;
-    token.ok_or_else(|| crate::Error::internal("sample: greedy found no token".to_string()))
+    let token =
+        unsafe { sample::sample_with(p, code, vocab, ordinal, &how, sample::Greedy::OneBlock) }?;
+    token.ok_or_else(|| Error::internal("sample: greedy found no token".to_string()))
 }
 
 /// The uniform number in [0, 1) that [`sample`] draws with at `step` of a run seeded with

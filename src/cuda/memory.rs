@@ -208,7 +208,7 @@ impl crate::tensor::DeviceBuffer for DeviceAlloc {
 pub(crate) fn empty_strided(
     sizes: Vec<i64>,
     strides: Vec<i64>,
-    dtype: crate::dtype::DType,
+    dtype: crate::dtype::Code,
     device: crate::tensor::Device,
 ) -> Result<crate::tensor::Tensor> {
     crate::tensor::Tensor::empty_strided_with(sizes, strides, dtype, device, |i, n| {

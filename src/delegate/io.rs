@@ -4,7 +4,7 @@
 
 use super::staging::{Staging, DIRECT_COPY_MIN};
 use crate::cuda::{self, copy, memory, PointerKind};
-use crate::dtype::{self, DType};
+use crate::dtype::{self, Code};
 use crate::error::{invalid, Result};
 use crate::tensor::{self, Device, Memory, Tensor};
 use cudarc::driver::sys::CUstream;
@@ -15,7 +15,7 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub struct InputArg {
     /// c10 ScalarType code.
-    pub dtype: DType,
+    pub dtype: Code,
     /// Sizes.
     pub sizes: Vec<i64>,
     /// Strides in elements (contiguous ones only).
@@ -31,7 +31,7 @@ pub struct InputArg {
 #[derive(Debug, Clone)]
 pub struct OutputArg {
     /// The dtype the caller expects (`None`: any).
-    pub dtype: Option<DType>,
+    pub dtype: Option<Code>,
     /// The caller's buffer (host or device memory; null: leave the output on the device).
     pub data: *mut c_void,
     /// Bytes writable at `data`.

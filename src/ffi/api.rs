@@ -389,7 +389,7 @@ pub unsafe extern "C" fn et_cuda_handle_stream(
     guard::<EtCuda>("et_cuda_handle_stream", || {
         let h = lookup(handle)?;
         // SAFETY: null-checked; valid per the contract.
-        unsafe { write_out(out_stream, h.stream(), "out_stream") }
+        unsafe { write_out(out_stream, h.stream().as_raw(), "out_stream") }
     })
 }
 

@@ -5,8 +5,20 @@ use super::api::{lookup, EtCudaHandle};
 use super::types::*;
 use super::{guard, write_out, EtCuda};
 use crate::api::memory;
-use crate::error::invalid;
+use crate::api::{Device, DevicePtr, RawStream};
+use crate::error::{invalid, Error, Result};
 use std::ffi::c_void;
+
+/// The device of an allocation: a negative ordinal names no device, `NO_DEVICE` as for one
+/// past the last (the copies and the sampler refuse it as `INVALID_ARGUMENT`).
+fn allocation_device(ordinal: i32) -> Result<Device> {
+    Device::cuda(ordinal).map_err(|_| match memory::device_count() {
+        Err(e) => e,
+        Ok(n) => Error::no_device(format!(
+            "no CUDA device {ordinal}: this machine has {n} device(s)"
+        )),
+    })
+}
 
 /// Copy `nbytes` from `src` to `dst` (each host or device memory, looked up) in the order of the
 /// handle's stream. Waits for the copy only when `dst` is host memory. With a null `handle` the copy
@@ -53,9 +65,9 @@ pub unsafe extern "C" fn et_cuda_alloc_device(
         if out_ptr.is_null() {
             return invalid("out_ptr is null");
         }
-        let p = memory::alloc_device(device, nbytes)?;
+        let p = memory::alloc_device(allocation_device(device)?, nbytes)?;
         // SAFETY: checked non-null; valid per the contract.
-        unsafe { write_out(out_ptr, p, "out_ptr") }
+        unsafe { write_out(out_ptr, p.as_raw(), "out_ptr") }
     })
 }
 
@@ -67,7 +79,7 @@ pub unsafe extern "C" fn et_cuda_alloc_device(
 pub unsafe extern "C" fn et_cuda_free_device(ptr: *mut c_void) -> EtCudaStatus {
     guard::<EtCuda>("et_cuda_free_device", || {
         // SAFETY: forwarded contract.
-        unsafe { memory::free_device(ptr) }
+        unsafe { memory::free_device(DevicePtr::from_raw(ptr)) }
     })
 }
 
@@ -89,9 +101,9 @@ pub unsafe extern "C" fn et_cuda_device_allocate(
         if out_ptr.is_null() {
             return invalid("out_ptr is null");
         }
-        let p = memory::device_allocate(device, nbytes, alignment)?;
+        let p = memory::device_allocate(allocation_device(device)?, nbytes, alignment)?;
         // SAFETY: checked non-null; valid per the contract.
-        unsafe { write_out(out_ptr, p, "out_ptr") }
+        unsafe { write_out(out_ptr, p.as_raw(), "out_ptr") }
     })
 }
 
@@ -100,7 +112,7 @@ pub unsafe extern "C" fn et_cuda_device_allocate(
 #[no_mangle]
 pub extern "C" fn et_cuda_device_deallocate(ptr: *mut c_void) -> EtCudaStatus {
     guard::<EtCuda>("et_cuda_device_deallocate", || {
-        memory::device_deallocate(ptr)
+        memory::device_deallocate(DevicePtr::from_raw(ptr))
     })
 }
 
@@ -130,6 +142,7 @@ pub unsafe extern "C" fn et_cuda_copy_host_to_device(
     device: i32,
 ) -> EtCudaStatus {
     guard::<EtCuda>("et_cuda_copy_host_to_device", || {
+        let (dst, device) = (DevicePtr::from_raw(dst), Device::cuda(device)?);
         // SAFETY: forwarded contract.
         unsafe { memory::copy_host_to_device(dst, src, nbytes, device) }
     })
@@ -148,6 +161,7 @@ pub unsafe extern "C" fn et_cuda_copy_device_to_host(
     device: i32,
 ) -> EtCudaStatus {
     guard::<EtCuda>("et_cuda_copy_device_to_host", || {
+        let (src, device) = (DevicePtr::from_raw(src.cast_mut()), Device::cuda(device)?);
         // SAFETY: forwarded contract.
         unsafe { memory::copy_device_to_host(dst, src, nbytes, device) }
     })
@@ -204,7 +218,7 @@ pub unsafe extern "C" fn et_cuda_stats(
 pub unsafe extern "C" fn et_cuda_set_caller_stream(stream: *mut c_void) -> EtCudaStatus {
     guard::<EtCuda>("et_cuda_set_caller_stream", || {
         // SAFETY: forwarded contract.
-        unsafe { memory::set_caller_stream(stream) };
+        unsafe { memory::set_caller_stream(RawStream::from_raw(stream)) };
         Ok(())
     })
 }
@@ -225,7 +239,7 @@ pub unsafe extern "C" fn et_cuda_caller_stream(
             write_out(out_set, cur.is_some(), "out_set")?;
             write_out(
                 out_stream,
-                cur.unwrap_or(std::ptr::null_mut()),
+                cur.map_or(std::ptr::null_mut(), RawStream::as_raw),
                 "out_stream",
             )
         }

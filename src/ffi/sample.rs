@@ -4,8 +4,15 @@
 use super::types::*;
 use super::{guard, write_out, EtCuda};
 use crate::api::sample::{self, Sampling};
-use crate::error::invalid;
+use crate::api::{DType, Device, DevicePtr};
+use crate::error::{invalid, Result};
 use std::ffi::c_void;
+
+/// The dtype of logits given to `who`: a code this backend does not know is refused as the
+/// samplers refuse a dtype they do not take.
+fn logits_dtype(who: &str, code: i32) -> Result<DType> {
+    DType::try_from(code).map_err(|_| sample::unsupported_logits(who, code))
+}
 
 /// Choose the next token from one row of `vocab` logits on the device and write its id to
 /// `*out_token` (-1 when sampling finds no weight: every logit NaN or -inf). `logits` is device
@@ -46,6 +53,11 @@ pub unsafe extern "C" fn et_cuda_sample(
     // SAFETY: forwarded contract (logits for `choose`, out_token for `pick`).
     unsafe {
         pick("et_cuda_sample", out_token, || {
+            let dtype = logits_dtype("sample", dtype)?;
+            let (logits, device) = (
+                DevicePtr::from_raw(logits.cast_mut()),
+                Device::cuda(device)?,
+            );
             sample::sample(logits, dtype, vocab, device, &how)
         })
     }
@@ -81,7 +93,7 @@ pub unsafe extern "C" fn et_cuda_sample_host(
     // SAFETY: forwarded contract (logits for `choose`, out_token for `pick`).
     unsafe {
         pick("et_cuda_sample_host", out_token, || {
-            sample::sample_host(logits, dtype, vocab, &how)
+            sample::sample_host(logits, logits_dtype("sample_host", dtype)?, vocab, &how)
         })
     }
 }
@@ -93,7 +105,9 @@ pub unsafe extern "C" fn et_cuda_sample_host(
 /// `device`; `INVALID_ARGUMENT` for a negative `device`.
 #[no_mangle]
 pub extern "C" fn et_cuda_sample_release(device: i32) -> EtCudaStatus {
-    guard::<EtCuda>("et_cuda_sample_release", || sample::release(device))
+    guard::<EtCuda>("et_cuda_sample_release", || {
+        sample::release(Device::cuda(device)?)
+    })
 }
 
 /// The uniform number in [0, 1) that `et_cuda_sample` draws with at `step` of the sequence
@@ -125,7 +139,7 @@ pub unsafe extern "C" fn et_cuda_sample_uniform(
 unsafe fn pick(
     name: &'static str,
     out_token: *mut i64,
-    choose: impl FnOnce() -> crate::error::Result<Option<i64>>,
+    choose: impl FnOnce() -> Result<Option<i64>>,
 ) -> EtCudaStatus {
     guard::<EtCuda>(name, || {
         if out_token.is_null() {

@@ -2,7 +2,7 @@
 use super::*;
 
 /// A CPU tensor (the tests here never ask for device memory).
-fn host_tensor(sizes: Vec<i64>, strides: Vec<i64>, dtype: DType, device: Device) -> Result<Tensor> {
+fn host_tensor(sizes: Vec<i64>, strides: Vec<i64>, dtype: Code, device: Device) -> Result<Tensor> {
     Tensor::empty_strided_with(sizes, strides, dtype, device, |_, _| {
         Err(Error::internal("no device memory in the tensor tests"))
     })

@@ -25,7 +25,7 @@ use super::run::Runner;
 use crate::cuda::arena::Arena;
 use crate::cuda::graph::GraphExec;
 use crate::cuda::PointerKind;
-use crate::dtype::DType;
+use crate::dtype::Code;
 use crate::error::{Error, Result};
 use crate::stats::{self, Event};
 use crate::tensor::Tensor;
@@ -33,7 +33,7 @@ use cache::{GraphCache, Plan};
 use std::sync::Arc;
 
 /// The input signature a graph was captured for: dtype, sizes, strides of each input.
-pub(crate) type ShapeKey = Vec<(DType, Vec<i64>, Vec<i64>)>;
+pub(crate) type ShapeKey = Vec<(Code, Vec<i64>, Vec<i64>)>;
 
 /// The shape signature of a set of inputs.
 pub(crate) fn shape_key(inputs: &[InputArg]) -> ShapeKey {

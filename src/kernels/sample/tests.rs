@@ -301,11 +301,15 @@ fn the_api_refuses_a_temperature_out_of_range_before_any_device_work() {
         temperature,
         ..crate::api::sample::Sampling::GREEDY
     };
+    use crate::api::{DType, Device, DevicePtr};
+    let (null, d0) = (
+        DevicePtr::from_raw(std::ptr::null_mut()),
+        Device::cuda(0).unwrap(),
+    );
     for t in [1e45, -1.0, 1e-9, f64::NAN] {
         // SAFETY: refused before the pointer is used.
-        let e =
-            unsafe { crate::api::sample::sample(std::ptr::null(), codes::FLOAT32, 8, 0, &how(t)) }
-                .unwrap_err();
+        let e = unsafe { crate::api::sample::sample(null, DType::Float32, 8, d0, &how(t)) }
+            .unwrap_err();
         assert_eq!(
             e.kind(),
             crate::error::ErrorKind::InvalidArgument,
@@ -320,7 +324,7 @@ fn the_api_refuses_a_temperature_out_of_range_before_any_device_work() {
 #[test]
 fn release_needs_nothing_when_nothing_is_held() {
     assert!(release(6).is_ok());
-    assert!(crate::api::sample::release(6).is_ok());
+    assert!(crate::api::sample::release(crate::api::Device::cuda(6).unwrap()).is_ok());
     let e = release(-5).unwrap_err();
     assert_eq!(e.kind(), crate::error::ErrorKind::InvalidArgument);
     assert!(e.to_string().contains("-5"), "{e}");
