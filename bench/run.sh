@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark, on the GPU machine, in one command (bench/README.md):
 #
-#   BENCH_BUNDLE=.dev/gpu bash bench/run.sh          (or bash .dev/gpu/bench/run.sh)
+#   bash scripts/gpu.sh bench      (the bundle passed as BENCH_BUNDLE; or, by hand,
+#   BENCH_BUNDLE=.dev/gpu bash bench/run.sh, or bash .dev/gpu/bench/run.sh)
 #
 # 0. unpacks what was carried: the bench's own programs (BENCH_MODELS_TAR), the model
 #    suite's programs (BENCH_SUITE_TAR), upstream's backend libraries (BENCH_UPSTREAM_TAR);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Upstream today, side by side (issue 22), on the GPU machine in one command:
 #
-#   bash bench/side_by_side.sh
+#   bash scripts/gpu.sh side-by-side       (runs this script: bash bench/side_by_side.sh)
 #
 # 1. exports the ExecuTorch 1.4.1 programs that are not cached yet (tests/models/export_et14.py with
 #    the et14 site of tests/models/wheels.sh; programs stay in SBS_MODELS for a later call on a warm
