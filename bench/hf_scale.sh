@@ -2,6 +2,7 @@
 # Issue 28 item 6: HuggingFace `transformers` decoders at real scale in ONE GPU call (H200; PyTorch
 # 2.11, transformers, nvcc, ncu; no Rust, no network; nothing cached between calls). From the
 # repository root of the copy:
+#   bash scripts/gpu.sh hf-scale [flags]        (runs this script with them)
 #   bash bench/hf_scale.sh [--models llama1b,qwen06b,gemma1b] [--variants base,companion]
 #                          [--max-t 128|512] [--max-cache 512] [--prompt 32] [--steps 64]
 #                          [--budget S] [--export-deadline S] [--ncu base,companion|none] [--dry-run]

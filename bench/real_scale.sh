@@ -2,6 +2,7 @@
 # Issue 21's real-scale rows in ONE GPU call (H200; PyTorch 2.11, nvcc, ncu; no Rust, no network;
 # nothing cached between calls, so every export happens inside the call). From the repository
 # root of the copy:
+#   bash scripts/gpu.sh real-scale [flags]      (runs this script with them)
 #   bash bench/real_scale.sh [--budget S] [--export-deadline S] [--extra LIST|none] [--site et12|et15]
 #                            [--no-ncu] [--dry-run]
 # Carried (git-ignored): .dev/gpu.tar.xz (scripts/gpu_bundle.sh, packed: et_cuda_run and

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark, on the GPU machine, in one command (bench/README.md):
 #
-#   BENCH_BUNDLE=.dev/gpu bash bench/run.sh          (or bash .dev/gpu/bench/run.sh)
+#   bash scripts/gpu.sh bench      (the bundle passed as BENCH_BUNDLE; or, by hand,
+#   BENCH_BUNDLE=.dev/gpu bash bench/run.sh, or bash .dev/gpu/bench/run.sh)
 #
 # 0. unpacks what was carried: the bench's own programs (BENCH_MODELS_TAR), the model
 #    suite's programs (BENCH_SUITE_TAR), upstream's backend libraries (BENCH_UPSTREAM_TAR);
@@ -15,7 +16,9 @@
 #      torch     PyTorch eager and CUDA-graph replay
 #      int4      kernels/check_int4.py's bench phase (or BENCH_INT4_JSON)
 #      aoti      PyTorch's AOTInductor runtime (with whatever time is left)
-#    every et_cuda_run call also prints --mem (device memory) and, with our backend, --stats;
+#    every et_cuda_run call runs with --json (its results as JSON lines: runner/README.md, "--json";
+#    bench/table.py reads them with tests/models/runner_json.py) and also prints --mem (device
+#    memory) and, with our backend, --stats;
 # 3. bench/table.py: $OUT/<date>-<commit>-bench.md (targets with PASS/MISS first; bench/results.py
 #    names it, never over an existing file), printed last.
 # A section never starts a run that would pass its share of the time budget; what was skipped,
@@ -121,6 +124,9 @@ mkdir -p "$OUT" "$LOGS" "$MODELS" "$AOTI" "$SUITE"
 : >"$TORCH_ROWS"
 : >"$NOTES"
 
+# et_cuda_run --json's reader (bench/ in the bundle, tests/models/ in the repository).
+RUNNER_JSON=$BENCH/runner_json.py
+[ -f "$RUNNER_JSON" ] || RUNNER_JSON=$BENCH/../tests/models/runner_json.py
 say() { printf '[%3ds] %s\n' $(($(date +%s) - START)) "$*"; }
 note() { printf '%s\n' "$*" >>"$NOTES"; say "$*"; }
 left() { echo $((DEADLINE - $(date +%s))); }
@@ -167,6 +173,8 @@ if [[ "$RUNNER_HELP" != *--mem* ]]; then
   MEM_FLAG=()
   note "ERROR: $RUNNER has no --mem (an older build): no device memory figures"
 fi
+[[ "$RUNNER_HELP" == *--json* ]] ||
+  note "ERROR: $RUNNER has no --json (an older build): no figures can be read from its runs"
 [[ "$RUNNER_HELP" == *--cases-on-device* ]] ||
   note "ERROR: $RUNNER has no --cases-on-device (an older build): upstream cannot run the et15dev_* device-IO programs"
 
@@ -378,7 +386,7 @@ et() {
     return
   fi
   [ "$limit" -gt "$(sleft)" ] && limit=$(sleft)
-  local extra=("${MEM_FLAG[@]}") env=()
+  local extra=(--json "${MEM_FLAG[@]}") env=()
   [ "$BACKEND" = ours ] && extra+=(--stats)
   [ "$BACKEND" != ours ] && [ -n "$UP_LD" ] && env=(env "LD_LIBRARY_PATH=$UP_LD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
   echo "\$ et_cuda_run $* ${extra[*]}" >"$log"
@@ -391,7 +399,8 @@ et() {
   wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$model" "$variant" "$rc" "$log" "$SECTION" "$BACKEND" "$manifest" "$wall" >>"$INDEX"
   local summary
-  summary=$(grep -E ' bench: |enqueue: |^pipeline (speedup|check)|^generate: ' "$log" | head -2 | tr '\n' ' ')
+  summary=$(python3 -S "$RUNNER_JSON" brief "$log" bench bench-wait generate 2>/dev/null | tail -2 | tr '\n' ' ')
+  [ -n "$summary" ] || summary=$(grep -E 'enqueue: |^pipeline (speedup|check)' "$log" | head -2 | tr '\n' ' ')
   [ -n "$summary" ] || summary=$(tail -1 "$log")
   say "rc=$rc ${wall}s $model / $variant: ${summary:0:150}"
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Upstream today, side by side (issue 22), on the GPU machine in one command:
 #
-#   bash bench/side_by_side.sh
+#   bash scripts/gpu.sh side-by-side       (runs this script: bash bench/side_by_side.sh)
 #
 # 1. exports the ExecuTorch 1.4.1 programs that are not cached yet (tests/models/export_et14.py with
 #    the et14 site of tests/models/wheels.sh; programs stay in SBS_MODELS for a later call on a warm
@@ -22,7 +22,9 @@
 #    runner calls each: the manifest's cases (outputs against eager), a 1-round token loop (cold
 #    start: process start to first token, load time, device memory) and an R-round token loop
 #    (steady TTFT, prefill and decode tok/s, host waits per token, host CPU per token). A call
-#    that times out skips the rest of its (program, backend, configuration);
+#    that times out skips the rest of its (program, backend, configuration). Every runner call runs
+#    with --json (upstream's backend too: the runner prints its results the same way), read by
+#    tests/models/runner_json.py;
 # 4. bench/side_by_side_table.py: $OUT/<date>-<commit>-side-by-side.md (bench/results.py names it;
 #    never over an existing file), printed last; $OUT/sbs_logs.tar.xz holds every log. After each
 #    program, $OUT/sbs_partial.md has the table so far (removed once the dated file is written; a
@@ -268,7 +270,12 @@ note "commit: $(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import 
 note "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader 2>&1 | head -1)"
 note "python: $(python3 -c 'import sys, importlib.metadata as m; print(sys.version.split()[0], "torch", m.version("torch"))' 2>&1 | tail -1)"
 note "runner: $RUNNER"
-[ -x "$RUNNER" ] || note "ERROR: no runner at $RUNNER (SBS_BUNDLE / SBS_BUNDLE_TAR from scripts/gpu_bundle.sh)"
+if [ ! -x "$RUNNER" ]; then
+  note "ERROR: no runner at $RUNNER (SBS_BUNDLE / SBS_BUNDLE_TAR from scripts/gpu_bundle.sh)"
+elif [[ "$("$RUNNER" --help 2>/dev/null)" != *--json* ]]; then
+  note "ERROR: $RUNNER has no --json (an older build): no figures can be read from its runs"
+fi
+RUNNER_JSON=$ROOT/tests/models/runner_json.py # et_cuda_run --json's reader
 
 # ------------------------------------------------------------------ 1. exports (background)
 SETSID=()
@@ -465,13 +472,13 @@ one() { # one PROGRAM BACKEND CONFIG KIND N ROUNDS ARGS...; returns the runner's
   [ "$backend" != ours ] && [ -n "$UP_LD" ] && env=(env "LD_LIBRARY_PATH=$UP_LD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
   # in the background, so that a SIGTERM to this script is handled at once (bash runs a trap only
   # after the foreground command, but interrupts `wait`)
-  python3 "$BENCH/sbs_exec.py" "$lim" "$log" -- "${env[@]}" "$RUNNER" "$@" &
+  python3 "$BENCH/sbs_exec.py" "$lim" "$log" -- "${env[@]}" "$RUNNER" "$@" --json &
   CUR=$! CUR_ROW=("$prog" "$backend" "$config" "$kind" 143 "logs/$(basename "$log")" "$n" "$rounds")
   wait "$CUR"
   local rc=$?
   CUR=
   row "$prog" "$backend" "$config" "$kind" "$rc" "logs/$(basename "$log")" "$n" "$rounds"
-  say "rc=$rc $prog / $backend / $config / $kind: $(grep -E '^generate: |max_abs_err' "$log" | tail -1 | cut -c1-140)"
+  say "rc=$rc $prog / $backend / $config / $kind: $(python3 -S "$RUNNER_JSON" brief "$log" case generate 2>/dev/null | tail -1 | cut -c1-140)"
   return $rc
 }
 partial() {

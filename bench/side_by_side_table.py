@@ -10,7 +10,8 @@ runs.tsv, tab-separated, one runner call per line:
   kind ("cases" | "cold" | "steady"), rc (or "skipped" / "not run" / "not exported"), log, tokens N,
   rounds R
 A relative log path is relative to the index's folder. Each log is bench/sbs_exec.py's: the
-runner's output lines (runner/README.md) and the closing "sbs:" line (launch time, wall, CPU).
+runner's --json output (runner/README.md, "--json"; read with tests/models/runner_json.py) and
+the closing "sbs:" line (launch time, wall, CPU).
 
 What each column is:
   cases           the manifest's cases (`--manifest M`): passed / run, largest max_abs_err
@@ -41,6 +42,10 @@ import os
 import re
 import sys
 
+# runner_json: tests/models in the repository (et_cuda_run --json's reader)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "models"))
+import runner_json  # noqa: E402
+
 KV = re.compile(r"(\w+)=(\S+)")
 NOT_RUN = ("skipped", "not run", "not exported")  # rc values of rows without a runner call
 
@@ -53,6 +58,9 @@ def num(v):
 
 
 def parse_log(path):
+    """A bench/sbs_exec.py log: et_cuda_run --json's records (case, generate, generate-lib: each of the
+    last two once per round, the last round's kept), its text lines (mem, stats, load_phases, the
+    PyTorchObserver line, errors) and sbs_exec.py's closing line."""
     r = {"cases": [], "gen": None, "obs": None, "mem": None, "stats": None, "sbs": None, "error": None,
          "genlib": None, "load": None}
     try:
@@ -61,14 +69,15 @@ def parse_log(path):
         r["error"] = f"no log {path}"
         return r
     for ln in lines:
-        m = re.match(r"^(\w+) case(\d+)(?: device-io)?: max_abs_err=(\S+) (PASS|FAIL)", ln)
-        if m:
-            r["cases"].append((m.group(1), int(m.group(2)), num(m.group(3)), m.group(4) == "PASS"))
-        elif ln.startswith("generate: "):
-            d = dict(KV.findall(ln))
-            d["result"] = "MATCH" if ln.rstrip().endswith(" MATCH") else (
-                "MISMATCH" if ln.rstrip().endswith("MISMATCH") else "UNCHECKED")
-            r["gen"] = d
+        rec = runner_json.record(ln)
+        if rec and rec["kind"] == "case":
+            i = str(rec.get("case", "")).split()[0][len("case"):]
+            r["cases"].append((rec.get("method"), int(i) if i.isdigit() else -1, rec.get("max_abs_err"),
+                               rec.get("pass") is True))
+        elif rec and rec["kind"] == "generate":
+            r["gen"] = dict(runner_json.text_fields(rec), result=rec.get("verdict"))
+        elif rec and rec["kind"] == "generate-lib":
+            r["genlib"] = runner_json.text_fields(rec)
         elif ln.startswith("PyTorchObserver "):
             try:
                 r["obs"] = json.loads(ln[len("PyTorchObserver "):])
@@ -76,8 +85,6 @@ def parse_log(path):
                 pass
         elif ln.startswith("mem: ") and "n/a" not in ln:
             r["mem"] = dict(KV.findall(ln))
-        elif ln.startswith("generate-lib: "):  # the last round's (earlier rounds: "generate-lib (round k of R)")
-            r["genlib"] = dict(KV.findall(ln))
         elif ln.startswith("load_phases: "):
             r["load"] = dict(KV.findall(ln))
         elif ln.startswith("stats: ") and "n/a" not in ln:

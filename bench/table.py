@@ -7,7 +7,8 @@ runs.tsv: one et_cuda_run invocation per line, tab-separated: model, variant, rc
 and optionally section, backend ("ours" or "upstream:<build folder>"), manifest, wall
 seconds (rc "skipped" when the time budget left no room, "not run" when run.sh chose not
 to). A relative log or manifest path is taken relative to the index file's folder. Each
-log holds et_cuda_run's output (runner/README.md, "Output lines"). torch.jsonl:
+log holds et_cuda_run --json's output (runner/README.md, "--json": the records; mem, stats,
+enqueue, pipeline and error lines stay text). torch.jsonl:
 torch_bench.py's rows. int4_results.json: kernels/check_int4.py's results (or its
 bench phase's part file). Prints the markdown and writes it to --out, which must not exist
 (results files are never replaced: bench/results.py names a fresh one).
@@ -21,6 +22,12 @@ import json
 import os
 import re
 import struct
+import sys
+
+# runner_json: beside this file in the bundle (scripts/gpu_bundle.sh), in tests/models in the repository.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "models"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import runner_json  # noqa: E402  et_cuda_run --json's reader
 
 MODEL_ORDER = ["deep_bf16", "heavy_bf16", "mlp_f32", "conv_f32", "attn_bf16", "encdec",
                "et15dev_deep_bf16", "et15dev_mlp_f32", "et15dev_conv_f32", "et15dev_attn_bf16",
@@ -28,15 +35,9 @@ MODEL_ORDER = ["deep_bf16", "heavy_bf16", "mlp_f32", "conv_f32", "attn_bf16", "e
 TORCH_ORDER = ["torch eager", "torch cudagraph", "torch aoti"]
 GRAPH_TARGET_MODELS = ["mlp_f32", "conv_f32", "attn_bf16", "deep_bf16"]
 
-BENCH = re.compile(r"^(\S+) (bench|bench-wait): n=(\d+) warmup=(\d+) min=([\d.]+)us p50=([\d.]+)us p99=([\d.]+)us "
-                   r"cpu_mean=([\d.]+)us")
-LIB = re.compile(r"^(\S+) (bench|bench-wait)-lib: io=(\w+) executes_per_call=([\d.]+) lib_execute_us=([\d.]+) "
-                 r"run_us=([\d.]+) backend_overhead_us=([-\d.]+) host_waits_per_call=([\d.]+)")
-CHECK = re.compile(r"^(\S+) (case\d+(?: device-io)?): max_abs_err=(\S+) (PASS|FAIL)(.*)$")
 ERROR = re.compile(r"^et_cuda_run: (.*)$")
 ENQUEUE = re.compile(r"^(\S+) enqueue: (.*)$")
 PIPELINE = re.compile(r"^pipeline (round-trip|device-chain|speedup|check): (.*)$")
-GENERATE = re.compile(r"^generate: (.*) (MATCH|MISMATCH|UNCHECKED)\s*$")
 MEM = re.compile(r"^mem: (.*)$")
 STATS = re.compile(r"^stats: (.*)$")
 REFUSAL = "expected device_type=CUDA"
@@ -165,7 +166,37 @@ def weights_bytes(manifest, method=None):
 # ------------------------------------------------------------------ runner logs
 
 
+def _text_value(v, fmt_):
+    """A --json figure as the text line printed it (%.1f, %.2f, %.3g): the table's figures,
+    ratios and targets come out as they did from the text lines."""
+    return None if v is None else float(fmt_ % v)
+
+
+def parse_json_record(r, rec):
+    """One et_cuda_run --json record into parse_et_log's result."""
+    kind = rec["kind"]
+    if kind in ("bench", "bench-wait"):
+        r["bench"].setdefault(kind, {}).update(n=rec.get("n"), p50=_text_value(rec.get("p50_us"), "%.1f"),
+                                               p99=_text_value(rec.get("p99_us"), "%.1f"),
+                                               host=_text_value(rec.get("cpu_mean_us"), "%.1f"))
+    elif kind in ("bench-lib", "bench-wait-lib"):
+        r["bench"].setdefault(kind[:-4], {}).update(io=rec.get("io"),
+                                                    lib_exec=_text_value(rec.get("lib_execute_us"), "%.1f"),
+                                                    overhead=_text_value(rec.get("backend_overhead_us"), "%.1f"),
+                                                    waits=_text_value(rec.get("host_waits_per_call"), "%.2f"))
+    elif kind == "case":
+        err = rec.get("max_abs_err")
+        r["checks"].append((rec.get("case", "?"), "PASS" if rec.get("pass") else "FAIL",
+                            "n/a" if err is None else "%.3g" % err, rec.get("problem") or ""))
+    elif kind == "generate":  # one per round: the last one is the steady round's
+        g = runner_json.text_fields(rec)
+        g["result"] = rec.get("verdict")
+        r["generate"] = g
+
+
 def parse_et_log(path):
+    """A bench/run.sh log: the command, et_cuda_run --json's records (bench, case, generate) and its
+    text lines (errors, enqueue, pipeline, mem, stats)."""
     r = {"checks": [], "errors": [], "enqueue": [], "pipeline": {}, "bench": {}, "generate": None, "mem": None,
          "stats": None, "cmd": "", "refused": None}
     if not path or not os.path.exists(path):
@@ -175,23 +206,14 @@ def parse_et_log(path):
             line = line.rstrip("\n")
             if line.startswith("$ ") and not r["cmd"]:
                 r["cmd"] = line[2:]
-            elif m := BENCH.match(line):
-                r["bench"].setdefault(m[2], {}).update(n=int(m[3]), p50=float(m[6]), p99=float(m[7]), host=float(m[8]))
-            elif m := LIB.match(line):
-                r["bench"].setdefault(m[2], {}).update(io=m[3], lib_exec=float(m[5]), overhead=float(m[7]),
-                                                       waits=float(m[8]))
-            elif m := CHECK.match(line):
-                r["checks"].append((m[2], m[4], m[3], m[5].lstrip(": ")))
+            elif rec := runner_json.record(line):
+                parse_json_record(r, rec)
             elif m := ERROR.match(line):
                 r["errors"].append(m[1])
             elif m := ENQUEUE.match(line):
                 r["enqueue"].append((m[1], kv(m[2])))
             elif m := PIPELINE.match(line):
                 r["pipeline"][m[1]] = m[2]
-            elif m := GENERATE.match(line):
-                g = kv(m[1])
-                g["result"] = m[2]
-                r["generate"] = g
             elif m := MEM.match(line):
                 body = m[1]
                 r["mem"] = {"na": body} if body.startswith("n/a") else {k: num(v) for k, v in kv(body).items()}

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # CPU test of the benchmark's plumbing (no GPU, no torch needed):
-#  1. table.py on canned runner logs (bench/testdata/canned) -> the expected target and table rows;
+#  1. table.py on canned runner logs (bench/testdata/canned: et_cuda_run --json's records, a 3-round token
+#     loop among them, whose last round is the one read) -> the expected target and table rows; the
+#     readers of both tables on a failed case;
 #  2. table.py's .ptd reader on files ExecuTorch wrote (an ExecuTorch 1.2 fixture's weights, and a
 #     FlatTensor file with several keys written by ExecuTorch 1.5.1's serializer);
 #  3. bench/run.sh end to end in BENCH_TEST_CPU=1 mode (fake runner, fake upstream builds and suite
 #     decoders, canned int4 rows): every section runs and the dated results file has each kind of
 #     row; a second run writes a second file, leaves the first byte for byte and adds one index
 #     line; bench/results.py itself (testdata/test_results.py) and bench/RESULTS.md against bench/results/;
-#  3c. bench/side_by_side_table.py on canned logs (testdata/sbs_canned) and bench/side_by_side.sh end to
+#  3c. bench/side_by_side_table.py on canned logs (testdata/sbs_canned: --json records) and bench/side_by_side.sh end to
 #     end with SBS_TEST_CPU=1 (fake runner, programs and upstream builds);
 #  3d. bench/real_scale.sh and real_scale_table.py: flags, the ncu census on a canned CSV, the driver end to
 #     end with fakes (testdata/real_scale/test.sh);
@@ -58,6 +60,34 @@ has "$M" "| mlp_f32 | upstream main cff6f4dd32 | upstream main cff6f4dd32 (C++) 
 has "$M" "- deep_bf16 / torch aoti: segfault (signal 11)" "torch problem listed"
 has "$M" "<!-- figure: decode_tok_s.graphs.et15_qwen3_bf16 | 2600 | tok/s | higher | token loop, 48 tokens, ours: et + graphs -->" "figure line for the index"
 if python3 "$HERE/table.py" --index "$C/runs.tsv" --out "$M" >/dev/null 2>&1; then bad "table.py replaced an existing results file"; else ok "table.py refuses to replace an existing --out"; fi
+# The readers of both tables on a log with a failed case (no max_abs_err: null in JSON), a device-IO case,
+# the text lines the runner keeps under --json, and a line that is not a record.
+cat >"$T/fail.log" <<'LOG'
+$ et_cuda_run --manifest m.json --bench 10 --device-io --json --mem
+{"kind":"case","method":"forward","case":"case0","max_abs_err":0.000123456,"pass":true,"problem":""}
+{"kind":"case","method":"forward","case":"case1 device-io","max_abs_err":null,"pass":false,"problem":"output 0: nan"}
+{"kind":"bench","method":"forward","n":10,"warmup":0,"min_us":9.96,"p50_us":10.04,"p99_us":12,"cpu_mean_us":10.5}
+{"kind": broken
+mem: device=0 total_mib=100.0 context_mib=10.0 loaded_mib=2.0 peak_mib=4.0 end_mib=4.0 samples=2
+et_cuda_run: m.pte: made up for the test
+LOG
+if python3 - "$HERE" "$T/fail.log" <<'PY' >"$T/fail.out" 2>&1; then
+import sys
+sys.path.insert(0, sys.argv[1])
+import side_by_side_table
+import table
+p = table.parse_et_log(sys.argv[2])
+assert table.check_summary(p["checks"]) == "FAIL: case1 device-io err n/a output 0: nan", p["checks"]
+assert p["bench"] == {"bench": {"n": 10, "p50": 10.0, "p99": 12.0, "host": 10.5}}, p["bench"]
+assert p["mem"]["peak_mib"] == 4.0 and p["errors"] == ["m.pte: made up for the test"], p
+s = side_by_side_table.parse_log(sys.argv[2])
+assert s["cases"] == [("forward", 0, 0.000123456, True), ("forward", 1, None, False)], s["cases"]
+assert s["error"] == "m.pte: made up for the test" and s["mem"]["peak_mib"] == "4.0", s
+PY
+  ok "table readers: a failed case, figures at the text lines' precision"
+else
+  bad "table readers: $(tail -3 "$T/fail.out")"
+fi
 
 # ------------------------------------------------------------------ 2. the .ptd reader
 if python3 - "$HERE" <<'EOF' >"$T/ptd.out" 2>&1; then ok "ptd_segments on ExecuTorch's files"; else bad "ptd_segments: $(tail -3 "$T/ptd.out")"; fi
@@ -118,6 +148,9 @@ if [ -s "$R" ]; then
   has "$R" "- mlp_f32 / device-io refused on planned inputs: PASS (refused: memory-planned inputs)" "run.sh: check row"
   has "$R" "- upstream v1.2.0-own-runtime: built against its own runtime" "run.sh: own-runtime build left out"
   has "$R" "- speedup: p50=1.78x per_iter_total=1.77x" "run.sh: pipeline"
+  # Every runner call with --json (the fake runner refuses to run without it).
+  n=$(grep -L -- ' --json' "$T"/work/run/logs/et.*.log | wc -l)
+  [ "$n" = 0 ] && ok "run.sh: every et_cuda_run call with --json" || bad "run.sh: $n runner calls without --json"
   if tar -xJf "$T/out/bench_logs.tar.xz" -C "$T" ./runs.tsv 2>/dev/null && [ "$(wc -l <"$T/runs.tsv")" -ge 60 ]; then
     ok "bench_logs.tar.xz holds the run index ($(wc -l <"$T/runs.tsv") runs)"
   else
@@ -211,6 +244,8 @@ if [ -s "$S2" ]; then
   has "$S2" "| et14_qwen3_bf16 | best | v1.4.1 |" "sbs run: ratio row"
   n=$(grep -c "" "$T/sbsw/run/runs.tsv" 2>/dev/null)
   [ "$n" = 24 ] && ok "sbs run: 24 runner calls (2 programs x 2 backends x 2 configs x 3)" || bad "sbs run: $n runner calls"
+  n=$(grep -L -- ' --json' "$T"/sbsw/run/logs/et14_*.log | wc -l)
+  [ "$n" = 0 ] && ok "sbs run: every runner call with --json, upstream's too" || bad "sbs run: $n runner calls without --json"
   grep -q -- "--option share_mutable_buffers_across_methods=true" "$T"/sbsw/run/logs/et14_qwen3_pd_bf16.ours.best.steady.log &&
     ! grep -q "share_mutable" "$T"/sbsw/run/logs/et14_qwen3_pd_bf16.v1.4.1.best.steady.log &&
     ok "sbs run: cache sharing option for ours only" || bad "sbs run: options of the pd runs"

@@ -2,9 +2,9 @@
 # Pack what the GPU checks need into .dev/gpu (git-ignored) for a GPU machine
 # without the toolchain: the built binaries and libraries (all found through
 # $ORIGIN), ExecuTorch's libraries, the fixtures and the example program.
-# There: bash .dev/gpu/run.sh
+# There: bash scripts/gpu.sh unit (the bundle's run.sh; bash scripts/gpu.sh --help: every GPU suite).
 # Also the benchmark (bench/README.md): bench/ and the Python wheels it installs
-# there (bash .dev/gpu/bench/run.sh).
+# there (bash scripts/gpu.sh bench, or bash .dev/gpu/bench/run.sh).
 #   ET_CUDA_FIXTURES=<dir>   fixture programs (default tests/fixtures)
 #   ET_CUDA_BUNDLE_WHEELS=0  leave out bench/ and the wheels (when they travel separately)
 #   ET_CUDA_BASELINE_LIB=<f> an older libexecutorch_cuda.so for the shim_alloc comparison
@@ -82,6 +82,7 @@ fi
 step "the benchmark (bench/ and its wheels) into $out/bench, $out/whl"
 mkdir -p "$out/bench" "$out/whl"
 cp "$ROOT"/bench/{run.sh,export.py,models.py,torch_bench.py,table.py,pack.py,results.py,README.md} "$out/bench/"
+cp "$ROOT"/tests/models/runner_json.py "$out/bench/" # et_cuda_run --json's reader, for run.sh and table.py
 WHEELS=${ET_CUDA_WHEELS:-/tmp/whl}
 [ -d "$WHEELS" ] || WHEELS=$ROOT/.whl
 if compgen -G "$WHEELS/executorch-*.whl" >/dev/null; then

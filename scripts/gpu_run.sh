@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU checks, run from a bundle made by scripts/gpu_bundle.sh (copied there
-# as run.sh). Every check runs; the exit status says whether any failed.
+# as run.sh; bash scripts/gpu.sh unit runs it). Every check runs; the exit status says whether any failed.
 set -uo pipefail
 cd "$(dirname "$0")"
 export ET_CUDA_FIXTURES=$PWD/fixtures

@@ -4,7 +4,7 @@
 # on the device, CUDA graphs, shared stream + weight sharing) and on the suite's ExecuTorch 1.5.1
 # programs when they were exported (MODELS_DIR, default /tmp/et_models); racecheck, synccheck and
 # initcheck on mlp_f32. Prints one "ERROR SUMMARY" / "LEAK SUMMARY" line per run.
-#   bash scripts/gpu_sanitize.sh <bundle dir> [out dir]
+#   bash scripts/gpu_sanitize.sh <bundle dir> [out dir]    (bash scripts/gpu.sh sanitizer: with the bundle)
 set -uo pipefail
 B=${1:?bundle dir}
 OUT=${2:-/tmp/sanitize}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test CI runs: Rust format/lint/tests, the README check, the CMake build,
-# the Valgrind pass, ctest, the benchmark's plumbing, the install test
+# the Valgrind pass, ctest, the benchmark's plumbing, the GPU suites' dispatcher (scripts/gpu.sh,
+# without a GPU), the install test
 # (scripts/install_test.sh: a relocated install used by the installed runner and
 # by a separate consumer project), and the Python package's tests with the
 # export companion's (scripts/python_test.sh; those needing torch skip without
@@ -91,6 +92,9 @@ echo "    $(grep -E "tests passed|tests failed" "$LOGS/ctest.log"); $(grep -c "(
 step "the benchmark's plumbing without a GPU (bench/test_table.sh; log ${LOGS#"$ROOT/"}/bench_test.log)"
 ET_CUDA_RUN=$BUILD/et_cuda_run logged bench_test bash bench/test_table.sh
 tail -1 "$LOGS/bench_test.log" | sed 's/^/    /'
+step "the GPU suites' dispatcher without a GPU (scripts/gpu_sh_test.sh; log ${LOGS#"$ROOT/"}/gpu_sh_test.log)"
+logged gpu_sh_test bash scripts/gpu_sh_test.sh
+tail -1 "$LOGS/gpu_sh_test.log" | sed 's/^/    /'
 
 if [ "${SKIP_INSTALL_TEST:-0}" != 1 ]; then
   scripts/install_test.sh

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""Stand-in for et_cuda_run in bench/run.sh's CPU test (BENCH_TEST_CPU=1): prints the runner's
-output lines (runner/README.md, "Output lines") with made-up numbers, so that run.sh's plumbing
-and table.py can be tested without a GPU. It reads the manifest (methods, cases, generate) but
-never the program. What it imitates:
+"""Stand-in for et_cuda_run in bench/run.sh's and bench/side_by_side.sh's CPU tests
+(BENCH_TEST_CPU=1, SBS_TEST_CPU=1): prints the runner's output with --json (runner/README.md,
+"--json": the case, bench, bench-lib, generate and generate-lib records as JSON lines, one
+generate record per round; mem, stats, load_phases, enqueue, pipeline and PyTorchObserver lines
+as text) with made-up numbers, so that the scripts' plumbing and their tables can be tested
+without a GPU. Only the --json output is imitated: without --json it exits 2. It reads the
+manifest (methods, cases, generate) but never the program. What it imitates:
 - our backend (no --backend-lib): bench-lib lines, --stats (graph and sharing counters), --mem;
 - --backend-lib .../<build>/libupstream_cuda_backend.so: no bench-lib lines, "stats: n/a";
   main-* and v1.4.* refuse programs not named et15* or et14* with upstream's message, as they do
@@ -17,7 +20,7 @@ never the program. What it imitates:
   (as upstream does when the next prefill's size differs from the captured one).
 FAKE_SLEEP="a+b=S,...": sleep S seconds first when the command line contains a and b (a hang, for
 the timeouts of bench/side_by_side.sh's CPU test).
-The numbers are fixed functions of the command line; they mean nothing.
+The numbers are fixed functions of the command line (without --json); they mean nothing.
 """
 import json
 import os
@@ -35,8 +38,19 @@ def upstream_needs_device_inputs(build, program):
 
 
 HELP = """usage: et_cuda_run (fake, for bench/run.sh's CPU test)
-  --mem  --stats  --device-io  --cases-on-device  --bench N  --generate N  --backend-lib PATH  --option K=V
+  --json  --mem  --stats  --device-io  --cases-on-device  --bench N  --generate N  --backend-lib PATH  --option K=V
 """
+
+
+def jline(kind, **fields):
+    """A JSON line as runner/json.cpp writes it: "kind" first, no spaces, numbers as %.9g."""
+    def val(v):
+        if isinstance(v, float):
+            return "%.9g" % v
+        if isinstance(v, list):
+            return "[" + ",".join(str(x) for x in v) + "]"
+        return json.dumps(v)
+    return "{" + ",".join(json.dumps(k) + ":" + val(v) for k, v in [("kind", kind)] + list(fields.items())) + "}"
 
 
 def main(argv):
@@ -64,6 +78,10 @@ def main(argv):
         if a.startswith("--"):
             flags.add(a)
         i += 1
+    if "--json" not in flags:
+        print("et_cuda_run (fake): only the --json output is imitated", file=sys.stderr)
+        return 2
+    argv = [a for a in argv if a != "--json"]
     line = " ".join(argv)
     for entry in filter(None, os.environ.get("FAKE_SLEEP", "").split(",")):
         pat, secs = entry.rsplit("=", 1)
@@ -142,15 +160,19 @@ def main(argv):
         rate = 1e6 / (base * 8)
         k = min(n, len(exp))
         match = toks[:k] == exp[:k]
-        out(f"generate: prefill={pre} decode={dec} prompt_tokens={len(gen.get('prompt_ids', []))} new_tokens={n} "
-            f"ttft_ms={base / 30:.3f} prefill_tok_s={rate * 3:.1f} decode_tok_s={rate:.1f} "
-            f"host_waits_per_token={'1.00' if ours else 'n/a'} tokens={','.join(map(str, toks))} "
-            f"expected={','.join(map(str, exp[:k])) or 'none'} "
-            f"{('MATCH' if match else 'MISMATCH') if exp else 'UNCHECKED'}")
-        if ours and "--stats" in flags:
-            g = "enable_cuda_graph_for_method" in opts
-            out(f"generate-lib: decode_executes={n - 1} lib_execute_us={12.5 if g else 1100.0} "
-                f"run_us={11.5 if g else 1098.0} graph_replays={n - 1 if g else 0} graph_captures=0")
+        g = "enable_cuda_graph_for_method" in opts
+        for rnd in range(1, rounds + 1):  # a record per round; the first rounds slower (first-call costs)
+            slow = 1.0 if rnd == rounds else 3.0
+            out(jline("generate", round=rnd, rounds=rounds, prefill=pre, decode=dec,
+                      prompt_tokens=len(gen.get("prompt_ids", [])), new_tokens=n, ttft_ms=round(base / 30 * slow, 3),
+                      prefill_tok_s=round(rate * 3 / slow, 1), decode_tok_s=round(rate / slow, 1),
+                      host_waits_per_token=1.0 if ours else None, sampler="host", sampling_us_per_token=0.5,
+                      tokens=toks, expected=exp[:k] if exp else None,
+                      verdict=("MATCH" if match else "MISMATCH") if exp else "UNCHECKED"))
+            if ours and "--stats" in flags:
+                out(jline("generate-lib", round=rnd, decode_executes=n - 1,
+                          lib_execute_us=(12.5 if g else 1100.0) * slow, run_us=(11.5 if g else 1098.0) * slow,
+                          graph_replays=n - 1 if g else 0, graph_captures=1 if g and rnd == 1 else 0))
         # Times on the monotonic clock in ms, as the runner's steady_clock: load 40 ms after start,
         # first token base/30 ms later (bench/side_by_side.sh's cold start reads them).
         t = time.monotonic() * 1000
@@ -180,23 +202,26 @@ def main(argv):
                          "the device (made-up message of the fake runner))")
     for meth, cases in methods.items():
         for c in range(len(cases)):
-            out(f"{meth} case{c}{' device-io' if on_dev else ''}: max_abs_err=0 PASS")
+            out(jline("case", method=meth, case=f"case{c}{' device-io' if on_dev else ''}", max_abs_err=0.0,
+                      **{"pass": True}, problem=""))
         if not cases:
             continue
         if device_io and args["bench"] and not on_dev:
-            out(f"{meth} case0 device-io: max_abs_err=0 PASS")
+            out(jline("case", method=meth, case="case0 device-io", max_abs_err=0.0, **{"pass": True}, problem=""))
         if args["bench"]:
             n, w = args["bench"], args["warmup"]
             labels = ["bench"] + (["bench-wait"] if device_io else [])
             for lab in labels:
                 p50 = base * (1.0 if lab == "bench" else 1.6)
-                out(f"{meth} {lab}: n={n} warmup={w} min={p50 * 0.8:.1f}us p50={p50:.1f}us p99={p50 * 1.5:.1f}us "
-                    f"cpu_mean={p50 * 1.02:.1f}us")
+                # at 0.1 µs, as the text line printed them (the JSON line's %.9g then keeps them exact)
+                out(jline(lab, method=meth, n=n, warmup=w, min_us=round(p50 * 0.8, 1), p50_us=round(p50, 1),
+                          p99_us=round(p50 * 1.5, 1), cpu_mean_us=round(p50 * 1.02, 1)))
                 if ours:
                     ovh = 1.5 + seed if "enable_cuda_graph_for_method" in opts else 2.5 + seed
-                    out(f"{meth} {lab}-lib: io={'device' if device_io else 'host'} executes_per_call=1.00 "
-                        f"lib_execute_us={p50 * 0.9:.1f} run_us={p50 * 0.9 - ovh:.1f} backend_overhead_us={ovh:.1f} "
-                        f"host_waits_per_call={'1.00' if (lab == 'bench-wait' or not device_io) else '0.00'}")
+                    out(jline(lab + "-lib", method=meth, io="device" if device_io else "host", executes_per_call=1.0,
+                              lib_execute_us=round(p50 * 0.9, 1), run_us=round(p50 * 0.9 - ovh, 1),
+                              backend_overhead_us=round(ovh, 1),
+                              host_waits_per_call=1.0 if (lab == "bench-wait" or not device_io) else 0.0))
         if args["enqueue"]:
             out(f"{meth} enqueue: n={args['enqueue']} enqueue_us=2220.0 total_us=2240.0 enqueue_per_call_us=44.4 "
                 f"total_per_call_us=44.8 enqueue_over_total=0.992 host_waits=0 output_on_device=yes")

@@ -3,6 +3,7 @@
 
     EXECUTORCH_CUDA_LIB_DIR=.dev/gpu python3 python/tests/gpu_runtime.py [--runner .dev/gpu/et_cuda_run]
         [--llm DIR] [--bench 2000] [--runtime auto|executorch|bridge] [--show-mismatch]
+    (bash scripts/gpu.sh runtime [flags]: the same with the bundle's libraries and runner)
 
 Runs through executorch.runtime when torch is 2.13 (what ExecuTorch 1.5.1's
 Python bindings were compiled against), else through executorch_cuda.bridge

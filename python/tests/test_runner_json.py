@@ -2,7 +2,9 @@
 neither torch nor a GPU."""
 
 import os
+import subprocess
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "models"))
@@ -56,6 +58,17 @@ class RunnerJsonTest(unittest.TestCase):
         self.assertEqual((lib["lib_execute_us"], lib["run_us"], lib["graph_replays"]), ("5.70", "4.50", "63"))
         self.assertIsNone(runner_json.record("PyTorchObserver {}"))
         self.assertIsNone(runner_json.record('{"no_kind": 1}'))
+
+    def test_brief_lines(self):
+        self.assertEqual(runner_json.brief(runner_json.last(CANNED, "generate")),
+                         "generate: round=2 rounds=2 decode_tok_s=1333.5 verdict=MATCH")
+        with tempfile.NamedTemporaryFile("w", suffix=".log") as f:
+            f.write(CANNED)
+            f.flush()
+            out = subprocess.run([sys.executable, runner_json.__file__, "brief", f.name, "bench", "case"],
+                                 capture_output=True, text=True, check=True).stdout.splitlines()
+        self.assertEqual(len(out), 3)
+        self.assertEqual(out[2], "bench: method=forward n=3 warmup=0 min_us=41.5 p50_us=46.25 p99_us=61 cpu_mean_us=47.75")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 21 on the GPU machine (PyTorch 2.11, nvcc 13, no Rust, no network), from the
 # repository root of the copy:
-#   bash tests/models/decode_gpu.sh BUNDLE_DIR [OUT]
+#   bash tests/models/decode_gpu.sh BUNDLE_DIR [OUT]      (bash scripts/gpu.sh unit --decode [OUT])
 # BUNDLE_DIR: made by scripts/gpu_bundle.sh (et_cuda_run, libexecutorch_cuda.so.0, and
 # rs/deps/decode_gpu: add "decode_gpu" to the test binaries it packs, or copy
 # target/release/deps/decode_gpu-* there). Steps, each with a timeout, each reported:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The model suite on the GPU machine, in one command (tests/models/README.md):
 #
-#   bash tests/models/gpu_suite.sh BUNDLE_DIR
+#   bash tests/models/gpu_suite.sh BUNDLE_DIR      (bash scripts/gpu.sh suite: with the bundle)
 #
 # BUNDLE_DIR holds et_cuda_run and the libraries next to it (libexecutorch_cuda.so, the adapter,
 # ExecuTorch's libraries; the runner finds them through its rpath). Steps, each independent of the

@@ -1,9 +1,15 @@
 """The reader of ``et_cuda_run --json``: one JSON object per line, ``"kind"`` first
 (``case``, ``bench``, ``bench-wait``, ``bench-lib``, ``bench-wait-lib``, ``generate``,
 ``generate-lib``; runner/json.h). Lines that are not JSON objects (log lines, upstream's
-``PyTorchObserver {...}``) are skipped, so stdout and stderr may be read together."""
+``PyTorchObserver {...}``) are skipped, so stdout and stderr may be read together.
+
+  python3 runner_json.py brief LOG [KIND ...]   a log's records of these kinds (default: all), one
+                                                "kind: key=value ..." line each (text_fields' strings,
+                                                the token lists left out), for the scripts' progress lines
+"""
 
 import json
+import sys
 
 
 def record(line):
@@ -59,3 +65,30 @@ def last(text, kind, **match):
     """The last such record (a token loop's steady round is its last), or None."""
     found = of_kind(text, kind, **match)
     return found[-1] if found else None
+
+
+def brief(rec):
+    """One short line about a record: ``kind: key=value ...`` without the token lists."""
+    fields = text_fields(rec)
+    return rec["kind"] + ": " + " ".join(f"{k}={v}" for k, v in fields.items() if k not in ("tokens", "expected"))
+
+
+def main(argv):
+    if len(argv) < 2 or argv[0] != "brief":
+        print(__doc__, file=sys.stderr)
+        return 2
+    try:
+        with open(argv[1], errors="replace") as f:
+            text = f.read()
+    except OSError as e:
+        print(f"runner_json.py: {e}", file=sys.stderr)
+        return 1
+    kinds = set(argv[2:])
+    for rec in records(text):
+        if not kinds or rec["kind"] in kinds:
+            print(brief(rec))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
