@@ -8,7 +8,9 @@
 //! of that thread (Linux's `/proc/thread-self/schedstat`; wall time where it cannot be
 //! read), so other processes on a busy machine do not count; 2 s in an optimised build,
 //! ten times that in an unoptimised one (`cargo test`'s default), still far below what
-//! a quadratic path takes (hours: 2^39 key comparisons).
+//! a quadratic path takes (hours: 2^39 key comparisons). The two payloads run one at a
+//! time (`SERIAL`): side by side, their gigabyte of allocations slowed each other's CPU
+//! time past 2 s on a busy machine.
 
 use executorch_cuda::ffi::api::{et_cuda_init, et_cuda_last_error};
 use executorch_cuda::ffi::{
@@ -125,7 +127,10 @@ fn init_within_deadline(payload: Vec<u8>) -> Option<(EtCudaStatus, String, Durat
     rx.recv_timeout(DEADLINE).ok()
 }
 
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn check(per_storage: u32) {
+    let _one_at_a_time = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let p = payload(ENTRIES, per_storage);
     let Some((st, msg, took)) = init_within_deadline(p) else {
         panic!(
