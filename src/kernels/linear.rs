@@ -476,7 +476,7 @@ fn composite(l: &Linear, x: &Tensor, w: &Tensor, f: &Fusion, y: Tensor) -> Resul
 
 #[path = "linear/add_norm.rs"]
 mod add_norm;
-pub use add_norm::{add_rmsnorm, add_rmsnorm_linear};
+pub use add_norm::{add_rmsnorm, add_rmsnorm_linear, set_fused as set_fused_add_norm};
 #[path = "linear/names.rs"]
 mod names;
 #[cfg(test)]

@@ -121,3 +121,14 @@ pub unsafe extern "C" fn aoti_torch_cuda_et_add_rmsnorm_linear(
         }
     })
 }
+
+/// Tests and benchmarks only (`tests/decode_gpu/add_norm_linear.rs`): `on` != 0 makes later
+/// `et_add_rmsnorm_linear` calls take the one fused kernel where they can, 0 the two ops (the
+/// default comes from `ET_CUDA_FUSED_ADD_NORM`, `crate::switches`).
+#[no_mangle]
+pub extern "C" fn et_cuda_debug_fused_add_norm(on: i32) -> AOTITorchError {
+    guard::<Aoti>("et_cuda_debug_fused_add_norm", || {
+        linear::set_fused_add_norm(on != 0);
+        Ok(())
+    })
+}

@@ -28,22 +28,38 @@ type AddNormLinear = unsafe extern "C" fn(
     *mut *mut c_void,
 ) -> i32;
 
-fn fused() -> AddNormLinear {
-    static S: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let p = *S.get_or_init(|| {
+/// The one op, and the switch between its one fused kernel (1) and its two ops (0).
+fn syms() -> (AddNormLinear, extern "C" fn(i32) -> i32) {
+    static S: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+    let (op, toggle) = *S.get_or_init(|| {
         let _ = lin();
         let path = CString::new(cdylib_path().to_string_lossy().into_owned()).expect("path");
         // SAFETY: re-opening the library api() opened (a reference count, same handle).
         let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
         assert!(!h.is_null());
-        let c = CString::new("aoti_torch_cuda_et_add_rmsnorm_linear").expect("name");
-        // SAFETY: live handle, NUL-terminated name.
-        let p = unsafe { libc::dlsym(h, c.as_ptr()) };
-        assert!(!p.is_null(), "the library does not export the shim");
-        p as usize
+        let sym = |n: &str| {
+            let c = CString::new(n).expect("name");
+            // SAFETY: live handle, NUL-terminated name.
+            let p = unsafe { libc::dlsym(h, c.as_ptr()) };
+            assert!(!p.is_null(), "the library does not export {n}");
+            p as usize
+        };
+        (
+            sym("aoti_torch_cuda_et_add_rmsnorm_linear"),
+            sym("et_cuda_debug_fused_add_norm"),
+        )
     });
-    // SAFETY: the symbol has this signature (src/shim/norm.rs).
-    unsafe { std::mem::transmute::<usize, AddNormLinear>(p) }
+    // SAFETY: the symbols have these signatures (src/shim/norm.rs).
+    unsafe {
+        (
+            std::mem::transmute::<usize, AddNormLinear>(op),
+            std::mem::transmute::<usize, extern "C" fn(i32) -> i32>(toggle),
+        )
+    }
+}
+
+fn fused() -> AddNormLinear {
+    syms().0
 }
 
 /// One case: `M` rows of `K` (`p`'s rows `pad` elements apart), `N` output columns.
@@ -136,6 +152,13 @@ fn add_rmsnorm_linear_equals_the_two_ops() {
     require_gpu("add_rmsnorm_linear_equals_the_two_ops");
     let mut count = 0;
     let mut h_diffs = Vec::new();
+    // The one kernel is off by default (ET_CUDA_FUSED_ADD_NORM): this test asks for it.
+    assert_eq!(
+        (syms().1)(1),
+        0,
+        "et_cuda_debug_fused_add_norm: {}",
+        last_error()
+    );
     for pdl in [1, 0] {
         (lin().pdl)(pdl);
         for m in [1usize, 3, 8, 9, 16] {
@@ -178,6 +201,7 @@ fn add_rmsnorm_linear_equals_the_two_ops() {
         }
     }
     (lin().pdl)(1);
+    (syms().1)(0);
     println!(
         "et_add_rmsnorm_linear: {count} calls, h differs in {}",
         h_diffs.len()

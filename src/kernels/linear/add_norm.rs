@@ -51,6 +51,25 @@ pub fn add_rmsnorm(x: &Tensor, residual: &Tensor, norm: &Norm) -> Result<Tensor>
     Ok(y)
 }
 
+/// -1: [`crate::switches`] decides; 0 or 1: [`set_fused`] said.
+static FUSED: std::sync::atomic::AtomicI8 = std::sync::atomic::AtomicI8::new(-1);
+
+/// Whether `et_add_rmsnorm_linear` runs as one kernel where it can: `ET_CUDA_FUSED_ADD_NORM=1`
+/// (default off: on whole Gemma-3 programs the one kernel was slower than the two, as each of
+/// its blocks takes the norm's reduction over `p` after its PDL wait), unless [`set_fused`]
+/// said otherwise.
+pub fn fused_enabled() -> bool {
+    match FUSED.load(std::sync::atomic::Ordering::Relaxed) {
+        -1 => crate::switches::get().fused_add_norm_linear,
+        v => v == 1,
+    }
+}
+
+/// Tests and benchmarks: the one kernel (`true`) or the two ops (`false`) for later calls.
+pub fn set_fused(on: bool) {
+    FUSED.store(i8::from(on), std::sync::atomic::Ordering::Relaxed);
+}
+
 /// `et_add_rmsnorm_linear`: `h = residual + rmsnorm(p)` ([`add_rmsnorm`], norm `post`), then
 /// the linear of `h` ([`super::linear`] with `w` and `f`); returns `(y, h)`. Gemma's layers
 /// have it twice: the norm after the attention, added to the residual stream, then the MLP's
@@ -77,7 +96,7 @@ pub fn add_rmsnorm_linear(
         && c.sx % 8 == 0
         && aligned(p)
         && aligned(post.weight)
-        && crate::switches::get().fused_add_norm_linear;
+        && fused_enabled();
     if !fused || c.m == 0 || c.k == 0 || l.n_out == 0 {
         let h = add_rmsnorm(p, residual, post)?;
         let y = super::linear(&h, w, f)?;
