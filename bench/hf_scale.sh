@@ -5,7 +5,8 @@
 #   bash scripts/gpu.sh hf-scale [flags]        (runs this script with them)
 #   bash bench/hf_scale.sh [--models llama1b,qwen06b,gemma1b] [--variants base,companion]
 #                          [--max-t 128|512] [--max-cache 512] [--prompt 32] [--steps 64]
-#                          [--budget S] [--export-deadline S] [--ncu base,companion|none] [--dry-run]
+#                          [--budget S] [--export-deadline S] [--ncu base,companion|none] [--ab VAR]
+#                          [--dry-run]
 # Carried (git-ignored), as for bench/real_scale.sh: .dev/gpu.tar.xz (scripts/gpu_bundle.sh, packed:
 # et_cuda_run, libexecutorch_cuda.so.0) and .whl/models/sites/et15.tar.xz (tests/models/wheels.sh:
 # ExecuTorch 1.5.1). Writes into $OUT (default /tmp/hf_scale_out): <date>-<commit>-hf-scale.md (named
@@ -27,7 +28,9 @@
 #          job STOPPED (SIGSTOP) meanwhile: the torch slot (eager and compiled decode tok/s), then
 #          et_cuda_run --generate STEPS --generate-rounds 2 --stats --mem --expect-tokens <eager's> per
 #          variant in three modes: graphs (enable_cuda_graph_for_method=forward), graphs + shared stream
-#          (use_shared_cuda_stream=true too), plain; then per variant a 128-token prefill (plain, 3 rounds)
+#          (use_shared_cuda_stream=true too), plain; then per variant a 128-token prefill (plain, 3 rounds);
+#          with --ab VAR, then per variant graphs runs with VAR=0 and VAR=1 in turn, two of each (an A/B of
+#          one of the library's environment switches on the same programs; its table in the results file)
 #   --export-deadline (430 s): exports still running are ended ("not exported"); the rest is timed
 #   then   ncu census of one decode step (plain, --generate 4) per program of the --ncu variants, while
 #          more than 60 s are left
@@ -52,6 +55,7 @@ PROMPT=32
 STEPS=64
 PREFILL=128
 NCU_VARIANTS=companion
+AB=""
 DRY=0
 usage() { sed -n '2,/^set -uo pipefail$/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
@@ -65,6 +69,7 @@ while [ $# -gt 0 ]; do
     --budget) BUDGET=${2:?--budget needs seconds}; shift 2 ;;
     --export-deadline) EXPORT_DEADLINE=${2:?--export-deadline needs seconds}; shift 2 ;;
     --ncu) NCU_VARIANTS=${2:?--ncu needs a list or none}; shift 2 ;;
+    --ab) AB=${2:?--ab needs a variable name}; shift 2 ;;
     --dry-run) DRY=1; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "hf_scale.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -86,6 +91,7 @@ done
 for v in ${VARIANTS//,/ }; do
   case "$v" in base | companion | companion_norope) VS="$VS $v" ;; *) die "--variants takes base,companion,companion_norope, not '$v'" ;; esac
 done
+[ -z "$AB" ] || [[ $AB =~ ^ET_CUDA_[A-Z0-9_]+$ ]] || die "--ab takes a switch of the library (ET_CUDA_...), not '$AB'"
 [ "$NCU_VARIANTS" = none ] && NCU_VARIANTS=""
 for v in ${NCU_VARIANTS//,/ }; do [[ " $VS " == *" $v "* ]] || die "--ncu: '$v' is not among --variants"; done
 MS=${MS# } VS=${VS# }
@@ -97,6 +103,7 @@ if [ "$DRY" = 1 ]; then
   echo "plan: references: $MS (eager greedy tokens after a $PROMPT-token prompt, $STEPS new; torch.compile reduce-overhead)"
   echo "plan: per model, alone on the GPU: torch slot, then ours: $(for mo in $MODES; do for v in $VS; do printf '%s/%s ' $v $mo; done; done)then a $PREFILL-token prefill per variant"
   echo "plan: census: ${NCU_VARIANTS:-off}"
+  [ -n "$AB" ] && echo "plan: A/B of $AB: per model and variant, graphs with $AB=0 and =1 in turn, two runs each"
   echo "plan: results into $OUT"
   exit 0
 fi
@@ -130,7 +137,7 @@ TREE=$(git -C "$ROOT" rev-parse --short=7 HEAD 2>/dev/null || echo "no git")
 echo "commit: $COMMIT" >>"$TL"
 RES=$("$PY" bench/results.py name --dir "$OUT" --tag hf-scale --commit "$COMMIT")
 CENSUS=${RES%.md}-census.md
-CMDLINE="bash bench/hf_scale.sh --models $MODELS --variants $VARIANTS --max-t $MAX_T --max-cache $MAX_CACHE --prompt $PROMPT --steps $STEPS --budget $BUDGET --export-deadline $EXPORT_DEADLINE --ncu ${NCU_VARIANTS:-none}"
+CMDLINE="bash bench/hf_scale.sh --models $MODELS --variants $VARIANTS --max-t $MAX_T --max-cache $MAX_CACHE --prompt $PROMPT --steps $STEPS --budget $BUDGET --export-deadline $EXPORT_DEADLINE --ncu ${NCU_VARIANTS:-none}${AB:+ --ab $AB}"
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
   echo "$(nproc) CPUs, $(free -g 2>/dev/null | awk '/Mem:/{print $2}') GiB RAM"
@@ -144,7 +151,7 @@ report() {
     say "report failed: $(tail -1 "$W/logs/report.log")"
 }
 printf '%s\n' "models=$MS" "variants=$VS" "prompt=$PROMPT" "steps=$STEPS" "prefill=$PREFILL" "max_t=$MAX_T" \
-  "max_cache=$MAX_CACHE" >"$W/plan.txt"
+  "max_cache=$MAX_CACHE" "ab=$AB" >"$W/plan.txt"
 
 # ---------------------------------------------------------------- 1. exports and references, in parallel
 source "$ROOT/bench/jobs.sh" # PID, job_start, alive, signal_group, end_job
@@ -208,8 +215,9 @@ torch_slot() { # model: the reference's timing (it is ready), alone on the GPU
   [ -f "$EX/ref_$m.done" ] || { say "torch slot $m: not done after $(($(now) - t0))s, ending it"; end_job "ref_$m"; }
   say "torch slot $m: $(grep -E '^ref ' "$W/logs/ref_$m.log" | tail -1 | cut -c1-250)"
 }
-run_ours() { # model variant mode
-  local m=$1 v=$2 mode=$3 p=$EX/$1_$2 exp args t
+run_ours() { # model variant mode [log name suffix, VAR=value]: the suffix and setting of an --ab run
+  local m=$1 v=$2 mode=$3 p=$EX/$1_$2 exp args t log=run_$1_$2_$3${4:-}
+  local envs=(${5:-})
   exported "${m}_$v" || return 0
   t=$(($(left) - 15))
   [ "$t" -ge 15 ] || { say "run ${m}_$v/$mode: skipped, ${t}s left"; return 0; }
@@ -221,8 +229,8 @@ run_ours() { # model variant mode
   esac
   exp=$(tokens_of "$EX/ref_$m.json")
   [ -n "$exp" ] && args+=(--expect-tokens "$exp")
-  "$PY" "$TABLE" run "$W/logs/run_${m}_${v}_$mode.log" --timeout "$t" -- "$RUNNER" "${args[@]}"
-  say "run ${m}_$v/$mode (rc $?): $("$PY" "$TABLE" brief "$W/logs/run_${m}_${v}_$mode.log")"
+  env "${envs[@]}" "$PY" "$TABLE" run "$W/logs/$log.log" --timeout "$t" -- "$RUNNER" "${args[@]}"
+  say "run ${m}_$v/$mode${5:+ $5} (rc $?): $("$PY" "$TABLE" brief "$W/logs/$log.log")"
 }
 run_prefill() { # model variant: --generate 2 on a PREFILL-token prompt, plain, 3 rounds
   local m=$1 v=$2 p=$EX/$1_$2 ids t
@@ -245,6 +253,12 @@ time_model() { # model: everything else stopped meanwhile
   if [ -f "$EX/ref_$m.ready" ]; then torch_slot "$m" && TORCH_DONE[$m]=1; fi
   for mode in $MODES; do for v in $VS; do run_ours "$m" "$v" "$mode"; done; done
   for v in $VS; do run_prefill "$m" "$v"; done
+  if [ -n "$AB" ]; then
+    local r val
+    for v in $VS; do for r in 1 2; do for val in 0 1; do
+      run_ours "$m" "$v" graphs "_ab${val}_$r" "$AB=$val"
+    done; done; done
+  fi
   TIMED[$m]=1
   [ -n "$stopped" ] && signal_group CONT $stopped
   report

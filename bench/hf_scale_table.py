@@ -7,7 +7,8 @@
 WORK layout (hf_scale.sh): plan.txt (models=, variants=, prompt=, steps=, prefill=, max_t=, max_cache=),
 export/<model>_<variant>/{manifest.json,export.json} and export/ref_<model>.json
 (tests/models/decode_llama.py), logs/run_<model>_<variant>_<graphs|shared|plain>.log and
-logs/prefill_<model>_<variant>.log (et_cuda_run under real_scale_table.py run), logs/ncu_<model>_<variant>.csv,
+logs/prefill_<model>_<variant>.log (et_cuda_run under real_scale_table.py run), with plan.txt's ab=VAR
+logs/run_<model>_<variant>_graphs_ab<0|1>_<round>.log (the A/B of that switch), logs/ncu_<model>_<variant>.csv,
 logs/export_<model>_<variant>.log, env.txt, timeline.txt. The runner logs, the ncu census and the
 floor are read with bench/real_scale_table.py's code; the floor's bandwidth is the HBM bandwidth of the
 GPU named on env.txt's first line (nvidia-smi's, bench/hbm.py; the H200's 4.8 TB/s, marked assumed,
@@ -37,7 +38,7 @@ f = rst.f
 
 def read_plan(work):
     plan = {"models": "hf_llama1b hf_qwen06b hf_gemma1b", "variants": "base companion", "prompt": "32",
-            "steps": "64", "prefill": "128", "max_t": "128", "max_cache": "512"}
+            "steps": "64", "prefill": "128", "max_t": "128", "max_cache": "512", "ab": ""}
     try:
         with open(os.path.join(work, "plan.txt")) as fh:
             for ln in fh:
@@ -62,7 +63,7 @@ class Report:
         self.w, self.command, self.note, self.L, self.figs, self.targets = work, command, note, [], [], []
         self.plan = read_plan(work)
         self.hbm = hbm.from_env(os.path.join(work, "env.txt"))
-        self.exports, self.runs, self.prefill, self.refs = {}, {}, {}, {}
+        self.exports, self.runs, self.prefill, self.refs, self.ab = {}, {}, {}, {}, {}
         for m in self.plan["models"]:
             self.refs[m] = rst.load_json(os.path.join(work, "export", f"ref_{m}.json")) or {}
             for v in self.plan["variants"]:
@@ -73,6 +74,11 @@ class Report:
                     r = rst.parse_run(os.path.join(work, "logs", f"run_{m}_{v}_{mode}.log"))
                     if r:
                         self.runs[(m, v, mode)] = r
+                for val in (0, 1):
+                    for rnd in (1, 2):
+                        r = rst.parse_run(os.path.join(work, "logs", f"run_{m}_{v}_graphs_ab{val}_{rnd}.log"))
+                        if r:
+                            self.ab.setdefault((m, v, val), []).append(r)
                 p = rst.parse_run(os.path.join(work, "logs", f"prefill_{m}_{v}.log"))
                 if p:
                     self.prefill[(m, v)] = p
@@ -225,6 +231,33 @@ class Report:
                 L.append(f"| {m}_{v} | not exported: `{tail[:200]}` | | |")
         L.append("")
 
+    def ab_section(self):
+        """The --ab runs: per model and variant, graphs decode tok/s with the switch at 0 and at 1."""
+        var = self.plan.get("ab")
+        if not var or not self.ab:
+            return
+        L = self.L
+        L += [f"## A/B of `{var}` (graphs, the two settings in turn, two runs each)", "",
+              f"| model | variant | {var}=0 tok/s | {var}=1 tok/s | change (means) | tokens vs eager |",
+              "| --- | --- | ---: | ---: | ---: | --- |"]
+        for m in self.plan["models"]:
+            for v in self.plan["variants"]:
+                cols, verdicts = [], set()
+                for val in (0, 1):
+                    ts = []
+                    for r in self.ab.get((m, v, val), []):
+                        steady = r["rounds"][-1] if r["rounds"] else None
+                        ts.append(tok_s(steady) if steady else None)
+                        verdicts.add(str(steady.get("verdict")) if steady else "failed")
+                    cols.append(ts)
+                if not any(cols):
+                    continue
+                means = [sum(t for t in ts if t) / len([t for t in ts if t]) if any(ts) else None for ts in cols]
+                change = (means[1] / means[0] - 1) * 100 if all(means) else None
+                L.append(f"| {SHORT.get(m, m)} | {v} | {', '.join(f(t) for t in cols[0])} | {', '.join(f(t) for t in cols[1])} | "
+                         f"{'n/a' if change is None else f'{change:+.1f} %'} | {', '.join(sorted(verdicts))} |")
+        L.append("")
+
     def census_section(self, census_out):
         rows, parts = [], []
         for m in self.plan["models"]:
@@ -273,6 +306,7 @@ class Report:
               f"{self.plan['prefill']}-token prompt. Tokens are compared with eager PyTorch's (`--expect-tokens`).", ""]
         for m in self.plan["models"]:
             self.model_section(m)
+        self.ab_section()
         self.census_section(census_out)
         self.exports_section()
         head = ["## Targets of issue 28", "", "| target | figure | verdict |", "| --- | --- | --- |"] + self.targets + [""]

@@ -127,6 +127,19 @@ else
   has "$R2" "| Qwen3-0.6B: tokens equal to eager's (64 greedy) in every mode | 0 of 3 runs MATCH; base/graphs: MISMATCH at 5, base/plain: MISMATCH at 5, base/shared: MISMATCH at 5 | **MISS** |" "mismatch target"
   has "$R2" "| Llama-1B companion + graphs >= 80 % of the floor | n/a tok/s = n/a % | n/a |" "target n/a without the program"
 fi
+# --ab: each model and variant timed with graphs at the switch's 0 and 1, two runs each, and its table
+bash "$S" --dry-run --ab ET_CUDA_FUSED_ADD_NORM >"$T/plan3" 2>&1 &&
+  has "$T/plan3" "plan: A/B of ET_CUDA_FUSED_ADD_NORM: per model and variant, graphs with ET_CUDA_FUSED_ADD_NORM=0 and =1" "--ab in the plan"
+bash "$S" --dry-run --ab LD_PRELOAD >"$T/err" 2>&1
+[ $? = 2 ] && ok "usage error: --ab LD_PRELOAD (not a switch of the library)" || bad "no usage error for --ab LD_PRELOAD"
+run "$T/out4" "$T/w4" FAKE_AB_VAR=ET_CUDA_FUSED_ADD_NORM -- --models gemma1b --variants companion --ab ET_CUDA_FUSED_ADD_NORM ||
+  bad "--ab run: exit status $?"
+R4=$(ls "$T"/out4/*-hf-scale.md 2>/dev/null | head -1)
+has "${R4:-/dev/null}" "## A/B of \`ET_CUDA_FUSED_ADD_NORM\` (graphs, the two settings in turn, two runs each)" "A/B section"
+has "${R4:-/dev/null}" "| Gemma-3-1B | companion | 1920.0, 1920.0 | 1728.0, 1728.0 | -10.0 % | MATCH |" "A/B row: the fake's 10 % at =1"
+has "${R4:-/dev/null}" "--ab ET_CUDA_FUSED_ADD_NORM" "A/B in the command line"
+n=$(grep -c "^\[.*\] run hf_gemma1b_companion/graphs ET_CUDA_FUSED_ADD_NORM=[01] " "$T/w4/timeline.txt")
+[ "$n" = 4 ] && ok "4 A/B runs in the timeline" || bad "$n A/B runs in the timeline, not 4"
 # every export past the deadline: ended, reported, the references still timed
 run "$T/out3" "$T/w3" FAKE_EXPORT_S=60 HFS_EXPORT_DEADLINE=4 HFS_BUDGET=60 "FAKE_GPU_NAME=NVIDIA H100 80GB HBM3" -- --models qwen06b ||
   bad "third run: exit status $?"
