@@ -35,7 +35,7 @@
 #   SUITE_MODES         e.g. "host,generate" (default: all of suite_run.py's MODES)
 #   SUITE_EXTRA_MODES   e.g. "graphs:--option enable_cuda_graph_for_method={methods}" (';' between modes)
 #   SUITE_RUN_TIMEOUT   seconds per runner call (default 60)
-#   SUITE_RUNNER, SUITE_LIB   override BUNDLE_DIR/et_cuda_run, BUNDLE_DIR/libexecutorch_cuda.so
+#   SUITE_RUNNER, SUITE_LIB   override BUNDLE_DIR/et_cuda_run, BUNDLE_DIR/libexecutorch_cuda.so (else .so.0)
 #   SUITE_TEST_CPU=1    test of this script on a machine without a GPU: exports with --fake-aoti
 #                       (not runnable), sdpa_check --self-test, the runner replaced by fake_runner.py
 set -uo pipefail
@@ -60,6 +60,8 @@ JOBS15=${SUITE_EXPORT_JOBS15:-2}
 PHASES=${SUITE_PHASES:-sdpa,export,et15,run}
 RUNNER=${SUITE_RUNNER:-$BUNDLE/et_cuda_run}
 LIB=${SUITE_LIB:-$BUNDLE/libexecutorch_cuda.so}
+# scripts/gpu_bundle.sh packs the library under its SONAME only
+[ -n "${SUITE_LIB:-}" ] || [ -f "$LIB" ] || LIB=$BUNDLE/libexecutorch_cuda.so.0
 PY=${SUITE_PYTHON:-python3}
 EXPORT_FLAGS=()
 SDPA_FLAGS=()
