@@ -57,7 +57,9 @@ if [ "${SKIP_CARGO_CHECKS:-0}" != 1 ]; then
   cargo_test cargo_test --all-targets -- --nocapture
   step "cargo test --doc (log ${LOGS#"$ROOT/"}/cargo_doctest.log)"
   cargo_test cargo_doctest --doc
-  step "size limits (scripts/size_check.py)"; python3 scripts/size_check.py
+  step "size limits (scripts/size_check.py; its self-test scripts/size_check_test.py)"
+  python3 scripts/size_check.py | sed 's/^/    /'
+  python3 scripts/size_check_test.py | sed 's/^/    /'
   step "import rules (scripts/layers_check.py)"; python3 scripts/layers_check.py
   step "the int4 kernels' index math, emulated on the CPU (kernels/emulate_int4.py)"
   python3 kernels/emulate_int4.py | tail -1
