@@ -35,7 +35,7 @@ MAX_FN_LINES = 80
 
 # Every folder checked, and those among them whose excesses fail the check.
 FOLDERS = ["src", "scripts", "python/tests", "tests", "tests/models", "c_tests", "runner", "bench"]
-ENFORCED = ["src", "scripts", "python/tests", "tests", "c_tests", "runner", "bench"]
+ENFORCED = FOLDERS  # all of them: every folder is within the limits
 # Dated results, never rewritten: never checked.
 SKIP = ["bench/results"]
 

@@ -7,6 +7,8 @@ tree with such a file, the check must exit 1 when its folder is enforced and 0
 
     python3 scripts/size_check_test.py
 """
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -85,19 +87,30 @@ def main():
     expect(reported("big.py", big[:big.rindex("x")]) == [],
            f"a file of {size_check.MAX_FILE_LINES} lines is not reported")
 
-    # End to end: one folder of FOLDERS holding a function over the limit.
-    enforced, pending = size_check.ENFORCED[0], None
-    pending = next((f for f in size_check.FOLDERS if f not in size_check.ENFORCED), None)
-    for folder, want_rc in [(enforced, 1)] + ([(pending, 0)] if pending else []):
-        with tempfile.TemporaryDirectory() as tmp:
-            os.makedirs(os.path.join(tmp, folder))
-            with open(os.path.join(tmp, folder, "x.sh"), "w", encoding="utf-8") as f:
-                f.write(shell("too_long", LIMIT + 1))
-            p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "size_check.py"), tmp],
-                               capture_output=True, text=True)
-            out = p.stdout + p.stderr
-            expect(p.returncode == want_rc and f"{folder}/x.sh:1: function too_long" in out,
-                   f"a long function in {folder}/ exits {want_rc} and is named (rc {p.returncode}: {out.strip()})")
+    # End to end: one folder of FOLDERS holding a function over the limit, enforced (a subprocess,
+    # the real ENFORCED list) and, with ENFORCED patched to leave that folder out, only reported.
+    folder = size_check.ENFORCED[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        os.makedirs(os.path.join(tmp, folder))
+        with open(os.path.join(tmp, folder, "x.sh"), "w", encoding="utf-8") as f:
+            f.write(shell("too_long", LIMIT + 1))
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "size_check.py"), tmp],
+                           capture_output=True, text=True)
+        out = p.stdout + p.stderr
+        expect(p.returncode == 1 and f"{folder}/x.sh:1: function too_long" in out,
+               f"a long function in enforced {folder}/ exits 1 and is named (rc {p.returncode}: {out.strip()})")
+        saved, argv = size_check.ENFORCED, sys.argv
+        size_check.ENFORCED = [f for f in size_check.FOLDERS if f != folder]
+        sys.argv = ["size_check.py", tmp]
+        try:
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                rc = size_check.main()
+        finally:
+            size_check.ENFORCED, sys.argv = saved, argv
+        out = buf.getvalue()
+        expect(rc == 0 and f"{folder}/x.sh:1: function too_long" in out and "not enforced yet" in out,
+               f"the same in a folder not enforced exits 0 and is named (rc {rc}: {out.strip()})")
 
     if failures:
         print(f"size_check_test: {len(failures)} failed")
