@@ -47,8 +47,9 @@ cargo_test() {
 }
 
 if [ "${SKIP_CARGO_CHECKS:-0}" != 1 ]; then
-  step "cargo fmt --check"
+  step "cargo fmt --check (and rustfmt --check on the tests' include!d pieces, which cargo fmt does not reach)"
   logged cargo_fmt cargo fmt --check
+  logged rustfmt_pieces rustfmt --edition 2021 --check tests/*/*.rs
   step "cargo clippy --all-targets -- -D warnings -D clippy::undocumented_unsafe_blocks (log ${LOGS#"$ROOT/"}/clippy.log)"
   logged clippy cargo clippy --all-targets -- -D warnings -D clippy::undocumented_unsafe_blocks
   # --nocapture keeps what the GPU tests print where there is no GPU (in the log); the
