@@ -211,44 +211,8 @@ row() { printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$INDEX"; }
 TABLE_ARGS=()
 [ -n "$RS" ] && TABLE_ARGS=(--real-scale "$RS" --ref "$RUN/ref/ref_$RS.json")
 table() { python3 "$BENCH/side_by_side_table.py" --index "$INDEX" --notes "$NOTES" "${TABLE_ARGS[@]}" --out "$1" >"$LOGS/table.log" 2>&1; }
-finish() {
-  trap - TERM INT
-  note "elapsed: $(($(date +%s) - START))s"
-  RESULT=$(python3 "$BENCH/results.py" name --dir "$OUT" --tag "$TAG")
-  table "$RESULT" || { echo "side_by_side_table.py failed:"; tail -20 "$LOGS/table.log"; }
-  [ -f "$RESULT" ] && rm -f "$OUT/sbs_partial.md"
-  cp "$RESULT" "$RUN/" 2>/dev/null
-  cp -r "$MODELS/.logs" "$RUN/export_logs" 2>/dev/null
-  for p in "${PROGRAMS[@]}"; do
-    [ -f "$MODELS/$p/export.json" ] && cp "$MODELS/$p/export.json" "$RUN/export_$p.json"
-    [ -f "$MODELS/$p/manifest.json" ] && cp "$MODELS/$p/manifest.json" "$RUN/manifest_$p.json"
-  done
-  local T=$OUT/sbs_logs.tar.xz
-  [ -e "$T" ] && T=$OUT/sbs_logs.$(basename "$RESULT" .md).tar.xz
-  tar -C "$RUN" -cf - . | xz -T0 -6 >"$T" 2>/dev/null || echo "could not pack the logs"
-  if [ -n "${PACK_PID:-}" ]; then
-    wait "$PACK_PID" || echo "pack.py failed: $(tail -2 "$RUN/pack.log")"
-  fi
-  if [ -n "${BENCH_RESULTS_DIR:-}" ] && [ -f "$RESULT" ]; then
-    python3 "$BENCH/results.py" add "$RESULT" --dir "$BENCH_RESULTS_DIR" --index "${BENCH_RESULTS_INDEX:-$BENCH/RESULTS.md}" \
-      --what "${SBS_WHAT:-side by side$([ -n "$RS" ] && echo " at real scale"): ExecuTorch 1.4.1 programs (${PROGRAMS[*]}), ours vs upstream ${UP_NAMES[*]}, plain and best}"
-  fi
-  echo
-  echo "==================== $RESULT ($(($(date +%s) - START))s)"
-  cat "$RESULT" 2>/dev/null || echo "(no results file)"
-}
-# stopped from outside (the device tool's time limit): the dated file from what ran
-stopped() {
-  note "stopped by a signal at +$(($(date +%s) - START))s; programs not run to the end: $(for p in "${SMALL_P[@]}" "${BIG_P[@]}"; do
-    [[ " ${DONE[*]} " == *" $p "* ]] || printf '%s ' "$p"; done)"
-  if [ -n "$CUR" ]; then
-    kill -TERM "$CUR" 2>/dev/null
-    wait "$CUR"
-    row "${CUR_ROW[@]}"
-  fi
-  finish
-  exit 143
-}
+# finish (the results file, the logs packed) and stopped (on a signal): bench/side_by_side_results.sh.
+source "$BENCH/side_by_side_results.sh"
 trap stopped TERM INT
 
 # ------------------------------------------------------------------ 0. bundle, runner
@@ -457,107 +421,8 @@ if [ -n "$BIG_PID" ] && alive "$BIG_PID" && [ "${#SMALL_P[@]}" -gt 0 ]; then
 fi
 label() { case "$1" in main-*) echo "main ${1#main-}" ;; *) echo "${1%%-*}" ;; esac; }
 CALL_TIMEOUT=$RUN_TIMEOUT
-one() { # one PROGRAM BACKEND CONFIG KIND N ROUNDS ARGS...; returns the runner's status
-  local prog=$1 backend=$2 config=$3 kind=$4 n=$5 rounds=$6
-  shift 6
-  local log lim
-  log=$LOGS/$prog.$(printf '%s' "$backend" | tr -c 'A-Za-z0-9.-' '_').$config.$kind.log
-  lim=$(left)
-  if [ "$lim" -lt 5 ]; then
-    row "$prog" "$backend" "$config" "$kind" skipped "" "$n" "$rounds"
-    return 0
-  fi
-  [ "$lim" -gt "$CALL_TIMEOUT" ] && lim=$CALL_TIMEOUT
-  local env=()
-  [ "$backend" != ours ] && [ -n "$UP_LD" ] && env=(env "LD_LIBRARY_PATH=$UP_LD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
-  # in the background, so that a SIGTERM to this script is handled at once (bash runs a trap only
-  # after the foreground command, but interrupts `wait`)
-  python3 "$BENCH/sbs_exec.py" "$lim" "$log" -- "${env[@]}" "$RUNNER" "$@" --json &
-  CUR=$! CUR_ROW=("$prog" "$backend" "$config" "$kind" 143 "logs/$(basename "$log")" "$n" "$rounds")
-  wait "$CUR"
-  local rc=$?
-  CUR=
-  row "$prog" "$backend" "$config" "$kind" "$rc" "logs/$(basename "$log")" "$n" "$rounds"
-  say "rc=$rc $prog / $backend / $config / $kind: $(python3 -S "$RUNNER_JSON" brief "$log" case generate 2>/dev/null | tail -1 | cut -c1-140)"
-  return $rc
-}
-partial() {
-  local t=$RUN/partial.$(date +%s%N).md
-  table "$t" && mv -f "$t" "$OUT/sbs_partial.md"
-}
-# run_config PROGRAM CONFIG: every backend's calls of one configuration (status 1: not exported)
-run_config() {
-  local prog=$1 c=$2 man=$MODELS/$1/manifest.json
-  local backends=(ours) bi i b k lib extra opts rc args
-  # upstream cannot load a companion program (its .so imports aoti_torch_cuda_et_*, ours only)
-  if [ -z "$RS" ] || [[ $prog != *_companion ]]; then
-    for i in "${!UP_NAMES[@]}"; do backends+=("$i"); done
-  fi
-  if [ ! -f "$man" ]; then
-    if [ -n "$RS" ]; then # the rows say so, so that the comparisons name the reason
-      for bi in "${backends[@]}"; do
-        b=ours
-        [ "$bi" != ours ] && b=$(label "${UP_NAMES[$bi]}")
-        for k in "${KINDS[@]}"; do row "$prog" "$b" "$c" "$k" "not exported" "" "$GEN_N" 1; done
-      done
-    fi
-    return 1
-  fi
-  local dec pre
-  dec=$(python3 -c 'import json,sys; g=json.load(open(sys.argv[1])).get("generate") or {}; print(g.get("decode_method","forward"))' "$man" 2>/dev/null)
-  pre=$(python3 -c 'import json,sys; g=json.load(open(sys.argv[1])).get("generate") or {}; print(g.get("prefill_method","forward"))' "$man" 2>/dev/null)
-  local best=(--option "enable_cuda_graph_for_method=${dec:-forward}" --option use_shared_cuda_stream=true
-    --option weight_sharing_across_methods=true)
-  for bi in "${backends[@]}"; do
-    if [ "$bi" = ours ]; then
-      b=ours lib=() extra=(--stats)
-    else
-      b=$(label "${UP_NAMES[$bi]}") lib=(--backend-lib "${UP_LIBS[$bi]}") extra=()
-      if [ ! -f "${UP_LIBS[$bi]}" ]; then
-        for k in "${KINDS[@]}"; do row "$prog" "$b" "$c" "$k" "not run" "" "$GEN_N" 1; done
-        continue
-      fi
-    fi
-    opts=()
-    if [ "$c" = best ]; then
-      opts=("${best[@]}")
-      # ours keeps the KV cache of a prefill+decode program in one place only with this option
-      [ "$b" = ours ] && [ "$pre" != "$dec" ] && opts+=(--option share_mutable_buffers_across_methods=true)
-    fi
-    rc=0
-    for k in "${KINDS[@]}"; do
-      if [ "$rc" = 124 ]; then # a call that timed out: the rest of this backend and configuration is skipped
-        row "$prog" "$b" "$c" "$k" skipped "" "$GEN_N" 1
-        continue
-      fi
-      case $k in
-        cases) args=(--manifest "$man" --mem) ;;
-        cold) args=(--manifest "$man" --generate "$GEN_N" --generate-rounds 1 --mem) ;;
-        steady) args=(--manifest "$man" --generate "$GEN_N" --generate-rounds "$ROUNDS" --mem) ;;
-      esac
-      local n=$GEN_N r=1
-      [ "$k" = cases ] && n=0
-      [ "$k" = steady ] && r=$ROUNDS
-      one "$prog" "$b" "$c" "$k" "$n" "$r" "${lib[@]}" "${args[@]}" "${extra[@]}" "${opts[@]}"
-      rc=$?
-      [ "$rc" = 124 ] && note "$prog / $b / $c / $k: timed out (${CALL_TIMEOUT}s a call, or the end of the budget)$([ $k != steady ] && echo "; the rest of $b / $c skipped")"
-    done
-  done
-  return 0
-}
-not_exported() {
-  local why
-  why=$(head -c 300 "$MODELS/.$1.failed.txt" 2>/dev/null)
-  note "$1: not exported${why:+: $why} (see logs/export.*.log)"
-}
-run_program() {
-  local prog=$1 c
-  [ -f "$MODELS/$prog/manifest.json" ] || { not_exported "$prog"; return; }
-  # best first: when the budget runs out, the comparison with graphs on both sides is what is left
-  for c in best plain; do run_config "$prog" "$c"; done
-  DONE+=("$prog")
-  partial
-}
+# The runs: one call, a configuration, a program (bench/side_by_side_runs.sh).
+source "$BENCH/side_by_side_runs.sh"
 
 CALL_TIMEOUT=$RUN_TIMEOUT
 for prog in "${SMALL_P[@]}"; do run_program "$prog"; done
@@ -599,98 +464,8 @@ if [ -z "$RS" ]; then
 fi
 
 # ------------------------------------------------------------------ real scale: exports, reference, runs
-RS_RUNS_S=${SBS_RS_RUNS_S:-90} # what the runs take (16 calls of ~3-5 s): the reference's slot only beyond it
-export_summary() { # PROGRAM: one line from decode_llama.py's export.json, else the log's last line
-  python3 - "$MODELS/$1/export.json" <<'PY' 2>/dev/null || grep -vE '^\s*$' "$LOGS/export.$1.log" 2>/dev/null | tail -1 | cut -c1-200
-import json, sys
-e = json.load(open(sys.argv[1]))
-c = e.get("companion") or {}
-print(f"{e.get('export_s')} s (torch.export {e.get('torch_export_s')} s, lowering {e.get('lower_s')} s), "
-      f".ptd {e.get('ptd_bytes', 0) / 1e9:.3f} GB, {e.get('parameters', 0) / 1e9:.3f} B parameters"
-      + (f", companion rewrite {json.dumps(c)}" if c else "") + f"; {e.get('versions', {})}")
-PY
-}
-rs_collect() { # PROGRAM RC: the finished export into place, or why there is none
-  local p=$1 rc=$2 v=${1##*_} src
-  src=$MODELS/.rs/$p/$v
-  [ "$RS" = llama1b ] || src=$MODELS/.rs/$p/${RS}_$v
-  if [ -f "$src/manifest.json" ]; then
-    rm -rf "${MODELS:?}/$p" && mv "$src" "$MODELS/$p" && rm -rf "$MODELS/.rs/$p"
-  fi
-  if [ -f "$MODELS/$p/manifest.json" ]; then
-    rm -f "$MODELS/.$p.failed.txt"
-    note "export $p: done (rc $rc) at +$(($(date +%s) - START))s: $(export_summary "$p")"
-  else
-    local why
-    why=$(grep -vE '^\s*$' "$LOGS/export.$p.log" 2>/dev/null | tail -1 | cut -c1-250)
-    echo "export failed (rc $rc): ${why:-no output}" >"$MODELS/.$p.failed.txt"
-    note "export $p: FAILED (rc $rc) at +$(($(date +%s) - START))s: ${why:-no output}"
-  fi
-}
-rs_wait_exports() { # until every export ended, or SBS_BIG_RESERVE seconds before the end (then stopped)
-  local stop_at=$((DEADLINE - BIG_RESERVE)) i any rc
-  while :; do
-    any=0
-    for i in "${!RS_PIDS[@]}"; do
-      [ -n "${RS_PIDS[$i]}" ] || continue
-      if alive "${RS_PIDS[$i]}"; then
-        any=1
-        continue
-      fi
-      wait "${RS_PIDS[$i]}"
-      rc=$?
-      RS_PIDS[i]=
-      rs_collect "${RS_WAIT[$i]}" "$rc"
-    done
-    [ "$any" = 0 ] && break
-    if [ "$(date +%s)" -ge "$stop_at" ]; then
-      for i in "${!RS_PIDS[@]}"; do [ -n "${RS_PIDS[$i]}" ] && sig_tree TERM "${RS_PIDS[$i]}"; done
-      sleep 3
-      for i in "${!RS_PIDS[@]}"; do
-        [ -n "${RS_PIDS[$i]}" ] || continue
-        sig_tree KILL "${RS_PIDS[$i]}"
-        wait "${RS_PIDS[$i]}" 2>/dev/null
-        RS_PIDS[i]=
-        echo "stopped at +$(($(date +%s) - START))s after $(($(date +%s) - BIG_T0))s of work (SBS_BIG_RESERVE=${BIG_RESERVE}s kept for the runs); last line: $(grep -vE '^\s*$' "$LOGS/export.${RS_WAIT[$i]}.log" 2>/dev/null | tail -1 | cut -c1-160)" \
-          >"$MODELS/.${RS_WAIT[$i]}.failed.txt"
-        note "export ${RS_WAIT[$i]}: stopped at its deadline (+$(($(date +%s) - START))s): not exported"
-      done
-      break
-    fi
-    sleep 1
-  done
-}
-rs_ref_slot() { # the reference's timing slot (eager decode, host-to-device bandwidth), alone on the GPU
-  [ -n "$REF_PID" ] || return 0
-  local f=$RUN/ref/ref_$RS t0
-  t0=$(date +%s)
-  while alive "$REF_PID" && [ ! -f "$f.ready" ] && [ $(($(date +%s) - t0)) -lt 90 ] &&
-    [ "$(left)" -gt $((RS_RUNS_S + 20)) ]; do sleep 0.5; done
-  if [ -f "$f.ready" ] && alive "$REF_PID" && [ "$(left)" -gt $((RS_RUNS_S + 10)) ]; then
-    touch "$RUN/go_ref"
-    t0=$(date +%s)
-    while alive "$REF_PID" && [ ! -f "$f.done" ] && [ $(($(date +%s) - t0)) -lt 30 ]; do sleep 0.2; done
-  else
-    note "reference: no timing slot ($([ -f "$f.ready" ] && echo "$(left)s left" || echo "not ready"))"
-  fi
-  if alive "$REF_PID"; then
-    sig_tree TERM "$REF_PID"
-    sleep 1
-    sig_tree KILL "$REF_PID"
-  fi
-  wait "$REF_PID" 2>/dev/null
-  REF_PID=
-  note "reference: $(python3 - "$f.json" <<'PY' 2>&1 | tail -1
-import json, sys
-r = json.load(open(sys.argv[1]))
-s = r.get("slot") or {}
-h = (s.get("h2d") or {}).get("pinned") or {}
-print(f"eager greedy tokens {len(r.get('tokens') or [])} (smallest top-1/top-2 margin {r.get('min_margin')}); "
-      f"eager decode {(s.get('eager') or {}).get('decode_tok_s', 'n/a')} tok/s; pinned H2D {h.get('best_gb_s', 'n/a')} GB/s; "
-      f"pageable {((s.get('h2d') or {}).get('pageable') or {}).get('best_gb_s', 'n/a')} GB/s")
-PY
-)"
-}
+# Waiting for the exports, the reference's slot (bench/side_by_side_rs.sh).
+source "$BENCH/side_by_side_rs.sh"
 
 [ "${#RS_PIDS[@]}" -gt 0 ] && rs_wait_exports
 rs_ref_slot

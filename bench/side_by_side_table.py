@@ -39,71 +39,11 @@ What each column is:
 import argparse
 import json
 import os
-import re
 import sys
 
-# runner_json: tests/models in the repository (et_cuda_run --json's reader)
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "models"))
-import runner_json  # noqa: E402
-
-KV = re.compile(r"(\w+)=(\S+)")
-NOT_RUN = ("skipped", "not run", "not exported")  # rc values of rows without a runner call
-
-
-def num(v):
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def parse_log(path):
-    """A bench/sbs_exec.py log: et_cuda_run --json's records (case, generate, generate-lib: each of the
-    last two once per round, the last round's kept), its text lines (mem, stats, load_phases, the
-    PyTorchObserver line, errors) and sbs_exec.py's closing line."""
-    r = {"cases": [], "gen": None, "obs": None, "mem": None, "stats": None, "sbs": None, "error": None,
-         "genlib": None, "load": None}
-    try:
-        lines = open(path, errors="replace").read().splitlines()
-    except OSError:
-        r["error"] = f"no log {path}"
-        return r
-    for ln in lines:
-        rec = runner_json.record(ln)
-        if rec and rec["kind"] == "case":
-            i = str(rec.get("case", "")).split()[0][len("case"):]
-            r["cases"].append((rec.get("method"), int(i) if i.isdigit() else -1, rec.get("max_abs_err"),
-                               rec.get("pass") is True))
-        elif rec and rec["kind"] == "generate":
-            r["gen"] = dict(runner_json.text_fields(rec), result=rec.get("verdict"))
-        elif rec and rec["kind"] == "generate-lib":
-            r["genlib"] = runner_json.text_fields(rec)
-        elif ln.startswith("PyTorchObserver "):
-            try:
-                r["obs"] = json.loads(ln[len("PyTorchObserver "):])
-            except ValueError:
-                pass
-        elif ln.startswith("mem: ") and "n/a" not in ln:
-            r["mem"] = dict(KV.findall(ln))
-        elif ln.startswith("load_phases: "):
-            r["load"] = dict(KV.findall(ln))
-        elif ln.startswith("stats: ") and "n/a" not in ln:
-            r["stats"] = dict(KV.findall(ln))
-        elif ln.startswith("sbs: rc="):
-            r["sbs"] = dict(KV.findall(ln))
-        elif ln.startswith("et_cuda_run: ") or ln.startswith("sbs: cannot start"):
-            r["error"] = ln.split(": ", 1)[1]
-    return r
-
-
-def fmt(v, d=1):
-    return "–" if v is None else f"{v:.{d}f}"
-
-
-def short(s, n=120):
-    s = " ".join(str(s).split())
-    return s if len(s) <= n else s[:n - 1] + "…"
-
+# The log reader and number formatting: beside this file (parse_log: bench/test_table.sh calls it here).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from side_by_side_logs import NOT_RUN, fmt, num, parse_log, short  # noqa: E402
 
 class Report:
     def __init__(self, a):
@@ -361,9 +301,25 @@ class Report:
                 "in one place). Same runner (`et_cuda_run`, upstream through `--backend-lib`), same program, same "
                 "flags; upstream has no library counters (host waits n/a).", ""]
         progs, backs = self.programs(), self.backends()
+        out += self.outputs_section(progs, backs)
+        out += self.token_loop_section(progs, backs)
+        out += self.cold_start_section(progs, backs)
+        out += self.ratio_section(progs, backs)
+        out += self.host_section(progs, backs) + self.load_section(progs)
+        rest = [n for n in notes if not n.startswith(HEAD)]
+        problems = [f"{r['program']} / {r['backend']} / {r['config']} / {r['kind']}: {self.status(r)}"
+                    for r in self.runs if self.status(r) not in ("ok",)]
+        out += ["", "## What did not run or failed, and why", ""]
+        out += [f"- {short(p, 250)}" for p in problems] or ["- nothing"]
+        if rest:
+            out += ["", "## Notes", ""] + [f"- {short(n, 300)}" for n in rest[-60:]]
+        if self.figs:
+            out += [""] + self.figs
+        return "\n".join(out) + "\n"
 
-        # outputs
-        out += ["## Outputs", "",
+    def outputs_section(self, progs, backs):
+        """The "Outputs" table: cases, tokens against eager and against ours plain."""
+        out = ["## Outputs", "",
                 "| program | backend | config | cases | tokens vs eager | same tokens as ours plain | status |",
                 "| --- | --- | --- | --- | --- | --- | --- |"]
         for prog in progs:
@@ -392,9 +348,11 @@ class Report:
                             same = "yes" if g["tokens"] == ref["tokens"] else "no"
                     st = self.status(sr) if sr else self.status(cr)
                     out.append(f"| {prog} | {b} | {c} | {cases} | {toks} | {same} | {st} |")
+        return out
 
-        # token loop
-        out += ["", "## Token loop (steady state: the last of R rounds)", "",
+    def token_loop_section(self, progs, backs):
+        """The steady token loop table (the last of R rounds); its figures."""
+        out = ["", "## Token loop (steady state: the last of R rounds)", "",
                 "| program | backend | config | rounds x tokens | TTFT ms | prefill tok/s | decode tok/s | "
                 "host waits/token | host CPU ms/token | status |",
                 "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
@@ -418,9 +376,11 @@ class Report:
                     if b == "ours" and self.status(sr) == "ok" and dt and not sr.get("fallback"):
                         self.fig(f"sbs.decode_tok_s.{c}.{prog}", dt, "tok/s", "higher",
                                  f"ExecuTorch 1.4.1 program, token loop, ours {c}")
+        return out
 
-        # cold start, load, memory
-        out += ["", "## Cold start, load, device memory (the 1-round run)", "",
+    def cold_start_section(self, progs, backs):
+        """Cold start, load and device memory (the 1-round run); its figures."""
+        out = ["", "## Cold start, load, device memory (the 1-round run)", "",
                 "| program | backend | config | process start → first token ms | load ms | TTFT ms (first round) | "
                 "device MiB (loaded / peak) | status |",
                 "| --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
@@ -437,9 +397,11 @@ class Report:
                     if b == "ours" and cold is not None:
                         self.fig(f"sbs.cold_start_ms.{c}.{prog}", cold, "ms", "lower",
                                  f"ExecuTorch 1.4.1 program, process start to first token, ours {c}")
+        return out
 
-        # ratios
-        out += ["", "## Ours vs upstream (same program, same configuration)", "",
+    def ratio_section(self, progs, backs):
+        """Ours against each upstream build, same program and configuration; its figures."""
+        out = ["", "## Ours vs upstream (same program, same configuration)", "",
                 "decode: ours / upstream decode tok/s (above 1: ours faster); cold start and peak memory: "
                 "ours / upstream (below 1: ours less).", "",
                 "| program | config | upstream build | decode tok/s ours | upstream | decode ours / upstream | "
@@ -461,19 +423,7 @@ class Report:
                     if r["dr"] is not None and not r["fb"]:
                         self.fig(f"sbs.decode_ours_over_upstream.{b.replace(' ', '_')}.{c}.{prog}", r["dr"], "x",
                                  "higher", f"ExecuTorch 1.4.1 program, decode tok/s ours / upstream {b}, {c}")
-
-        out += self.host_section(progs, backs) + self.load_section(progs)
-        rest = [n for n in notes if not n.startswith(HEAD)]
-        problems = [f"{r['program']} / {r['backend']} / {r['config']} / {r['kind']}: {self.status(r)}"
-                    for r in self.runs if self.status(r) not in ("ok",)]
-        out += ["", "## What did not run or failed, and why", ""]
-        out += [f"- {short(p, 250)}" for p in problems] or ["- nothing"]
-        if rest:
-            out += ["", "## Notes", ""] + [f"- {short(n, 300)}" for n in rest[-60:]]
-        if self.figs:
-            out += [""] + self.figs
-        return "\n".join(out) + "\n"
-
+        return out
 
 DEFAULT_TITLE = "executorch-cuda side by side: ExecuTorch 1.4.1 programs, ours and upstream's C++ backend"
 RS_TITLES = {"llama1b": "Llama-3.2-1B-shaped", "qwen06b": "Qwen3-0.6B-shaped"}

@@ -3,7 +3,7 @@
 #  1. table.py on canned runner logs (bench/testdata/canned: et_cuda_run --json's records, a 3-round token
 #     loop among them, whose last round is the one read) -> the expected target and table rows; the
 #     readers of both tables on a failed case;
-#  2. table.py's .ptd reader on files ExecuTorch wrote (an ExecuTorch 1.2 fixture's weights, and a
+#  2. the .ptd reader (table_read.py) on files ExecuTorch wrote (an ExecuTorch 1.2 fixture's weights, and a
 #     FlatTensor file with several keys written by ExecuTorch 1.5.1's serializer);
 #  3. bench/run.sh end to end in BENCH_TEST_CPU=1 mode (fake runner, fake upstream builds and suite
 #     decoders, canned int4 rows): every section runs and the dated results file has each kind of
@@ -93,16 +93,16 @@ fi
 if python3 - "$HERE" <<'EOF' >"$T/ptd.out" 2>&1; then ok "ptd_segments on ExecuTorch's files"; else bad "ptd_segments: $(tail -3 "$T/ptd.out")"; fi
 import sys
 sys.path.insert(0, sys.argv[1])
-import table
+import table_read
 # conv_f32.ptd: the shared conv_f32 fixture's aoti_cuda_blob.ptd (ExecuTorch 1.2); its
 # forward_weights_blob.bin, extracted beside it in tests/fixtures, is 864 bytes.
-got = table.ptd_segments(sys.argv[1] + "/testdata/conv_f32.ptd")
+got = table_read.ptd_segments(sys.argv[1] + "/testdata/conv_f32.ptd")
 assert got == {"forward_weights_blob": 864}, got
 # two_methods.ptd: ExecuTorch 1.5.1's FlatTensorSerializer, 4 keys, one segment shared by two keys.
-got = table.ptd_segments(sys.argv[1] + "/testdata/two_methods.ptd")
+got = table_read.ptd_segments(sys.argv[1] + "/testdata/two_methods.ptd")
 assert got == {"prefill_weights_blob": 3000, "decode_weights_blob": 2500, "alias_of_prefill": 3000, "tiny": 17}, got
 try:
-    table.ptd_segments(sys.argv[1] + "/testdata/int4_sample.json")
+    table_read.ptd_segments(sys.argv[1] + "/testdata/int4_sample.json")
     raise AssertionError("a JSON file was read as a .ptd")
 except ValueError:
     pass

@@ -209,7 +209,48 @@ static double draw(uint64_t seed, uint64_t step) {
   return u;
 }
 
-static void sampling_tests() {
+// The threshold search's definition (see threshold_search_tests).
+static int64_t reference_pick(const std::vector<double>& logits, double t, double top_p, double u) {
+  float top = -std::numeric_limits<float>::infinity();
+  for (double x : logits) top = std::max(top, static_cast<float>(x));
+  const float inv = static_cast<float>(1.0 / t);
+  std::vector<uint64_t> w(logits.size());
+  std::vector<float> p(logits.size());
+  uint64_t total = 0;
+  for (size_t v = 0; v < logits.size(); ++v) {
+    p[v] = std::exp((static_cast<float>(logits[v]) - top) * inv);
+    w[v] = static_cast<uint64_t>(p[v] * 1099511627776.0f);
+    total += w[v];
+  }
+  std::vector<bool> kept(logits.size(), top_p >= 1);
+  for (size_t v = 0; v < logits.size(); ++v) kept[v] = kept[v] && w[v] > 0;
+  if (top_p < 1) {
+    std::vector<size_t> order;
+    for (size_t v = 0; v < w.size(); ++v) {
+      if (w[v] > 0) order.push_back(v);
+    }
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    const uint64_t target = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(top_p * static_cast<double>(total))));
+    uint64_t acc = 0;
+    for (size_t v : order) {
+      if (acc >= target) break;
+      acc += w[v];
+      kept[v] = true;
+    }
+  }
+  uint64_t sum = 0;
+  for (size_t v = 0; v < w.size(); ++v) sum += kept[v] ? w[v] : 0;
+  uint64_t target = std::min(static_cast<uint64_t>(u * static_cast<double>(sum)), sum - 1);
+  uint64_t acc = 0;
+  for (size_t v = 0; v < w.size(); ++v) {
+    if (!kept[v] || w[v] == 0) continue;
+    acc += w[v];
+    if (acc > target) return static_cast<int64_t>(v);
+  }
+  return -2;
+}
+
+static void uniform_and_argmax_tests() {
   // The library's et_cuda_sample_uniform gives the same numbers (values from its formula).
   CHECK(draw(42, 7) == 0.9396161429871874);
   CHECK(draw(0, 0) == 0.8833108082136426);
@@ -222,7 +263,7 @@ static void sampling_tests() {
   }
   CHECK(std::abs(mean - 0.5) < 0.05);
 
-  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
   CHECK(argmax({1, 3, 3, 2}) == 1);  // the first maximum
   CHECK(argmax({1, nan, 5}) == 1);   // NaN counts as the largest
   Sampler greedy(SamplingParams{});
@@ -264,7 +305,10 @@ static void sampling_tests() {
     }
     CHECK(argmax_row(nullptr, 0, RowType::F32) == -1);
   }
+}
 
+static void temperature_and_top_p_tests() {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
   // Temperature 1 over log-probabilities: frequencies follow them.
   const std::vector<double> logits{std::log(0.5), std::log(0.3), std::log(0.2), nan};
   SamplingParams p;
@@ -304,49 +348,12 @@ static void sampling_tests() {
   Sampler edge(p);
   CHECK(edge.pick({0.0, inf, 1.0}) == 1);
   CHECK(edge.pick({nan, -inf}) == -1);
+}
 
+static void threshold_search_tests() {
   // The threshold search against the definition it implements: sort the weights (larger
   // first, ties by lower id), keep them until the mass reaches top_p of the total, then
   // the draw's token in id order. Rows with many equal logits exercise the ties.
-  auto reference = [](const std::vector<double>& logits, double t, double top_p, double u) -> int64_t {
-    float top = -std::numeric_limits<float>::infinity();
-    for (double x : logits) top = std::max(top, static_cast<float>(x));
-    const float inv = static_cast<float>(1.0 / t);
-    std::vector<uint64_t> w(logits.size());
-    std::vector<float> p(logits.size());
-    uint64_t total = 0;
-    for (size_t v = 0; v < logits.size(); ++v) {
-      p[v] = std::exp((static_cast<float>(logits[v]) - top) * inv);
-      w[v] = static_cast<uint64_t>(p[v] * 1099511627776.0f);
-      total += w[v];
-    }
-    std::vector<bool> kept(logits.size(), top_p >= 1);
-    for (size_t v = 0; v < logits.size(); ++v) kept[v] = kept[v] && w[v] > 0;
-    if (top_p < 1) {
-      std::vector<size_t> order;
-      for (size_t v = 0; v < w.size(); ++v) {
-        if (w[v] > 0) order.push_back(v);
-      }
-      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-      const uint64_t target = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(top_p * static_cast<double>(total))));
-      uint64_t acc = 0;
-      for (size_t v : order) {
-        if (acc >= target) break;
-        acc += w[v];
-        kept[v] = true;
-      }
-    }
-    uint64_t sum = 0;
-    for (size_t v = 0; v < w.size(); ++v) sum += kept[v] ? w[v] : 0;
-    uint64_t target = std::min(static_cast<uint64_t>(u * static_cast<double>(sum)), sum - 1);
-    uint64_t acc = 0;
-    for (size_t v = 0; v < w.size(); ++v) {
-      if (!kept[v] || w[v] == 0) continue;
-      acc += w[v];
-      if (acc > target) return static_cast<int64_t>(v);
-    }
-    return -2;
-  };
   int compared = 0, differ = 0;
   for (int row = 0; row < 60; ++row) {
     std::vector<double> logits(50 + 97 * row);
@@ -363,12 +370,18 @@ static void sampling_tests() {
       for (uint64_t step = 0; step < 20; ++step) {
         const int64_t got = s.pick(logits);
         ++compared;
-        if (got != reference(logits, q.temperature, tp, draw(q.seed, step))) ++differ;
+        if (got != reference_pick(logits, q.temperature, tp, draw(q.seed, step))) ++differ;
       }
     }
   }
   CHECK(compared == 6000);
   CHECK(differ == 0);
+}
+
+static void sampling_tests() {
+  uniform_and_argmax_tests();
+  temperature_and_top_p_tests();
+  threshold_search_tests();
 }
 
 // --json's line builder: escaping, numbers, nulls, lists.

@@ -101,6 +101,73 @@ void enqueue(Module& module, const std::string& model, const std::string& method
       have_stats ? static_cast<long long>(s1.host_waits - s0.host_waits) : -1LL, on_device ? "yes" : "no");
 }
 
+namespace {
+
+// --pipeline: A's outputs must be B's inputs, as many, each of the same dtype and shape.
+void check_pipeline_values(const MethodMeta& meta_a, const MethodMeta& meta_b, const std::string& model,
+                           const std::string& A, const std::string& B) {
+  if (meta_a.num_outputs() != meta_b.num_inputs()) {
+    fail(model, "--pipeline: '" + A + "' has " + std::to_string(meta_a.num_outputs()) + " outputs, '" + B +
+                    "' takes " + std::to_string(meta_b.num_inputs()) + " inputs");
+  }
+  for (size_t i = 0; i < meta_a.num_outputs(); ++i) {
+    const auto out = meta_a.output_tensor_meta(i);
+    const auto in = meta_b.input_tensor_meta(i);
+    if (!out.ok() || !in.ok()) fail(model, "--pipeline: value " + std::to_string(i) + " is not a tensor");
+    const auto so = out->sizes(), si = in->sizes();
+    if (out->scalar_type() != in->scalar_type() || !std::equal(so.begin(), so.end(), si.begin(), si.end())) {
+      fail(model, "--pipeline: output " + std::to_string(i) + " of '" + A + "' is " +
+                      dtype_name(out->scalar_type()) + " " + shape_str(so) + ", input " + std::to_string(i) +
+                      " of '" + B + "' is " + dtype_name(in->scalar_type()) + " " + shape_str(si));
+    }
+  }
+}
+
+// One variant of --pipeline timed: wall time per iteration (sorted), totals, host waits, and
+// B's last output read back.
+struct PipelineTiming {
+  std::vector<double> wall;
+  double total_us = 0, enqueue_us = 0, waits = -1;
+  std::vector<uint8_t> last;
+  ScalarType type = ScalarType::Float;
+  size_t numel = 0;
+};
+
+// A then B on A's outputs, warm-up then a.bench timed iterations, with both methods' outputs
+// left on the device (`on_device`: skip-copy) or copied to the host.
+PipelineTiming measure_pipeline(Module& module, const Args& a, const std::string& A, const std::string& B,
+                                const InputSet& in_a, const std::string& user_skip, bool on_device) {
+  auto iteration = [&]() {
+    const std::vector<EValue> out_a = execute(module, a.model, A, in_a.values);
+    return execute(module, a.model, B, out_a);  // A's outputs stay valid until A's next execute
+  };
+  set_skip_copy(user_skip, on_device ? std::vector<std::string>{A, B} : std::vector<std::string>{});
+  std::vector<EValue> out_b;
+  for (long i = 0; i < std::max(a.warmup, 1L); ++i) out_b = iteration();
+  host_bytes(last_tensor(out_b, a.model, B));  // idle GPU from here
+  PipelineTiming r;
+  EtCudaStats s0{}, s1{};
+  bool have_stats = stats_snapshot(s0);
+  const auto start = std::chrono::steady_clock::now();
+  for (long i = 0; i < a.bench; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    out_b = iteration();
+    r.wall.push_back(since_us(t0));
+  }
+  r.enqueue_us = since_us(start);
+  const auto& last = last_tensor(out_b, a.model, B);
+  r.last = host_bytes(last);
+  r.total_us = since_us(start);
+  have_stats = have_stats && stats_snapshot(s1);
+  if (have_stats) r.waits = static_cast<double>(s1.host_waits - s0.host_waits);
+  r.type = last.scalar_type();
+  r.numel = static_cast<size_t>(last.numel());
+  std::sort(r.wall.begin(), r.wall.end());
+  return r;
+}
+
+}  // namespace
+
 // --pipeline A,B: A runs on the host input of its first case and its outputs
 // feed B. Round trip: every output goes to host memory and B reads it from
 // there. Device chain: A's and B's outputs stay on the device (skip-copy) and
@@ -132,21 +199,7 @@ bool run_pipeline(Module& module, const Args& a, Manifest& manifest, const std::
     }
   }
   require_unplanned_inputs(meta_b, a.model, B, "--pipeline");
-  if (meta_a.num_outputs() != meta_b.num_inputs()) {
-    fail(a.model, "--pipeline: '" + A + "' has " + std::to_string(meta_a.num_outputs()) + " outputs, '" + B +
-                      "' takes " + std::to_string(meta_b.num_inputs()) + " inputs");
-  }
-  for (size_t i = 0; i < meta_a.num_outputs(); ++i) {
-    const auto out = meta_a.output_tensor_meta(i);
-    const auto in = meta_b.input_tensor_meta(i);
-    if (!out.ok() || !in.ok()) fail(a.model, "--pipeline: value " + std::to_string(i) + " is not a tensor");
-    const auto so = out->sizes(), si = in->sizes();
-    if (out->scalar_type() != in->scalar_type() || !std::equal(so.begin(), so.end(), si.begin(), si.end())) {
-      fail(a.model, "--pipeline: output " + std::to_string(i) + " of '" + A + "' is " +
-                        dtype_name(out->scalar_type()) + " " + shape_str(so) + ", input " + std::to_string(i) +
-                        " of '" + B + "' is " + dtype_name(in->scalar_type()) + " " + shape_str(si));
-    }
-  }
+  check_pipeline_values(meta_a, meta_b, a.model, A, B);
   load_method(module, a.model, A);
   load_method(module, a.model, B);
 
@@ -162,48 +215,12 @@ bool run_pipeline(Module& module, const Args& a, Manifest& manifest, const std::
 
   InputSet in_a;
   case_inputs((*cases_a)[0], false, 0, in_a);
-  auto iteration = [&]() {
-    const std::vector<EValue> out_a = execute(module, a.model, A, in_a.values);
-    return execute(module, a.model, B, out_a);  // A's outputs stay valid until A's next execute
-  };
-  struct Timing {
-    std::vector<double> wall;
-    double total_us = 0, enqueue_us = 0, waits = -1;
-    std::vector<uint8_t> last;
-    ScalarType type = ScalarType::Float;
-    size_t numel = 0;
-  };
-  auto measure = [&](bool on_device) {
-    set_skip_copy(user_skip, on_device ? std::vector<std::string>{A, B} : std::vector<std::string>{});
-    std::vector<EValue> out_b;
-    for (long i = 0; i < std::max(a.warmup, 1L); ++i) out_b = iteration();
-    host_bytes(last_tensor(out_b, a.model, B));  // idle GPU from here
-    Timing r;
-    EtCudaStats s0{}, s1{};
-    bool have_stats = stats_snapshot(s0);
-    const auto start = std::chrono::steady_clock::now();
-    for (long i = 0; i < a.bench; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      out_b = iteration();
-      r.wall.push_back(since_us(t0));
-    }
-    r.enqueue_us = since_us(start);
-    const auto& last = last_tensor(out_b, a.model, B);
-    r.last = host_bytes(last);
-    r.total_us = since_us(start);
-    have_stats = have_stats && stats_snapshot(s1);
-    if (have_stats) r.waits = static_cast<double>(s1.host_waits - s0.host_waits);
-    r.type = last.scalar_type();
-    r.numel = static_cast<size_t>(last.numel());
-    std::sort(r.wall.begin(), r.wall.end());
-    return r;
-  };
-  const Timing trip = measure(false);
-  const Timing chain = measure(true);
+  const PipelineTiming trip = measure_pipeline(module, a, A, B, in_a, user_skip, false);
+  const PipelineTiming chain = measure_pipeline(module, a, A, B, in_a, user_skip, true);
   set_skip_copy(user_skip, {});
 
   const double n = static_cast<double>(a.bench);
-  auto line = [&](const char* name, const Timing& r) {
+  auto line = [&](const char* name, const PipelineTiming& r) {
     std::printf("pipeline %s: methods=%s,%s n=%ld warmup=%ld p50=%.1fus p99=%.1fus per_iter_total=%.1fus "
                 "enqueue_total=%.1fus host_waits_per_iter=%.2f\n",
                 name, A.c_str(), B.c_str(), a.bench, a.warmup, pct(r.wall, 0.5), pct(r.wall, 0.99), r.total_us / n,

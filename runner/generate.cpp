@@ -249,6 +249,181 @@ GeneratePlan plan_generate(Module& module, const Args& a, const Manifest* manife
   return p;
 }
 
+namespace {
+
+// One round of --generate: its tokens, where the last was chosen, its clock readings, and the
+// library's counters around its decode steps (when it has them).
+struct GenerateRound {
+  std::vector<int64_t> tokens;
+  double sampling_ms = 0;
+  bool on_device = false;  // where the last token was chosen
+  double start_ms = 0, first_token_ms = 0, end_ms = 0;
+  bool have_stats = false;
+  EtCudaStats s0{}, s1{};
+};
+
+// The prefill, then decode steps until p.steps tokens, an end-of-sequence id or a stop string;
+// in text mode the text on stdout as it comes and its "text:" line on `figures`.
+GenerateRound generate_round(Module& module, const std::string& model, const GeneratePlan& p, bool prefill_pos,
+                             bool decode_pos, bool text, FILE* figures) {
+  GenerateRound r;
+  std::vector<int64_t>& tokens = r.tokens;
+  Sampler sampler(p.sampling);
+  TextStream stream;
+  std::string why_stop = "max-new-tokens", piece, error;
+  if (text && !stream.open(*p.tokenizer, p.stop, error)) fail("--tokenizer", error);
+  // Whether generation ends with `token`: an end-of-sequence id, or a stop
+  // string in the text; prints the token's text.
+  auto finished = [&](int64_t token) {
+    if (!text) return false;
+    const auto& eos = p.tokenizer->eos_ids();
+    if (std::find(eos.begin(), eos.end(), static_cast<uint32_t>(token)) != eos.end()) {
+      why_stop = "eos";
+      return true;
+    }
+    if (!stream.push(static_cast<uint32_t>(token), piece, error)) fail("--tokenizer", error);
+    std::fputs(printable(piece).c_str(), stdout);
+    std::fflush(stdout);
+    if (stream.stopped()) why_stop = "stop-string";
+    return stream.stopped();
+  };
+  r.start_ms = steady_ms();
+  std::vector<int64_t> ids = p.prompt, positions(p.prompt.size());
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
+  tokens.push_back(next_token(step(module, model, p.prefill_method, prefill_pos, ids, positions), model,
+                              p.prefill_method, p.device, p.sample_on_host, sampler, r.sampling_ms, r.on_device));
+  r.first_token_ms = steady_ms();
+  bool done = finished(tokens.back());
+
+  r.have_stats = stats_snapshot(r.s0);
+  int64_t position = static_cast<int64_t>(p.prompt.size());
+  for (long i = 1; i < p.steps && !done; ++i) {
+    std::vector<int64_t> id{tokens.back()}, pos{position++};
+    tokens.push_back(next_token(step(module, model, p.decode_method, decode_pos, id, pos), model, p.decode_method,
+                                p.device, p.sample_on_host, sampler, r.sampling_ms, r.on_device));
+    done = finished(tokens.back());
+  }
+  r.end_ms = steady_ms();
+  r.have_stats = r.have_stats && stats_snapshot(r.s1);
+  mem_sample();
+  if (text) {
+    if (!stream.finish(piece, error)) fail("--tokenizer", error);
+    std::fputs((printable(piece) + "\n").c_str(), stdout);
+    std::fflush(stdout);
+    const std::string sampling =
+        sampler.greedy() ? std::string("greedy")
+                         : "temperature=" + fixed(p.sampling.temperature, 3) + " top_p=" + fixed(p.sampling.top_p, 3) +
+                               " seed=" + std::to_string(p.sampling.seed);
+    std::fprintf(figures, "text: stop=%s prompt_tokens=%zu new_tokens=%zu sampling=%s prompt_ids=%s\n",
+                 why_stop.c_str(), p.prompt.size(), tokens.size(), sampling.c_str(), join_ints(p.prompt).c_str());
+  }
+  return r;
+}
+
+// The round's "generate" line (text or JSON); whether its tokens match the expected ones.
+bool report_round(const GeneratePlan& p, long round, const GenerateRound& r, FILE* figures) {
+  const std::vector<int64_t>& tokens = r.tokens;
+  const double start_ms = r.start_ms, first_token_ms = r.first_token_ms, end_ms = r.end_ms;
+  const double sampling_ms = r.sampling_ms;
+  const bool have_stats = r.have_stats, on_device = r.on_device;
+  const EtCudaStats &s0 = r.s0, &s1 = r.s1;
+  const long decoded = static_cast<long>(tokens.size()) - 1;
+  const double prefill_s = (first_token_ms - start_ms) / 1e3, decode_s = (end_ms - first_token_ms) / 1e3;
+  // NaN where there is no figure: "n/a" in the text line, null in the JSON one.
+  const double rate_v = decoded > 0 && decode_s > 0 ? static_cast<double>(decoded) / decode_s : std::nan("");
+  const double waits_v = have_stats && decoded > 0
+                             ? static_cast<double>(s1.host_waits - s0.host_waits) / static_cast<double>(decoded)
+                             : std::nan("");
+  const std::string decode_rate = std::isnan(rate_v) ? "n/a" : fixed(rate_v, 1);
+  const std::string waits = std::isnan(waits_v) ? "n/a" : fixed(waits_v, 2);
+  bool match = true;
+  std::vector<int64_t> expected;
+  if (p.check) {
+    const size_t k = std::min(tokens.size(), p.expected.size());
+    expected.assign(p.expected.begin(), p.expected.begin() + static_cast<std::ptrdiff_t>(k));
+    match = std::equal(expected.begin(), expected.end(), tokens.begin());
+  }
+  // Earlier rounds get their own prefix; the last one is the "generate:" line tools read.
+  const std::string prefix =
+      round < p.rounds ? "generate (round " + std::to_string(round) + " of " + std::to_string(p.rounds) + ")"
+                       : "generate";
+  if (json()) {
+    JsonLine j("generate");
+    j.integer("round", round).integer("rounds", p.rounds).str("prefill", p.prefill_method);
+    j.str("decode", p.decode_method).integer("prompt_tokens", static_cast<long long>(p.prompt.size()));
+    j.integer("new_tokens", static_cast<long long>(tokens.size())).num("ttft_ms", first_token_ms - start_ms);
+    j.num("prefill_tok_s", prefill_s > 0 ? static_cast<double>(p.prompt.size()) / prefill_s : 0.0);
+    j.num("decode_tok_s", rate_v).num("host_waits_per_token", waits_v);  // NaN: null
+    j.str("sampler", on_device ? "device" : "host");
+    j.num("sampling_us_per_token", tokens.empty() ? 0.0 : sampling_ms * 1e3 / static_cast<double>(tokens.size()));
+    j.ints("tokens", tokens);
+    if (p.check) j.ints("expected", expected);
+    else j.null("expected");
+    j.str("verdict", p.check ? (match ? "MATCH" : "MISMATCH") : "UNCHECKED").print(figures);
+  } else {
+    std::fprintf(
+        figures, "%s: prefill=%s decode=%s prompt_tokens=%zu new_tokens=%zu ttft_ms=%.3f prefill_tok_s=%.1f "
+        "decode_tok_s=%s host_waits_per_token=%s sampler=%s sampling_us_per_token=%.1f rounds=%ld tokens=%s "
+        "expected=%s %s\n",
+        prefix.c_str(), p.prefill_method.c_str(), p.decode_method.c_str(), p.prompt.size(), tokens.size(),
+        first_token_ms - start_ms, prefill_s > 0 ? static_cast<double>(p.prompt.size()) / prefill_s : 0.0,
+        decode_rate.c_str(), waits.c_str(), on_device ? "device" : "host",
+        tokens.empty() ? 0.0 : sampling_ms * 1e3 / static_cast<double>(tokens.size()), p.rounds, join_ints(tokens).c_str(),
+        p.check ? join_ints(expected).c_str() : "none", p.check ? (match ? "MATCH" : "MISMATCH") : "UNCHECKED");
+  }
+  return match;
+}
+
+// The round's "generate-lib" line: the library's host time per decode execute.
+void report_lib_round(const GeneratePlan& p, long round, const GenerateRound& r, FILE* figures) {
+  const bool have_stats = r.have_stats;
+  const EtCudaStats &s0 = r.s0, &s1 = r.s1;
+  // The library's host time per decode execute (this project's backend only): what the
+  // decode steps above added to its counters, so the prefill and earlier rounds are left out.
+  if (have_stats && s1.executes > s0.executes) {
+    const double n = static_cast<double>(s1.executes - s0.executes);
+    const double exec_us = static_cast<double>(s1.execute_host_ns - s0.execute_host_ns) / n / 1e3;
+    const double run_us = static_cast<double>(s1.run_host_ns - s0.run_host_ns) / n / 1e3;
+    const auto replays = static_cast<unsigned long long>(s1.graph_replays - s0.graph_replays);
+    const auto captures = static_cast<unsigned long long>(s1.graph_captures - s0.graph_captures);
+    if (json()) {
+      JsonLine("generate-lib")
+          .integer("round", round)
+          .integer("decode_executes", static_cast<long long>(n))
+          .num("lib_execute_us", exec_us)
+          .num("run_us", run_us)
+          .integer("graph_replays", static_cast<long long>(replays))
+          .integer("graph_captures", static_cast<long long>(captures))
+          .print(figures);
+    } else {
+      const std::string lib_prefix =
+          round < p.rounds ? "generate-lib (round " + std::to_string(round) + " of " + std::to_string(p.rounds) + ")"
+                           : "generate-lib";
+      std::fprintf(figures,
+                   "%s: decode_executes=%llu lib_execute_us=%.2f run_us=%.2f graph_replays=%llu graph_captures=%llu\n",
+                   lib_prefix.c_str(), static_cast<unsigned long long>(n), exec_us, run_us, replays, captures);
+    }
+  }
+}
+
+// The last round's PyTorchObserver line.
+void print_observer(const GeneratePlan& p, const GenerateRound& r, double load_start_ms, double load_end_ms,
+                    FILE* figures) {
+  const std::vector<int64_t>& tokens = r.tokens;
+  const double start_ms = r.start_ms, first_token_ms = r.first_token_ms, end_ms = r.end_ms;
+  const double sampling_ms = r.sampling_ms;
+  // Upstream's LLM runner stats (extension/llm/runner): the same keys, in
+  // milliseconds on the steady clock; ours keep fractions of a millisecond.
+  std::fprintf(
+      figures, "PyTorchObserver {\"prompt_tokens\":%zu,\"generated_tokens\":%zu,\"model_load_start_ms\":%.3f,"
+      "\"model_load_end_ms\":%.3f,\"inference_start_ms\":%.3f,\"inference_end_ms\":%.3f,\"prompt_eval_end_ms\":%.3f,"
+      "\"first_token_ms\":%.3f,\"aggregate_sampling_time_ms\":%.3f,\"SCALING_FACTOR_UNITS_PER_SECOND\":1000}\n",
+      p.prompt.size(), tokens.size(), load_start_ms, load_end_ms, start_ms, end_ms, first_token_ms, first_token_ms,
+      sampling_ms);
+}
+
+}  // namespace
+
 bool run_generate(Module& module, const std::string& model, const GeneratePlan& p, double load_start_ms) {
   const MethodMeta prefill_meta = method_meta(module, model, p.prefill_method);
   const MethodMeta decode_meta = method_meta(module, model, p.decode_method);
@@ -262,140 +437,12 @@ bool run_generate(Module& module, const std::string& model, const GeneratePlan& 
   FILE* figures = text ? stderr : stdout;
   bool all_match = true;
   for (long round = 1; round <= p.rounds; ++round) {
-    std::vector<int64_t> tokens;
-    double sampling_ms = 0;
-    bool on_device = false;  // where the last token was chosen
-    Sampler sampler(p.sampling);
-    TextStream stream;
-    std::string why_stop = "max-new-tokens", piece, error;
-    if (text && !stream.open(*p.tokenizer, p.stop, error)) fail("--tokenizer", error);
-    // Whether generation ends with `token`: an end-of-sequence id, or a stop
-    // string in the text; prints the token's text.
-    auto finished = [&](int64_t token) {
-      if (!text) return false;
-      const auto& eos = p.tokenizer->eos_ids();
-      if (std::find(eos.begin(), eos.end(), static_cast<uint32_t>(token)) != eos.end()) {
-        why_stop = "eos";
-        return true;
-      }
-      if (!stream.push(static_cast<uint32_t>(token), piece, error)) fail("--tokenizer", error);
-      std::fputs(printable(piece).c_str(), stdout);
-      std::fflush(stdout);
-      if (stream.stopped()) why_stop = "stop-string";
-      return stream.stopped();
-    };
-    const double start_ms = steady_ms();
-    std::vector<int64_t> ids = p.prompt, positions(p.prompt.size());
-    for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
-    tokens.push_back(next_token(step(module, model, p.prefill_method, prefill_pos, ids, positions), model,
-                                p.prefill_method, p.device, p.sample_on_host, sampler, sampling_ms, on_device));
-    const double first_token_ms = steady_ms();
-    bool done = finished(tokens.back());
-
-    EtCudaStats s0{}, s1{};
-    bool have_stats = stats_snapshot(s0);
-    int64_t position = static_cast<int64_t>(p.prompt.size());
-    for (long i = 1; i < p.steps && !done; ++i) {
-      std::vector<int64_t> id{tokens.back()}, pos{position++};
-      tokens.push_back(next_token(step(module, model, p.decode_method, decode_pos, id, pos), model, p.decode_method,
-                                  p.device, p.sample_on_host, sampler, sampling_ms, on_device));
-      done = finished(tokens.back());
-    }
-    const double end_ms = steady_ms();
-    have_stats = have_stats && stats_snapshot(s1);
-    mem_sample();
-    if (text) {
-      if (!stream.finish(piece, error)) fail("--tokenizer", error);
-      std::fputs((printable(piece) + "\n").c_str(), stdout);
-      std::fflush(stdout);
-      const std::string sampling =
-          sampler.greedy() ? std::string("greedy")
-                           : "temperature=" + fixed(p.sampling.temperature, 3) + " top_p=" + fixed(p.sampling.top_p, 3) +
-                                 " seed=" + std::to_string(p.sampling.seed);
-      std::fprintf(figures, "text: stop=%s prompt_tokens=%zu new_tokens=%zu sampling=%s prompt_ids=%s\n",
-                   why_stop.c_str(), p.prompt.size(), tokens.size(), sampling.c_str(), join_ints(p.prompt).c_str());
-    }
-
-    const long decoded = static_cast<long>(tokens.size()) - 1;
-    const double prefill_s = (first_token_ms - start_ms) / 1e3, decode_s = (end_ms - first_token_ms) / 1e3;
-    // NaN where there is no figure: "n/a" in the text line, null in the JSON one.
-    const double rate_v = decoded > 0 && decode_s > 0 ? static_cast<double>(decoded) / decode_s : std::nan("");
-    const double waits_v = have_stats && decoded > 0
-                               ? static_cast<double>(s1.host_waits - s0.host_waits) / static_cast<double>(decoded)
-                               : std::nan("");
-    const std::string decode_rate = std::isnan(rate_v) ? "n/a" : fixed(rate_v, 1);
-    const std::string waits = std::isnan(waits_v) ? "n/a" : fixed(waits_v, 2);
-    bool match = true;
-    std::vector<int64_t> expected;
-    if (p.check) {
-      const size_t k = std::min(tokens.size(), p.expected.size());
-      expected.assign(p.expected.begin(), p.expected.begin() + static_cast<std::ptrdiff_t>(k));
-      match = std::equal(expected.begin(), expected.end(), tokens.begin());
-    }
+    const GenerateRound r = generate_round(module, model, p, prefill_pos, decode_pos, text, figures);
+    const bool match = report_round(p, round, r, figures);
     all_match = all_match && match;
-    // Earlier rounds get their own prefix; the last one is the "generate:" line tools read.
-    const std::string prefix =
-        round < p.rounds ? "generate (round " + std::to_string(round) + " of " + std::to_string(p.rounds) + ")"
-                         : "generate";
-    if (json()) {
-      JsonLine j("generate");
-      j.integer("round", round).integer("rounds", p.rounds).str("prefill", p.prefill_method);
-      j.str("decode", p.decode_method).integer("prompt_tokens", static_cast<long long>(p.prompt.size()));
-      j.integer("new_tokens", static_cast<long long>(tokens.size())).num("ttft_ms", first_token_ms - start_ms);
-      j.num("prefill_tok_s", prefill_s > 0 ? static_cast<double>(p.prompt.size()) / prefill_s : 0.0);
-      j.num("decode_tok_s", rate_v).num("host_waits_per_token", waits_v);  // NaN: null
-      j.str("sampler", on_device ? "device" : "host");
-      j.num("sampling_us_per_token", tokens.empty() ? 0.0 : sampling_ms * 1e3 / static_cast<double>(tokens.size()));
-      j.ints("tokens", tokens);
-      if (p.check) j.ints("expected", expected);
-      else j.null("expected");
-      j.str("verdict", p.check ? (match ? "MATCH" : "MISMATCH") : "UNCHECKED").print(figures);
-    } else {
-      std::fprintf(
-          figures, "%s: prefill=%s decode=%s prompt_tokens=%zu new_tokens=%zu ttft_ms=%.3f prefill_tok_s=%.1f "
-          "decode_tok_s=%s host_waits_per_token=%s sampler=%s sampling_us_per_token=%.1f rounds=%ld tokens=%s "
-          "expected=%s %s\n",
-          prefix.c_str(), p.prefill_method.c_str(), p.decode_method.c_str(), p.prompt.size(), tokens.size(),
-          first_token_ms - start_ms, prefill_s > 0 ? static_cast<double>(p.prompt.size()) / prefill_s : 0.0,
-          decode_rate.c_str(), waits.c_str(), on_device ? "device" : "host",
-          tokens.empty() ? 0.0 : sampling_ms * 1e3 / static_cast<double>(tokens.size()), p.rounds, join_ints(tokens).c_str(),
-          p.check ? join_ints(expected).c_str() : "none", p.check ? (match ? "MATCH" : "MISMATCH") : "UNCHECKED");
-    }
-    // The library's host time per decode execute (this project's backend only): what the
-    // decode steps above added to its counters, so the prefill and earlier rounds are left out.
-    if (have_stats && s1.executes > s0.executes) {
-      const double n = static_cast<double>(s1.executes - s0.executes);
-      const double exec_us = static_cast<double>(s1.execute_host_ns - s0.execute_host_ns) / n / 1e3;
-      const double run_us = static_cast<double>(s1.run_host_ns - s0.run_host_ns) / n / 1e3;
-      const auto replays = static_cast<unsigned long long>(s1.graph_replays - s0.graph_replays);
-      const auto captures = static_cast<unsigned long long>(s1.graph_captures - s0.graph_captures);
-      if (json()) {
-        JsonLine("generate-lib")
-            .integer("round", round)
-            .integer("decode_executes", static_cast<long long>(n))
-            .num("lib_execute_us", exec_us)
-            .num("run_us", run_us)
-            .integer("graph_replays", static_cast<long long>(replays))
-            .integer("graph_captures", static_cast<long long>(captures))
-            .print(figures);
-      } else {
-        const std::string lib_prefix =
-            round < p.rounds ? "generate-lib (round " + std::to_string(round) + " of " + std::to_string(p.rounds) + ")"
-                             : "generate-lib";
-        std::fprintf(figures,
-                     "%s: decode_executes=%llu lib_execute_us=%.2f run_us=%.2f graph_replays=%llu graph_captures=%llu\n",
-                     lib_prefix.c_str(), static_cast<unsigned long long>(n), exec_us, run_us, replays, captures);
-      }
-    }
+    report_lib_round(p, round, r, figures);
     if (round < p.rounds) continue;
-    // Upstream's LLM runner stats (extension/llm/runner): the same keys, in
-    // milliseconds on the steady clock; ours keep fractions of a millisecond.
-    std::fprintf(
-        figures, "PyTorchObserver {\"prompt_tokens\":%zu,\"generated_tokens\":%zu,\"model_load_start_ms\":%.3f,"
-        "\"model_load_end_ms\":%.3f,\"inference_start_ms\":%.3f,\"inference_end_ms\":%.3f,\"prompt_eval_end_ms\":%.3f,"
-        "\"first_token_ms\":%.3f,\"aggregate_sampling_time_ms\":%.3f,\"SCALING_FACTOR_UNITS_PER_SECOND\":1000}\n",
-        p.prompt.size(), tokens.size(), load_start_ms, load_end_ms, start_ms, end_ms, first_token_ms, first_token_ms,
-        sampling_ms);
+    print_observer(p, r, load_start_ms, load_end_ms, figures);
   }
   return all_match;
 }

@@ -139,6 +139,37 @@ void run_zero_inputs(Module& module, const Args& a, const std::string& user_skip
   if (a.device_io) set_skip_copy(user_skip, {});
 }
 
+// --tokenizer loaded, and --prompt's text encoded into a.prompt_ids; null without --tokenizer.
+std::unique_ptr<Tokenizer> load_tokenizer_and_prompt(Args& a) {
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!a.tokenizer.empty()) {
+    std::string error;
+    tokenizer = Tokenizer::load(a.tokenizer, error);
+    if (!tokenizer) fail(a.tokenizer, error);
+  }
+  if (a.have_prompt) {
+    std::vector<uint32_t> ids;
+    std::string error;
+    if (!tokenizer->encode(a.prompt, ids, error)) fail("--prompt", error);
+    if (ids.empty()) usage_error("--prompt", "the text encodes to no tokens");
+    a.prompt_ids.assign(ids.begin(), ids.end());
+    a.have_prompt_ids = true;
+  }
+  return tokenizer;
+}
+
+// The manifest of --manifest; the program and data files it names unless given on the command line.
+Manifest read_manifest(Args& a) {
+  Manifest manifest = parse_manifest(a.manifest);
+  if (a.model.empty()) a.model = manifest.model;
+  if (a.data.empty()) a.data = manifest.data;
+  if (a.model.empty()) fail(a.manifest, "no \"model\" and no MODEL.pte given");
+  if (!a.generating && manifest.methods.empty()) {
+    usage_error(a.manifest, "the manifest has no cases, only \"generate\": pass --generate N");
+  }
+  return manifest;
+}
+
 int run(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a run killed by a timeout keeps its lines
   Args a = parse_args(argc, argv);
@@ -156,32 +187,11 @@ int run(int argc, char** argv) {
 
   // The tokenizer and the prompt's ids first: a bad tokenizer.json or prompt
   // is reported before any program file is read.
-  std::unique_ptr<Tokenizer> tokenizer;
-  if (!a.tokenizer.empty()) {
-    std::string error;
-    tokenizer = Tokenizer::load(a.tokenizer, error);
-    if (!tokenizer) fail(a.tokenizer, error);
-  }
-  if (a.have_prompt) {
-    std::vector<uint32_t> ids;
-    std::string error;
-    if (!tokenizer->encode(a.prompt, ids, error)) fail("--prompt", error);
-    if (ids.empty()) usage_error("--prompt", "the text encodes to no tokens");
-    a.prompt_ids.assign(ids.begin(), ids.end());
-    a.have_prompt_ids = true;
-  }
+  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer_and_prompt(a);
 
   Manifest manifest;
   const bool have_manifest = !a.manifest.empty();
-  if (have_manifest) {
-    manifest = parse_manifest(a.manifest);
-    if (a.model.empty()) a.model = manifest.model;
-    if (a.data.empty()) a.data = manifest.data;
-    if (a.model.empty()) fail(a.manifest, "no \"model\" and no MODEL.pte given");
-    if (!a.generating && manifest.methods.empty()) {
-      usage_error(a.manifest, "the manifest has no cases, only \"generate\": pass --generate N");
-    }
-  }
+  if (have_manifest) manifest = read_manifest(a);
   check_program_file(a.model);
   for (const std::string& d : a.data) check_data_file(d);
 

@@ -81,7 +81,7 @@ if [ "${ET_CUDA_BUNDLE_WHEELS:-1}" = 0 ]; then
 fi
 step "the benchmark (bench/ and its wheels) into $out/bench, $out/whl"
 mkdir -p "$out/bench" "$out/whl"
-cp "$ROOT"/bench/{run.sh,export.py,models.py,torch_bench.py,table.py,pack.py,results.py,README.md} "$out/bench/"
+cp "$ROOT"/bench/{run.sh,run_gpu.sh,export.py,models.py,torch_bench.py,table.py,table_read.py,table_sections.py,pack.py,results.py,README.md} "$out/bench/"
 cp "$ROOT"/tests/models/runner_json.py "$out/bench/" # et_cuda_run --json's reader, for run.sh and table.py
 WHEELS=${ET_CUDA_WHEELS:-/tmp/whl}
 [ -d "$WHEELS" ] || WHEELS=$ROOT/.whl

@@ -101,10 +101,25 @@ def check_layout(root, text, errors):
         return
     tests = os.path.join(root, "tests")
     for n in sorted(os.listdir(tests)):
-        if n.endswith(".rs") and "needs a CUDA device" in open(os.path.join(tests, n), encoding="utf-8").read():
+        if n.endswith(".rs") and "needs a CUDA device" in test_source(os.path.join(tests, n)):
             if f"`{n}`" not in tests_line:
                 errors.append(f'README.md "## Layout": tests/{n} needs a GPU ("needs a CUDA device"); '
                               f"name `{n}` among the GPU tests of the `tests/` line")
+
+
+def test_source(path, seen=None):
+    """A test file's text with that of the files it pulls in (`include!("..")`, `#[path = ".."]`,
+    relative to its folder), recursively: a test split into pieces is read whole."""
+    seen = set() if seen is None else seen
+    path = os.path.normpath(path)
+    if path in seen or not os.path.exists(path):
+        return ""
+    seen.add(path)
+    text = open(path, encoding="utf-8").read()
+    here = os.path.dirname(path)
+    for rel in re.findall(r'include!\(\s*"([^"]+)"\s*\)|#\[path\s*=\s*"([^"]+)"\]', text):
+        text += "\n" + test_source(os.path.join(here, rel[0] or rel[1]), seen)
+    return text
 
 
 def compare(what, where, number, unit, actual, errors, checked):

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """scripts/readme_check.py can fail: run on a copy of README.md with one src/ file's
 line removed, with a size 20 % off, with a decimal unit and with a GPU test left out of
-the `tests/` line, it must exit 1 naming each; on the README as it is, it must pass.
+the `tests/` line (also one whose GPU tests are in the files it includes), it must exit 1
+naming each; on the README as it is, it must pass.
 
     python3 scripts/readme_check_test.py
 """
@@ -42,6 +43,10 @@ def main():
             "the fixtures (tests/fixtures/{mlp_f32,conv_f32,attn_bf16}): README.md says"),
         "a decimal unit": (readme.replace("11 KiB of weights", "11 KB of weights"), "'11 KB': sizes are binary"),
         "a GPU test left out": (readme.replace("`sample_gpu.rs`, ", ""), "tests/sample_gpu.rs needs a GPU"),
+        # bad_input.rs's GPU tests are in the files it pulls in with include!, not in the file itself.
+        "a GPU test split into pieces left out": (
+            readme.replace("program runs of `bad_input.rs`", "program runs of the bad-input corpus"),
+            "tests/bad_input.rs needs a GPU"),
     }
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:

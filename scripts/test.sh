@@ -47,8 +47,9 @@ cargo_test() {
 }
 
 if [ "${SKIP_CARGO_CHECKS:-0}" != 1 ]; then
-  step "cargo fmt --check"
+  step "cargo fmt --check (and rustfmt --check on the tests' include!d pieces, which cargo fmt does not reach)"
   logged cargo_fmt cargo fmt --check
+  logged rustfmt_pieces rustfmt --edition 2021 --check tests/*/*.rs
   step "cargo clippy --all-targets -- -D warnings -D clippy::undocumented_unsafe_blocks (log ${LOGS#"$ROOT/"}/clippy.log)"
   logged clippy cargo clippy --all-targets -- -D warnings -D clippy::undocumented_unsafe_blocks
   # --nocapture keeps what the GPU tests print where there is no GPU (in the log); the
@@ -57,7 +58,9 @@ if [ "${SKIP_CARGO_CHECKS:-0}" != 1 ]; then
   cargo_test cargo_test --all-targets -- --nocapture
   step "cargo test --doc (log ${LOGS#"$ROOT/"}/cargo_doctest.log)"
   cargo_test cargo_doctest --doc
-  step "size limits (scripts/size_check.py)"; python3 scripts/size_check.py
+  step "size limits (scripts/size_check.py; its self-test scripts/size_check_test.py)"
+  python3 scripts/size_check.py | sed 's/^/    /'
+  python3 scripts/size_check_test.py | sed 's/^/    /'
   step "import rules (scripts/layers_check.py)"; python3 scripts/layers_check.py
   step "the int4 kernels' index math, emulated on the CPU (kernels/emulate_int4.py)"
   python3 kernels/emulate_int4.py | tail -1

@@ -22,6 +22,14 @@ unsafe fn round_trips_and_errors() {
         c("device_index"),
         c("cuda_graph_cache_size"),
     );
+    let keys = [&*shared, &*skip, &*dev, &*mode];
+    round_trips(keys);
+    wrong_types_unknown_keys_and_nulls(keys);
+    truncation_and_graph_memory(keys);
+}
+
+/// Each option set and read back (the graph cache size refuses 0).
+unsafe fn round_trips([shared, skip, dev, mode]: [&CStr; 4]) {
     let mut b = false;
     let mut i = -1i64;
     let mut buf = [0 as std::ffi::c_char; 256];
@@ -63,6 +71,13 @@ unsafe fn round_trips_and_errors() {
         et_cuda_set_option_int(mode.as_ptr(), 0),
         ET_CUDA_STATUS_INVALID_ARGUMENT
     );
+}
+
+/// Options set or read with the wrong type, unknown keys, null arguments.
+unsafe fn wrong_types_unknown_keys_and_nulls([shared, skip, dev, _mode]: [&CStr; 4]) {
+    let mut b = false;
+    let mut i = -1i64;
+    let mut buf = [0 as std::ffi::c_char; 256];
     // Wrong types.
     assert_eq!(
         et_cuda_set_option_int(shared.as_ptr(), 1),
@@ -107,6 +122,11 @@ unsafe fn round_trips_and_errors() {
         et_cuda_get_option_str(skip.as_ptr(), buf.as_mut_ptr(), 0),
         ET_CUDA_STATUS_INVALID_ARGUMENT
     );
+}
+
+/// A string option truncated to the caller's buffer or refused over 255 bytes; graph memory.
+unsafe fn truncation_and_graph_memory([_shared, skip, _dev, _mode]: [&CStr; 4]) {
+    let mut b = false;
     // Truncation to the buffer.
     let mut small = [0 as std::ffi::c_char; 4];
     assert_eq!(

@@ -57,27 +57,7 @@ def main(argv):
     if "--help" in argv:
         print(HELP, end="")
         return 0
-    args = {"options": [], "bench": 0, "warmup": 0, "enqueue": 0, "generate": 0, "generate-rounds": 1}
-    flags = set()
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a in ("--manifest", "--backend-lib", "--method", "--pipeline", "--prefill-method", "--decode-method",
-                 "--prompt-ids", "--expect-tokens", "--data"):
-            args[a[2:]] = argv[i + 1]
-            i += 2
-            continue
-        if a in ("--bench", "--warmup", "--enqueue", "--generate", "--generate-rounds"):
-            args[a[2:]] = int(argv[i + 1])
-            i += 2
-            continue
-        if a == "--option":
-            args["options"].append(argv[i + 1])
-            i += 2
-            continue
-        if a.startswith("--"):
-            flags.add(a)
-        i += 1
+    args, flags = parse_argv(argv)
     if "--json" not in flags:
         print("et_cuda_run (fake): only the --json output is imitated", file=sys.stderr)
         return 2
@@ -135,52 +115,88 @@ def main(argv):
         return finish(1, f"{man_path}: executing 'forward' failed: Error::InvalidArgument (Tensor 0 expected "
                          "device_type=CUDA (1), got 0. Device info may not be properly propagated from CudaPartitioner.)")
     if args["generate"]:
-        gen = man.get("generate") or {}
-        pre = args.get("prefill-method", gen.get("prefill_method", "forward"))
-        dec = args.get("decode-method", gen.get("decode_method", "forward"))
-        exp = gen.get("tokens", [])
-        if args.get("expect-tokens"):
-            exp = [int(x) for x in args["expect-tokens"].split(",")]
-        n = args["generate"]
-        rounds = args["generate-rounds"]
-        if (not ours and "enable_cuda_graph_for_method" in opts and rounds > 1
-                and os.environ.get("FAKE_UPSTREAM_GRAPH_ROUNDS") == "1"):
-            return finish(1, f"{man_path}: executing 'forward' failed: Error::InvalidArgument (CUDA graph replay: "
-                             "input 0 has sizes [1, 32], captured [1, 1] (made-up message of the fake runner))")
-        if ours:
-            w = 3031000000 if "llama1b" in program else 4 << 20
-            out(f"load_phases: fetch_ms=600.0 so_open_ms=12.5 container_ms=30.0 upload_ms={w / 40e6:.1f} "
-                f"upload_bytes={w} upload_gbps=40.00 staging=pinned peak_host_staging_bytes={64 << 20}")
-        if exp:
-            toks = [exp[j] if j < len(exp) else (exp[-1] * 7 + j) % 1000 for j in range(n)]
-        else:
-            toks = fake_tokens(gen.get("prompt_ids", []), n)
-        if pre != dec and opts.get("share_mutable_buffers_across_methods") != "true":
-            toks = toks[:1] + [(t + 1) % 1000 for t in toks[1:]]
-        rate = 1e6 / (base * 8)
-        k = min(n, len(exp))
-        match = toks[:k] == exp[:k]
-        g = "enable_cuda_graph_for_method" in opts
-        for rnd in range(1, rounds + 1):  # a record per round; the first rounds slower (first-call costs)
-            slow = 1.0 if rnd == rounds else 3.0
-            out(jline("generate", round=rnd, rounds=rounds, prefill=pre, decode=dec,
-                      prompt_tokens=len(gen.get("prompt_ids", [])), new_tokens=n, ttft_ms=round(base / 30 * slow, 3),
-                      prefill_tok_s=round(rate * 3 / slow, 1), decode_tok_s=round(rate / slow, 1),
-                      host_waits_per_token=1.0 if ours else None, sampler="host", sampling_us_per_token=0.5,
-                      tokens=toks, expected=exp[:k] if exp else None,
-                      verdict=("MATCH" if match else "MISMATCH") if exp else "UNCHECKED"))
-            if ours and "--stats" in flags:
-                out(jline("generate-lib", round=rnd, decode_executes=n - 1,
-                          lib_execute_us=(12.5 if g else 1100.0) * slow, run_us=(11.5 if g else 1098.0) * slow,
-                          graph_replays=n - 1 if g else 0, graph_captures=1 if g and rnd == 1 else 0))
-        # Times on the monotonic clock in ms, as the runner's steady_clock: load 40 ms after start,
-        # first token base/30 ms later (bench/side_by_side.sh's cold start reads them).
-        t = time.monotonic() * 1000
-        out('PyTorchObserver {"prompt_tokens":6,"generated_tokens":%d,"model_load_start_ms":%.3f,"model_load_end_ms":%.3f,'
-            '"inference_start_ms":%.3f,"inference_end_ms":%.3f,"prompt_eval_end_ms":%.3f,"first_token_ms":%.3f,'
-            '"aggregate_sampling_time_ms":0.1,"SCALING_FACTOR_UNITS_PER_SECOND":1000}'
-            % (n, t, t + 40, t + 41, t + 41 + n * 8 * base / 1000, t + 41 + base / 30, t + 41 + base / 30))
-        return finish(0 if match else 1)
+        return fake_generate(args, flags, opts, man, man_path, program, ours, base, out, finish)
+    return fake_cases(args, flags, opts, man, man_path, build, program, ours, seed, base, out, finish)
+
+
+def parse_argv(argv):
+    """The runner's flags that the fake reads: (values by name, the other flags)."""
+    args = {"options": [], "bench": 0, "warmup": 0, "enqueue": 0, "generate": 0, "generate-rounds": 1}
+    flags = set()
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--manifest", "--backend-lib", "--method", "--pipeline", "--prefill-method", "--decode-method",
+                 "--prompt-ids", "--expect-tokens", "--data"):
+            args[a[2:]] = argv[i + 1]
+            i += 2
+            continue
+        if a in ("--bench", "--warmup", "--enqueue", "--generate", "--generate-rounds"):
+            args[a[2:]] = int(argv[i + 1])
+            i += 2
+            continue
+        if a == "--option":
+            args["options"].append(argv[i + 1])
+            i += 2
+            continue
+        if a.startswith("--"):
+            flags.add(a)
+        i += 1
+    return args, flags
+
+
+def fake_generate(args, flags, opts, man, man_path, program, ours, base, out, finish):
+    """--generate: the load phases (ours), a generate record per round, PyTorchObserver."""
+    gen = man.get("generate") or {}
+    pre = args.get("prefill-method", gen.get("prefill_method", "forward"))
+    dec = args.get("decode-method", gen.get("decode_method", "forward"))
+    exp = gen.get("tokens", [])
+    if args.get("expect-tokens"):
+        exp = [int(x) for x in args["expect-tokens"].split(",")]
+    n = args["generate"]
+    rounds = args["generate-rounds"]
+    if (not ours and "enable_cuda_graph_for_method" in opts and rounds > 1
+            and os.environ.get("FAKE_UPSTREAM_GRAPH_ROUNDS") == "1"):
+        return finish(1, f"{man_path}: executing 'forward' failed: Error::InvalidArgument (CUDA graph replay: "
+                         "input 0 has sizes [1, 32], captured [1, 1] (made-up message of the fake runner))")
+    if ours:
+        w = 3031000000 if "llama1b" in program else 4 << 20
+        out(f"load_phases: fetch_ms=600.0 so_open_ms=12.5 container_ms=30.0 upload_ms={w / 40e6:.1f} "
+            f"upload_bytes={w} upload_gbps=40.00 staging=pinned peak_host_staging_bytes={64 << 20}")
+    if exp:
+        toks = [exp[j] if j < len(exp) else (exp[-1] * 7 + j) % 1000 for j in range(n)]
+    else:
+        toks = fake_tokens(gen.get("prompt_ids", []), n)
+    if pre != dec and opts.get("share_mutable_buffers_across_methods") != "true":
+        toks = toks[:1] + [(t + 1) % 1000 for t in toks[1:]]
+    rate = 1e6 / (base * 8)
+    k = min(n, len(exp))
+    match = toks[:k] == exp[:k]
+    g = "enable_cuda_graph_for_method" in opts
+    for rnd in range(1, rounds + 1):  # a record per round; the first rounds slower (first-call costs)
+        slow = 1.0 if rnd == rounds else 3.0
+        out(jline("generate", round=rnd, rounds=rounds, prefill=pre, decode=dec,
+                  prompt_tokens=len(gen.get("prompt_ids", [])), new_tokens=n, ttft_ms=round(base / 30 * slow, 3),
+                  prefill_tok_s=round(rate * 3 / slow, 1), decode_tok_s=round(rate / slow, 1),
+                  host_waits_per_token=1.0 if ours else None, sampler="host", sampling_us_per_token=0.5,
+                  tokens=toks, expected=exp[:k] if exp else None,
+                  verdict=("MATCH" if match else "MISMATCH") if exp else "UNCHECKED"))
+        if ours and "--stats" in flags:
+            out(jline("generate-lib", round=rnd, decode_executes=n - 1,
+                      lib_execute_us=(12.5 if g else 1100.0) * slow, run_us=(11.5 if g else 1098.0) * slow,
+                      graph_replays=n - 1 if g else 0, graph_captures=1 if g and rnd == 1 else 0))
+    # Times on the monotonic clock in ms, as the runner's steady_clock: load 40 ms after start,
+    # first token base/30 ms later (bench/side_by_side.sh's cold start reads them).
+    t = time.monotonic() * 1000
+    out('PyTorchObserver {"prompt_tokens":6,"generated_tokens":%d,"model_load_start_ms":%.3f,"model_load_end_ms":%.3f,'
+        '"inference_start_ms":%.3f,"inference_end_ms":%.3f,"prompt_eval_end_ms":%.3f,"first_token_ms":%.3f,'
+        '"aggregate_sampling_time_ms":0.1,"SCALING_FACTOR_UNITS_PER_SECOND":1000}'
+        % (n, t, t + 40, t + 41, t + 41 + n * 8 * base / 1000, t + 41 + base / 30, t + 41 + base / 30))
+    return finish(0 if match else 1)
+
+
+def fake_cases(args, flags, opts, man, man_path, build, program, ours, seed, base, out, finish):
+    """The manifest's cases, --bench and --enqueue lines, or --pipeline's."""
     methods = man.get("methods", {})
     if args.get("method"):
         methods = {args["method"]: methods.get(args["method"], [])}
@@ -226,7 +242,6 @@ def main(argv):
             out(f"{meth} enqueue: n={args['enqueue']} enqueue_us=2220.0 total_us=2240.0 enqueue_per_call_us=44.4 "
                 f"total_per_call_us=44.8 enqueue_over_total=0.992 host_waits=0 output_on_device=yes")
     return finish(0)
-
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -57,6 +57,78 @@ static int device_type_of(const Impl*, long) {
   return -1;
 }
 
+// KEY=VALUE as a backend option: true/false a bool, an integer an int, else a string; false
+// when there is no key or the key or value is too long.
+static bool parse_option(const std::string& kv, BackendOption& o) {
+  size_t eq = kv.find('=');
+  if (eq == std::string::npos || eq == 0 || eq >= runtime::kMaxOptionKeyLength ||
+      kv.size() - eq - 1 >= runtime::kMaxOptionValueLength) {
+    return false;
+  }
+  std::memcpy(o.key, kv.data(), eq);
+  std::string v = kv.substr(eq + 1);
+  char* end = nullptr;
+  long n = std::strtol(v.c_str(), &end, 10);
+  if (v == "true" || v == "false") {
+    o.value = (v == "true");
+  } else if (!v.empty() && *end == '\0') {
+    o.value = static_cast<int>(n);
+  } else {
+    std::array<char, runtime::kMaxOptionValueLength> s{};
+    std::memcpy(s.data(), v.data(), v.size());
+    o.value = s;
+  }
+  return true;
+}
+
+// dlopen's the --preload libraries, then LIB, and checks that LIB registered "CudaBackend";
+// prints which object provides it. False (with a FAIL line) on any failure.
+static bool load_backend_library(const std::string& lib, const std::vector<std::string>& preload) {
+  for (const std::string& so : preload) {
+    if (dlopen(so.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+      std::fprintf(stderr, "FAIL dlopen %s: %s\n", so.c_str(), dlerror());
+      return false;
+    }
+  }
+  if (dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    std::fprintf(stderr, "FAIL dlopen %s: %s\n", lib.c_str(), dlerror());
+    return false;
+  }
+  runtime::BackendInterface* backend = runtime::get_backend_class("CudaBackend");
+  if (backend == nullptr) {
+    std::fprintf(stderr, "FAIL %s registered no \"CudaBackend\"\n", lib.c_str());
+    return false;
+  }
+  // Which object's code implements the registered "CudaBackend" (its vtable's
+  // home): a second registration under the same name is refused, so this
+  // proves that the run uses LIB and not another backend loaded earlier.
+  Dl_info info{};
+  void* vtable = *reinterpret_cast<void**>(backend);
+  const char* provider = dladdr(vtable, &info) != 0 && info.dli_fname ? info.dli_fname : "?";
+  std::printf("loaded %s: \"CudaBackend\" provided by %s (%zu backends registered)\n", lib.c_str(),
+              provider, runtime::get_num_registered_backends());
+  return true;
+}
+
+// Each output's dtype, size and device type, and its first values when in host memory.
+static void print_outputs(const std::vector<runtime::EValue>& out) {
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!out[i].isTensor()) {
+      std::printf("  out%zu: not a tensor (tag %d)\n", i, static_cast<int>(out[i].tag));
+      continue;
+    }
+    const aten::Tensor& t = out[i].toTensor();
+    std::printf("  out%zu: dtype %d numel %zd device_type %d:", i, static_cast<int>(t.scalar_type()),
+                static_cast<ssize_t>(t.numel()), device_type_of(t.unsafeGetTensorImpl(), 0));
+    if (is_device_memory(t.const_data_ptr())) {
+      std::printf(" (device memory, not printed)\n");
+      continue;
+    }
+    for (size_t j = 0; j < static_cast<size_t>(t.numel()) && j < 8; ++j) std::printf(" %g", value_at(t, j));
+    std::printf("\n");
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr, "usage: %s LIB PTE [PTD] [--method NAME] [--option KEY=VALUE]...\n", argv[0]);
@@ -73,25 +145,10 @@ int main(int argc, char** argv) {
       preload.push_back(argv[++i]);
     } else if (a == "--option" && i + 1 < argc) {
       std::string kv = argv[++i];
-      size_t eq = kv.find('=');
-      if (eq == std::string::npos || eq == 0 || eq >= runtime::kMaxOptionKeyLength ||
-          kv.size() - eq - 1 >= runtime::kMaxOptionValueLength) {
+      BackendOption o;
+      if (!parse_option(kv, o)) {
         std::fprintf(stderr, "bad --option '%s' (KEY=VALUE)\n", kv.c_str());
         return 2;
-      }
-      BackendOption o;
-      std::memcpy(o.key, kv.data(), eq);
-      std::string v = kv.substr(eq + 1);
-      char* end = nullptr;
-      long n = std::strtol(v.c_str(), &end, 10);
-      if (v == "true" || v == "false") {
-        o.value = (v == "true");
-      } else if (!v.empty() && *end == '\0') {
-        o.value = static_cast<int>(n);
-      } else {
-        std::array<char, runtime::kMaxOptionValueLength> s{};
-        std::memcpy(s.data(), v.data(), v.size());
-        o.value = s;
       }
       options.push_back(o);
     } else if (ptd.empty() && a.rfind("--", 0) != 0) {
@@ -103,29 +160,7 @@ int main(int argc, char** argv) {
   }
 
   runtime::runtime_init();
-  for (const std::string& so : preload) {
-    if (dlopen(so.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
-      std::fprintf(stderr, "FAIL dlopen %s: %s\n", so.c_str(), dlerror());
-      return 1;
-    }
-  }
-  if (dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
-    std::fprintf(stderr, "FAIL dlopen %s: %s\n", lib.c_str(), dlerror());
-    return 1;
-  }
-  runtime::BackendInterface* backend = runtime::get_backend_class("CudaBackend");
-  if (backend == nullptr) {
-    std::fprintf(stderr, "FAIL %s registered no \"CudaBackend\"\n", lib.c_str());
-    return 1;
-  }
-  // Which object's code implements the registered "CudaBackend" (its vtable's
-  // home): a second registration under the same name is refused, so this
-  // proves that the run uses LIB and not another backend loaded earlier.
-  Dl_info info{};
-  void* vtable = *reinterpret_cast<void**>(backend);
-  const char* provider = dladdr(vtable, &info) != 0 && info.dli_fname ? info.dli_fname : "?";
-  std::printf("loaded %s: \"CudaBackend\" provided by %s (%zu backends registered)\n", lib.c_str(),
-              provider, runtime::get_num_registered_backends());
+  if (!load_backend_library(lib, preload)) return 1;
   if (!options.empty()) {
     Error e = runtime::set_option("CudaBackend", {options.data(), options.size()});
     std::printf("set_option(%zu options) -> 0x%x\n", options.size(), static_cast<unsigned>(e));
@@ -169,20 +204,6 @@ int main(int argc, char** argv) {
   }
   std::printf("execute(%s) OK (%.1f ms), %zu outputs\n", method.c_str(),
               std::chrono::duration<double, std::milli>(t2 - t1).count(), out->size());
-  for (size_t i = 0; i < out->size(); ++i) {
-    if (!(*out)[i].isTensor()) {
-      std::printf("  out%zu: not a tensor (tag %d)\n", i, static_cast<int>((*out)[i].tag));
-      continue;
-    }
-    const aten::Tensor& t = (*out)[i].toTensor();
-    std::printf("  out%zu: dtype %d numel %zd device_type %d:", i, static_cast<int>(t.scalar_type()),
-                static_cast<ssize_t>(t.numel()), device_type_of(t.unsafeGetTensorImpl(), 0));
-    if (is_device_memory(t.const_data_ptr())) {
-      std::printf(" (device memory, not printed)\n");
-      continue;
-    }
-    for (size_t j = 0; j < static_cast<size_t>(t.numel()) && j < 8; ++j) std::printf(" %g", value_at(t, j));
-    std::printf("\n");
-  }
+  print_outputs(*out);
   return 0;
 }

@@ -50,6 +50,7 @@ import hf_models  # noqa: E402
 import models as M  # noqa: E402
 import real_init  # noqa: E402
 import suite_lib  # noqa: E402
+from torch_rows import decode_loop, h2d_bandwidth  # noqa: E402  (PyTorch's rows)
 
 QWEN06B_CFG = real_init.QWEN06B
 assert real_init.LLAMA1B == M.LLAMA1B_CFG, "real_init.LLAMA1B and models.LLAMA1B_CFG differ"
@@ -297,46 +298,6 @@ def export(variant, out, model, a, tokens, key):
         json.dump(man, f, indent=1, default=str)
     print(f"{variant}: exported in {man['export_s']} s to {d}", flush=True)
     return d
-
-
-# ----------------------------------------------------------------------------- PyTorch's rows
-
-
-def decode_loop(fn, prompt, steps, dev="cuda"):
-    """Greedy loop as the runner does it (one host read per token): (tokens, ttft_s, decode_s)."""
-    T = prompt.shape[1]
-    if dev == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    logits = fn(prompt.to(dev), torch.arange(T, device=dev))
-    toks = [int(logits[0, -1].argmax())]
-    t1 = time.perf_counter()
-    for i in range(steps - 1):
-        logits = fn(torch.tensor([[toks[-1]]], device=dev), torch.tensor([T + i], device=dev))
-        toks.append(int(logits[0, -1].argmax()))
-    t2 = time.perf_counter()
-    return toks, t1 - t0, t2 - t1
-
-
-def h2d_bandwidth(nbytes=1 << 30, reps=5):
-    """Pinned (and pageable) host-to-device copy bandwidth, GB/s: best and median of reps."""
-    out = {}
-    for kind in ("pinned", "pageable"):
-        host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=(kind == "pinned"))
-        host.fill_(1)
-        dev = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
-        rates = []
-        for _ in range(reps):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            dev.copy_(host, non_blocking=True)
-            e1.record()
-            e1.synchronize()
-            rates.append(nbytes / (e0.elapsed_time(e1) / 1e3) / 1e9)
-        rates.sort()
-        out[kind] = {"bytes": nbytes, "best_gb_s": round(rates[-1], 2), "median_gb_s": round(rates[len(rates) // 2], 2)}
-        del host, dev
-    return out
 
 
 def write_json(path, obj):

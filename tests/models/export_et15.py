@@ -20,7 +20,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import programs as P  # noqa: E402
-import suite_lib  # noqa: E402
+import suite_driver  # noqa: E402
 
 
 def _named(build, name, **fields):
@@ -65,4 +65,4 @@ def backend_config(p):
 
 
 if __name__ == "__main__":
-    sys.exit(suite_lib.main(REGISTRY, backend_config, "executorch 1.5.1"))
+    sys.exit(suite_driver.main(REGISTRY, backend_config, "executorch 1.5.1"))

@@ -18,7 +18,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import programs as P  # noqa: E402
-import suite_lib  # noqa: E402
+import suite_driver  # noqa: E402
 
 # In export order (the first ones matter most: issue 9, then the decoders and int4 of issues 13/15).
 REGISTRY = {
@@ -50,4 +50,4 @@ def backend_config(p):
 
 
 if __name__ == "__main__":
-    sys.exit(suite_lib.main(REGISTRY, backend_config, "executorch 1.2"))
+    sys.exit(suite_driver.main(REGISTRY, backend_config, "executorch 1.2"))
