@@ -77,6 +77,19 @@ def block_comment_end(src, i, nested):
     return j
 
 
+def comment_at(src, i, nested):
+    """(the comment at `i` blanked, where it ends) for a `//` or `/* */` comment (Rust's
+    block comments nest, C's do not), else None."""
+    if src.startswith("//", i):
+        j = src.find("\n", i)
+        j = len(src) if j < 0 else j
+        return " " * (j - i), j
+    if src.startswith("/*", i):
+        j = block_comment_end(src, i, nested=nested)
+        return keep_newlines(src[i:j]), j
+    return None
+
+
 def blank(src):
     """Return Rust `src` with comments and literals turned into spaces (newlines kept)."""
     out = []
@@ -84,15 +97,9 @@ def blank(src):
     while i < n:
         c = src[i]
         nxt = src[i + 1] if i + 1 < n else ""
-        if c == "/" and nxt == "/":
-            j = src.find("\n", i)
-            j = n if j < 0 else j
-            out.append(" " * (j - i))
-            i = j
-        elif c == "/" and nxt == "*":
-            j = block_comment_end(src, i, nested=True)
-            out.append(keep_newlines(src[i:j]))
-            i = j
+        if (cm := comment_at(src, i, nested=True)) is not None:
+            out.append(cm[0])
+            i = cm[1]
         elif c in "rb" and (i == 0 or not is_ident(src[i - 1])) and (
             m := re.match(r"b?r(#*)\"", src[i:i + 300])
         ):
@@ -153,15 +160,9 @@ def blank_c(src):
             line_start = True
         elif not c.isspace():
             line_start = False
-        if c == "/" and nxt == "/":
-            j = src.find("\n", i)
-            j = n if j < 0 else j
-            out.append(" " * (j - i))
-            i = j
-        elif c == "/" and nxt == "*":
-            j = block_comment_end(src, i, nested=False)
-            out.append(keep_newlines(src[i:j]))
-            i = j
+        if (cm := comment_at(src, i, nested=False)) is not None:
+            out.append(cm[0])
+            i = cm[1]
         elif c == "R" and nxt == '"' and (i == 0 or not is_ident(src[i - 1]) or src[i - 1] in "8uUL") and (
             m := re.match(r'R"([^()\\\s]{0,16})\(', src[i:i + 40])
         ):
