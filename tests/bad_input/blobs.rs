@@ -1,14 +1,11 @@
 #[test]
-#[allow(unused_variables)]
 fn blobs() {
     let Inputs {
         so,
         w,
-        fake,
-        no_container,
         random,
         with_magic,
-        nodev,
+        ..
     } = inputs();
     let mut cases = unreadable_blob_cases(&so, &w, &random, with_magic);
     cases.extend(bad_header_cases(&so, &w));

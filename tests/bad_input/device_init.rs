@@ -1,6 +1,5 @@
 #[test]
 #[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
-#[allow(unused_variables)]
 fn device_init() {
     require_gpu("device_init");
     let Inputs {
@@ -8,9 +7,8 @@ fn device_init() {
         w,
         fake,
         no_container,
-        random,
-        with_magic,
         nodev,
+        ..
     } = inputs();
     let mut cases = device_and_weights_cases(&so, &w, nodev);
     cases.extend(compiled_object_cases(no_container, fake, nodev));

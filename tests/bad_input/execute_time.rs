@@ -1,18 +1,8 @@
 #[test]
 #[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
-#[allow(unused_variables)]
 fn execute_time() {
     require_gpu("execute_time");
-    let gpu = true;
-    let Inputs {
-        so,
-        w,
-        fake,
-        no_container,
-        random,
-        with_magic,
-        nodev,
-    } = inputs();
+    let Inputs { fake, .. } = inputs();
     // Execute-time cases on a real model (GPU only).
     let mut exec_cases: Vec<ExecCase> = Vec::new();
     let case = cases_of("mlp_f32");
@@ -24,25 +14,23 @@ fn execute_time() {
 
     let mut ran = 0;
     let mut failures: Vec<String> = Vec::new();
-    if gpu {
-        run_exec_cases(&exec_cases, &good_in, &o, &mut ran, &mut failures);
-        if let Some(f) = fake {
-            fake_model_runs(&f, &mut ran, &mut failures);
-        }
-        destroyed_handle_runs(&good_in, &o, &mut ran, &mut failures);
-        // After all of it, a good program still loads and runs.
-        let h = Handle::load("mlp_f32", 0, false).unwrap();
-        let mut input = good_in.clone();
-        let mut out = vec![0u8; o.bytes.len()];
-        let (st, m) = exec_one(
-            &h,
-            desc("float32", &[4, 64], input.as_mut_ptr().cast(), input.len()),
-            desc(&o.dtype, &o.sizes, out.as_mut_ptr().cast(), out.len()),
-            1,
-        );
-        assert_eq!(st, ET_CUDA_STATUS_OK, "{m}");
-        assert!(compare("float32", &out, &o.bytes).1);
+    run_exec_cases(&exec_cases, &good_in, &o, &mut ran, &mut failures);
+    if let Some(f) = fake {
+        fake_model_runs(&f, &mut ran, &mut failures);
     }
+    destroyed_handle_runs(&good_in, &o, &mut ran, &mut failures);
+    // After all of it, a good program still loads and runs.
+    let h = Handle::load("mlp_f32", 0, false).unwrap();
+    let mut input = good_in.clone();
+    let mut out = vec![0u8; o.bytes.len()];
+    let (st, m) = exec_one(
+        &h,
+        desc("float32", &[4, 64], input.as_mut_ptr().cast(), input.len()),
+        desc(&o.dtype, &o.sizes, out.as_mut_ptr().cast(), out.len()),
+        1,
+    );
+    assert_eq!(st, ET_CUDA_STATUS_OK, "{m}");
+    assert!(compare("float32", &out, &o.bytes).1);
     println!(
         "execute_time: {ran} bad-input cases run, {} failed",
         failures.len()

@@ -1,15 +1,5 @@
 #[test]
-#[allow(unused_variables)]
 fn options() {
-    let Inputs {
-        so,
-        w,
-        fake,
-        no_container,
-        random,
-        with_magic,
-        nodev,
-    } = inputs();
     let mut cases = option_type_and_length_cases();
     cases.extend(option_value_cases());
     run_cases("options", cases);
