@@ -202,6 +202,37 @@ def _linear_node(g, ep, n, max_m):
         return g.call_function(lin, (x, w, b, None, None, 0, 0.0, 0.0, 0))
 
 
+def _attention_node(gm, ep, n, pos_node, verdicts, index_cache, counts, rope):
+    """(the node that replaces the SDPA node ``n``, the RoPE fold it took or the reason it took
+    none), or (None, None) when ``n`` stays as it is (the reason goes to ``counts``)."""
+    g = gm.graph
+    q, k, v, mask, dropout, causal, scale = _sdpa_parts(n)
+    why = _attention_blocker(ep, q, k, v, mask, dropout, causal, pos_node)
+    if why:
+        counts["skipped_attention"].append(f"{n.name}: {why}")
+        return None, None
+    kc, vc = _cache_base(ep, k), _cache_base(ep, v)
+    verdict = _mask_verdict(gm, ep, mask, pos_node, kc, verdicts)
+    if verdict.kind not in ("causal", "window"):
+        counts["skipped_attention"].append(f"{n.name}: mask: {verdict.reason}")
+        return None, None
+    d = _val(q).shape[-1]
+    s = float(scale) if scale is not None else ops.default_scale(int(d))
+    window = int(verdict.window) if verdict.kind == "window" else 0
+    counts["window"] += verdict.kind == "window"
+    folded = _rope.plan(gm, ep, n, q, k, v, kc, vc, pos_node, index_cache) if rope else "rope=False"
+    if isinstance(folded, tuple):
+        counts["rope"] += 1
+        counts["rope_norm"] += folded[2] is not None
+        return _rope.fold(g, n, folded, s, window), folded
+    counts["rope_skipped"].append(f"{n.name}: {folded}")
+    # The cache as the SDPA reads it: after this step's write, before expansion.
+    kc, vc = _written(k, kc), _written(v, vc)
+    with g.inserting_before(n):
+        new = g.call_function(torch.ops.et_cuda.et_attention.default, (q, kc, vc, pos_node, s, window))
+    return new, folded
+
+
 def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=True, fuse=True,
             rope=True):
     """Rewrite ``gm`` (an exported program's graph module) in place; returns
@@ -232,32 +263,7 @@ def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=T
         if linear and n.target in (aten.linear.default, aten.mm.default, aten.addmm.default):
             new = _linear_node(g, ep, n, max_m)
         elif attention and n.target == aten.scaled_dot_product_attention.default:
-            q, k, v, mask, dropout, causal, scale = _sdpa_parts(n)
-            why = _attention_blocker(ep, q, k, v, mask, dropout, causal, pos_node)
-            if why:
-                counts["skipped_attention"].append(f"{n.name}: {why}")
-            else:
-                kc, vc = _cache_base(ep, k), _cache_base(ep, v)
-                verdict = _mask_verdict(gm, ep, mask, pos_node, kc, verdicts)
-                if verdict.kind not in ("causal", "window"):
-                    counts["skipped_attention"].append(f"{n.name}: mask: {verdict.reason}")
-                    continue
-                d = _val(q).shape[-1]
-                s = float(scale) if scale is not None else ops.default_scale(int(d))
-                window = int(verdict.window) if verdict.kind == "window" else 0
-                counts["window"] += verdict.kind == "window"
-                folded = _rope.plan(gm, ep, n, q, k, v, kc, vc, pos_node, index_cache) \
-                    if rope else "rope=False"
-                if isinstance(folded, tuple):
-                    new = _rope.fold(g, n, folded, s, window)
-                    counts["rope"] += 1
-                    counts["rope_norm"] += folded[2] is not None
-                else:
-                    counts["rope_skipped"].append(f"{n.name}: {folded}")
-                    # The cache as the SDPA reads it: after this step's write, before expansion.
-                    kc, vc = _written(k, kc), _written(v, vc)
-                    with g.inserting_before(n):
-                        new = g.call_function(attn, (q, kc, vc, pos_node, s, window))
+            new, folded = _attention_node(gm, ep, n, pos_node, verdicts, index_cache, counts, rope)
         if new is not None:
             is_attn = new.target in (attn, rope_attn)
             new.meta["val"] = _fake_out(new) if is_attn else n.meta.get("val")

@@ -250,7 +250,8 @@ def _head_norm(ep, x):
     the norm over the head dimension, proven as ``fuse`` proves a linear's norm; else None."""
     if ep is None or not isinstance(x, torch.fx.Node):
         return None
-    from .fuse import State, _prove_plain_norm
+    from .fuse import State
+    from .fuse_norm import _prove_plain_norm
 
     state = State(ep)
     found = _prove_plain_norm(state, x)
