@@ -27,6 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hbm  # noqa: E402
 import real_scale_table as rst  # noqa: E402
+import report_lib  # noqa: E402
 
 TITLES = {"hf_llama1b": "HF Llama-3.2-1B-shaped", "hf_qwen06b": "HF Qwen3-0.6B-shaped",
           "hf_gemma1b": "HF Gemma-3-1B-shaped"}
@@ -267,21 +268,16 @@ class Report:
                     continue
                 s, krows = rst.census(p)
                 parts += rst.census_md(f"{m}_{v} (plain, one decode step)", p, s, krows, self.hbm)
-                if not krows:
-                    rows.append(f"| {m}_{v} | no step found ({s['kernels_total']} kernels in the log) | | | | | | | |")
-                    continue
-                rows.append(f"| {m}_{v} | {s['step_kernels']} | {s['step_time_us']:.0f} | {s['step_dram_bytes'] / 1e6:.0f} | "
-                            f"{s['step_gb_s']:.0f} | {s['gemm_kernels']} | {s['gemm_share'] * 100:.0f} % | "
-                            f"{s['gemm_gb_s']:.0f} ({self.hbm.pct(s['gemm_gb_s']):.0f} %) | {s['kernel_bound_tok_s']:.0f} |")
-                self.fig(f"hf.{m[3:]}.{v}.step_kernels", s["step_kernels"], "kernels", "lower", "kernels per decode step (ncu)")
+                rows.append(report_lib.census_row(f"{m}_{v}", s, bool(krows), self.hbm))
+                if krows:
+                    self.fig(f"hf.{m[3:]}.{v}.step_kernels", s["step_kernels"], "kernels", "lower",
+                             "kernels per decode step (ncu)")
         if not rows:
             return
         self.L += ["## Census of one decode step (ncu)", "",
                    f"Per-kernel tables: `{os.path.basename(census_out) if census_out else 'not written'}`. ncu --clock-control "
                    "none, caches flushed before each kernel (so the kernel times add up to more than a graph replay; the "
-                   f"gaps between kernels are not measured here). HBM: {self.hbm.label}.", "",
-                   f"| program | kernels | kernel µs | DRAM MB | GB/s | GEMM kernels | GEMM time share | GEMM GB/s (% of {self.hbm.tb_s}) | "
-                   "tok/s if back to back |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                   f"gaps between kernels are not measured here). HBM: {self.hbm.label}.", ""] + report_lib.census_table(self.hbm)
         self.L += rows + [""]
         if census_out:
             with open(census_out, "w") as fh:
@@ -290,16 +286,9 @@ class Report:
     def build(self, census_out=None):
         L = self.L
         date = time.strftime("%Y-%m-%d", time.gmtime())
-        commit = rst.Report.read_line(os.path.join(self.w, "timeline.txt"), "commit:") or "unknown"
-        L += [f"# HF transformers decoders at real scale (issue 28), {date}, bundle {commit}", ""]
-        if self.note:
-            L += [self.note, ""]
-        if self.command:
-            L += ["Command (one GPU call):", "", "```", self.command, "```", ""]
-        env = os.path.join(self.w, "env.txt")
-        if os.path.exists(env):
-            with open(env) as fh:
-                L += ["Machine: " + "; ".join(ln.strip() for ln in fh if ln.strip()), ""]
+        commit = report_lib.read_line(os.path.join(self.w, "timeline.txt"), "commit:") or "unknown"
+        L += report_lib.head(f"HF transformers decoders at real scale (issue 28), {date}, bundle {commit}", self.w,
+                             self.command, self.note)
         L += ["Decode tok/s: the steady round (2nd of 2) of `et_cuda_run --generate N --generate-rounds 2`; plain: "
               "no options; graphs: `enable_cuda_graph_for_method=forward`; shared stream: `use_shared_cuda_stream=true` "
               "too. Prefill: the steady TTFT (3rd of 3 rounds) of a separate plain run on the export's "
@@ -309,15 +298,7 @@ class Report:
         self.ab_section()
         self.census_section(census_out)
         self.exports_section()
-        head = ["## Targets of issue 28", "", "| target | figure | verdict |", "| --- | --- | --- |"] + self.targets + [""]
-        i = next((k for k, ln in enumerate(L) if ln.startswith("## ")), len(L))
-        L[i:i] = head
-        tl = os.path.join(self.w, "timeline.txt")
-        if os.path.exists(tl):
-            with open(tl) as fh:
-                L += ["## Timeline of the call", "", "```"] + [ln.rstrip() for ln in fh if not ln.startswith("commit:")] + ["```", ""]
-        return "\n".join(L + self.figs) + "\n"
-
+        return report_lib.finish(L, "Targets of issue 28", self.targets, self.w, self.figs)
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -327,11 +308,7 @@ def main(argv=None):
     ap.add_argument("--command", default="")
     ap.add_argument("--note", default="")
     a = ap.parse_args(argv)
-    text = Report(a.work, a.command, a.note).build(a.census_out)
-    tmp = a.out + ".tmp"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, a.out)
+    report_lib.write_whole(a.out, Report(a.work, a.command, a.note).build(a.census_out))
     return 0
 
 

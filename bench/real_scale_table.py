@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hbm  # noqa: E402  the GPU's HBM bandwidth, for the floors and the "% of HBM" columns
 # The census and the log readers (bench/hf_scale_table.py reaches them through this module too).
 from real_scale_census import census, census_md, cmd_census  # noqa: E402
+import report_lib  # noqa: E402
 from real_scale_logs import (cmd_brief, f, kv_bytes_per_token, load_json, load_phases_upload,  # noqa: E402,F401
                              parse_run, verdict)
 MODEL_OF = {"base": "llama1b", "companion": "llama1b", "int4": "llama1b",
@@ -263,7 +264,7 @@ class Report:
 
     def load_section(self):
         L = self.L
-        ctx = self.read_line(os.path.join(self.w, "logs", "ctx.txt"), "ctx:")
+        ctx = report_lib.read_line(os.path.join(self.w, "logs", "ctx.txt"), "ctx:")
         h2d = None
         for m in TITLES:
             s = (self.refs.get(m) or {}).get("slot")
@@ -296,7 +297,7 @@ class Report:
         for (tag, mode), r in sorted(self.runs.items()):
             e = self.exports.get(tag) or {}
             wbytes = e.get("ptd_bytes")
-            rb = self.read_line(os.path.join(self.w, "logs", f"readbw_{tag}.txt"), "readbw:")
+            rb = report_lib.read_line(os.path.join(self.w, "logs", f"readbw_{tag}.txt"), "readbw:")
             rb_gbs = float(rb.split("gb_s=")[1]) if rb and "gb_s=" in rb else None
             o = r.get("observer") or {}
             load_ms = o["model_load_end_ms"] - o["model_load_start_ms"] if o else None
@@ -331,17 +332,6 @@ class Report:
                             f"{f(up)} vs {f(pinned)} GB/s", None if not (up and pinned) else up >= 0.8 * pinned)
         L.append("")
 
-    @staticmethod
-    def read_line(path, prefix):
-        try:
-            with open(path) as fh:
-                for ln in fh:
-                    if ln.startswith(prefix):
-                        return ln[len(prefix):].strip()
-        except OSError:
-            pass
-        return None
-
     def exports_section(self):
         L = self.L
         L += ["## Exports", "", "| program | export s (torch.export / lowering) | .ptd GB | companion rewrite |",
@@ -367,22 +357,16 @@ class Report:
                 continue
             s, krows = census(p)
             parts += census_md(f"{tag} (eager mode, one decode step)", p, s, krows, self.hbm)
+            rows.append(report_lib.census_row(tag, s, bool(krows), self.hbm))
             if krows:
-                rows.append(f"| {tag} | {s['step_kernels']} | {s['step_time_us']:.0f} | {s['step_dram_bytes'] / 1e6:.0f} | "
-                            f"{s['step_gb_s']:.0f} | {s['gemm_kernels']} | {s['gemm_share'] * 100:.0f} % | "
-                            f"{s['gemm_gb_s']:.0f} ({self.hbm.pct(s['gemm_gb_s']):.0f} %) | {s['kernel_bound_tok_s']:.0f} |")
                 self.fig(f"real.{MODEL_OF[tag]}.{tag}.step_kernels", s["step_kernels"], "kernels", "lower",
                          "kernels per decode step (ncu)")
-            else:
-                rows.append(f"| {tag} | no step found ({s['kernels_total']} kernels in the log) | | | | | | | |")
         if not rows:
             return
         self.L += ["## Census of one decode step (ncu)", "",
                    f"Per-kernel tables: `{os.path.basename(census_out) if census_out else 'not written'}`. "
                    "ncu --clock-control none --cache-control all (caches flushed before each kernel). "
-                   f"HBM: {self.hbm.label}.", "",
-                   f"| program | kernels | kernel µs | DRAM MB | GB/s | GEMM kernels | GEMM time share | GEMM GB/s (% of {self.hbm.tb_s}) | "
-                   "tok/s if back to back |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                   f"HBM: {self.hbm.label}.", ""] + report_lib.census_table(self.hbm)
         self.L += rows + [""]
         if census_out:
             with open(census_out, "w") as fh:
@@ -391,36 +375,18 @@ class Report:
     def build(self, census_out=None):
         L = self.L
         date = time.strftime("%Y-%m-%d", time.gmtime())
-        commit = self.read_line(os.path.join(self.w, "timeline.txt"), "commit:") or "unknown"
-        L += [f"# Real-scale decode (issue 21), {date}, bundle {commit}", ""]
-        if self.command:
-            L += ["Command (one GPU call):", "", "```", self.command, "```", ""]
-        env = os.path.join(self.w, "env.txt")
-        if os.path.exists(env):
-            with open(env) as fh:
-                L += ["Machine: " + "; ".join(ln.strip() for ln in fh if ln.strip()), ""]
+        commit = report_lib.read_line(os.path.join(self.w, "timeline.txt"), "commit:") or "unknown"
+        L += report_lib.head(f"Real-scale decode (issue 21), {date}, bundle {commit}", self.w, self.command)
         self.model_section("llama1b", ["base", "companion"])
         self.int4_section()
         self.model_section("qwen06b", ["qwen06b_base", "qwen06b_companion"])
         self.load_section()
         self.census_section(census_out)
         self.exports_section()
-        head = ["## Targets of issue 21", "", "| target | figure | verdict |", "| --- | --- | --- |"] + self.targets + [""]
-        i = next((k for k, ln in enumerate(L) if ln.startswith("## ")), len(L))
-        L[i:i] = head
-        tl = os.path.join(self.w, "timeline.txt")
-        if os.path.exists(tl):
-            with open(tl) as fh:
-                L += ["## Timeline of the call", "", "```"] + [ln.rstrip() for ln in fh if not ln.startswith("commit:")] + ["```", ""]
-        return "\n".join(L + self.figs) + "\n"
-
+        return report_lib.finish(L, "Targets of issue 21", self.targets, self.w, self.figs)
 
 def cmd_report(a):
-    text = Report(a.work, a.command).build(a.census_out)
-    tmp = a.out + ".tmp"
-    with open(tmp, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, a.out)
+    report_lib.write_whole(a.out, Report(a.work, a.command).build(a.census_out))
     return 0
 
 
