@@ -24,6 +24,7 @@ hf-scale|bench/hf_scale.sh|HuggingFace transformers decoders at real scale (llam
 side-by-side|bench/side_by_side.sh|ExecuTorch 1.4.1 programs through ours and upstream's C++ backend (v1.4.1, main), plain and best, cases, token loops, cold start, memory; args: [--real-scale llama1b|qwen06b] [--dry-run]
 sanitizer|scripts/gpu_sanitize.sh|compute-sanitizer (memcheck with leak check, racecheck, synccheck, initcheck) over et_cuda_run on the fixtures and the suite's ExecuTorch 1.5.1 programs; args: [BUNDLE] [OUT]
 bench|bench/run.sh|the benchmark: ours, upstream, token loops, PyTorch eager / CUDA graph / AOTI, int4, one dated results file (bench/README.md); no args: BENCH_* variables
+runner|runner/gpu/check.sh|the runner's own GPU checks: et_cuda_run on the fixtures, a dynamic-batch MLP and a tiny stateful decoder it exports (exit statuses, dynamic shapes, stateful cases, the token loop, error paths), optionally through upstream's backend too (UPSTREAM_BACKEND_LIB); args: [BUNDLE]
 runtime|python/tests/gpu_runtime.py|the Python path: enable(), the example or --manifest programs through executorch.runtime (or the bridge) against et_cuda_run, bad inputs, per-execute overhead, --llm token loops; args: gpu_runtime.py's flags (--runner defaults to the bundle's)"
 
 field() { # field SUITE N: the N-th field (1 script, 2 what) of SUITE's line, or nothing
@@ -122,7 +123,7 @@ case "$SUITE" in
     [ -f "$B/run.sh" ] || die "unit: $B has no run.sh (scripts/gpu_bundle.sh copies scripts/gpu_run.sh there)"
     run bash "$B/run.sh"
     ;;
-  suite | sanitizer)
+  suite | sanitizer | runner)
     is_bundle "${1:-}" || set -- "$(bundle)" "$@"
     [ -n "$1" ] || exit 2
     run bash "$(field "$SUITE" 1)" "$@"

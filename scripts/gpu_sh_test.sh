@@ -17,7 +17,7 @@ G=(bash "$ROOT/scripts/gpu.sh")
 is() { if [ "$1" = "$2" ]; then ok "$3"; else bad "$3: got '$1', want '$2'"; fi; }
 
 "${G[@]}" --help >"$T/help" 2>&1 && ok "--help exits 0" || bad "--help: exit status $?"
-for s in unit suite real-scale hf-scale side-by-side sanitizer bench runtime; do
+for s in unit suite real-scale hf-scale side-by-side sanitizer runner bench runtime; do
   grep -qE "^  $s +[a-z]" "$T/help" && ok "--help lists $s" || bad "--help does not list $s"
 done
 "${G[@]}" >/dev/null 2>&1
@@ -55,6 +55,7 @@ is "$("${E[@]}" "${G[@]}" --dry-run suite)" "bash tests/models/gpu_suite.sh $D" 
 is "$(GPU_BUNDLE=$T/b/gpu "${G[@]}" --dry-run suite)" "bash tests/models/gpu_suite.sh $T/b/gpu" "suite: GPU_BUNDLE"
 is "$("${E[@]}" "${G[@]}" --dry-run sanitizer "$T/b/gpu" /tmp/s)" "bash scripts/gpu_sanitize.sh $T/b/gpu /tmp/s" \
   "sanitizer: a given bundle and OUT passed through"
+is "$("${E[@]}" "${G[@]}" --dry-run runner)" "bash runner/gpu/check.sh $D" "runner: the bundle"
 is "$("${E[@]}" "${G[@]}" --dry-run bench)" "env BENCH_BUNDLE=$D bash bench/run.sh" "bench: BENCH_BUNDLE set"
 is "$(BENCH_BUNDLE_TAR=x.tar.xz "${E[@]}" "${G[@]}" --dry-run bench)" "bash bench/run.sh" "bench: BENCH_BUNDLE_TAR kept"
 "${E[@]}" "${G[@]}" --dry-run bench --fast >/dev/null 2>&1
