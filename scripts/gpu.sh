@@ -25,7 +25,12 @@ side-by-side|bench/side_by_side.sh|ExecuTorch 1.4.1 programs through ours and up
 sanitizer|scripts/gpu_sanitize.sh|compute-sanitizer (memcheck with leak check, racecheck, synccheck, initcheck) over et_cuda_run on the fixtures and the suite's ExecuTorch 1.5.1 programs; args: [BUNDLE] [OUT]
 bench|bench/run.sh|the benchmark: ours, upstream, token loops, PyTorch eager / CUDA graph / AOTI, int4, one dated results file (bench/README.md); no args: BENCH_* variables
 runner|runner/gpu/check.sh|the runner's own GPU checks: et_cuda_run on the fixtures, a dynamic-batch MLP and a tiny stateful decoder it exports (exit statuses, dynamic shapes, stateful cases, the token loop, error paths), optionally through upstream's backend too (UPSTREAM_BACKEND_LIB); args: [BUNDLE]
-runtime|python/tests/gpu_runtime.py|the Python path: enable(), the example or --manifest programs through executorch.runtime (or the bridge) against et_cuda_run, bad inputs, per-execute overhead, --llm token loops; args: gpu_runtime.py's flags (--runner defaults to the bundle's)"
+runtime|python/tests/gpu_runtime.py|the Python path: enable(), the example or --manifest programs through executorch.runtime (or the bridge) against et_cuda_run, bad inputs, per-execute overhead, --llm token loops; args: gpu_runtime.py's flags (--runner defaults to the bundle's)
+session|scripts/gpu_session.sh|one call that runs the suite (with upstream's v1.2.0 backend), the unit checks and more side by side inside the 10-minute limit (its head: what it carries)
+verify|scripts/gpu_verify.sh|one call that re-checks the library after a change: host time per execute against an older build (.dev/old), load/execute/destroy cycles, the suite's programs
+combo|scripts/gpu_combo.sh|one call of COMBO_PARTS (suite, example, llm, tests, text, sanitize, gemv) side by side
+extras|scripts/gpu_extras.sh|short checks beside bench/real_scale.sh's exports: the device sampler, per-FQN ExecuTorch 1.5.1 programs, the blob pin knob, whisper's graph memory, the allocation-node probe, leak checks (EXTRAS_PARTS)
+graph-memory|scripts/gpu_ab.sh|CUDA-graph memory A/B (private blocks against allocation nodes) after the session suite left its programs in /tmp/et_models"
 
 field() { # field SUITE N: the N-th field (1 script, 2 what) of SUITE's line, or nothing
   local name script what
@@ -48,8 +53,6 @@ usage() {
     printf '%s\n' "$what" | fold -s -w 84 | sed 's/ *$//; s/^/                /'
   done <<<"$SUITES"
   echo
-  echo "One-off calls that run several of these in parallel inside one device call (run directly):"
-  echo "  scripts/gpu_session.sh, gpu_verify.sh, gpu_combo.sh, gpu_extras.sh, gpu_ab.sh (their heads say what)."
 }
 
 suite_help() { # suite_help SUITE: what it runs and the script's own head

@@ -17,7 +17,7 @@ G=(bash "$ROOT/scripts/gpu.sh")
 is() { if [ "$1" = "$2" ]; then ok "$3"; else bad "$3: got '$1', want '$2'"; fi; }
 
 "${G[@]}" --help >"$T/help" 2>&1 && ok "--help exits 0" || bad "--help: exit status $?"
-for s in unit suite real-scale hf-scale side-by-side sanitizer runner bench runtime; do
+for s in unit suite real-scale hf-scale side-by-side sanitizer runner bench runtime session verify combo extras graph-memory; do
   grep -qE "^  $s +[a-z]" "$T/help" && ok "--help lists $s" || bad "--help does not list $s"
 done
 "${G[@]}" >/dev/null 2>&1
@@ -56,6 +56,9 @@ is "$(GPU_BUNDLE=$T/b/gpu "${G[@]}" --dry-run suite)" "bash tests/models/gpu_sui
 is "$("${E[@]}" "${G[@]}" --dry-run sanitizer "$T/b/gpu" /tmp/s)" "bash scripts/gpu_sanitize.sh $T/b/gpu /tmp/s" \
   "sanitizer: a given bundle and OUT passed through"
 is "$("${E[@]}" "${G[@]}" --dry-run runner)" "bash runner/gpu/check.sh $D" "runner: the bundle"
+for p in session:gpu_session verify:gpu_verify combo:gpu_combo extras:gpu_extras graph-memory:gpu_ab; do
+  is "$("${G[@]}" --dry-run "${p%%:*}" x)" "bash scripts/${p#*:}.sh x" "${p%%:*}: scripts/${p#*:}.sh with the arguments"
+done
 is "$("${E[@]}" "${G[@]}" --dry-run bench)" "env BENCH_BUNDLE=$D bash bench/run.sh" "bench: BENCH_BUNDLE set"
 is "$(BENCH_BUNDLE_TAR=x.tar.xz "${E[@]}" "${G[@]}" --dry-run bench)" "bash bench/run.sh" "bench: BENCH_BUNDLE_TAR kept"
 "${E[@]}" "${G[@]}" --dry-run bench --fast >/dev/null 2>&1
