@@ -249,7 +249,11 @@ fn missing_symbol_hint(dlerror: &str) -> String {
         return String::new();
     };
     let version = env!("CARGO_PKG_VERSION");
-    match sym.strip_prefix("aoti_torch_cuda_et_") {
+    // The shim of the op `et_cuda::et_<name>` is `aoti_torch_cuda_et_<name>` (python/executorch_cuda/ops.py).
+    match sym
+        .strip_prefix("aoti_torch_cuda_")
+        .filter(|op| op.starts_with("et_"))
+    {
         Some(op) => format!(
             " (the program calls the export companion's op et_cuda::{op}, which libexecutorch_cuda {version} does not provide: use a library that has it, or export without the companion)"
         ),
@@ -334,7 +338,7 @@ mod tests {
     fn missing_companion_op_is_named_with_the_version() {
         let e = "/proc/self/fd/7: undefined symbol: aoti_torch_cuda_et_decode_attention";
         let h = super::missing_symbol_hint(e);
-        assert!(h.contains("et_cuda::decode_attention"), "{h}");
+        assert!(h.contains("op et_cuda::et_decode_attention,"), "{h}");
         assert!(h.contains(env!("CARGO_PKG_VERSION")), "{h}");
         let h =
             super::missing_symbol_hint("x.so: undefined symbol: aoti_torch_cuda_foo, version X");

@@ -4,17 +4,17 @@
 //! the companion declares exactly these to Inductor):
 //!
 //! ```c
-//! // et_cuda::gemv(Tensor x, Tensor weight) -> Tensor
+//! // et_cuda::et_gemv(Tensor x, Tensor weight) -> Tensor
 //! AOTITorchError aoti_torch_cuda_et_gemv(AtenTensorHandle x, AtenTensorHandle weight,
 //!                                        AtenTensorHandle* ret0);
-//! // et_cuda::gemv_bias(Tensor x, Tensor weight, Tensor bias) -> Tensor
+//! // et_cuda::et_gemv_bias(Tensor x, Tensor weight, Tensor bias) -> Tensor
 //! AOTITorchError aoti_torch_cuda_et_gemv_bias(AtenTensorHandle x, AtenTensorHandle weight,
 //!                                             AtenTensorHandle bias, AtenTensorHandle* ret0);
-//! // et_cuda::decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor pos,
+//! // et_cuda::et_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor pos,
 //! //                           float scale) -> Tensor
 //! AOTITorchError aoti_torch_cuda_et_decode_attention(AtenTensorHandle q, AtenTensorHandle k_cache,
 //!     AtenTensorHandle v_cache, AtenTensorHandle pos, double scale, AtenTensorHandle* ret0);
-//! // et_cuda::decode_attention_len(Tensor q, Tensor k_cache, Tensor v_cache, int valid_len,
+//! // et_cuda::et_decode_attention_len(Tensor q, Tensor k_cache, Tensor v_cache, int valid_len,
 //! //                               float scale) -> Tensor
 //! AOTITorchError aoti_torch_cuda_et_decode_attention_len(AtenTensorHandle q,
 //!     AtenTensorHandle k_cache, AtenTensorHandle v_cache, int64_t valid_len, double scale,
