@@ -55,9 +55,9 @@ pub fn add_rmsnorm(x: &Tensor, residual: &Tensor, norm: &Norm) -> Result<Tensor>
 static FUSED: std::sync::atomic::AtomicI8 = std::sync::atomic::AtomicI8::new(-1);
 
 /// Whether `et_add_rmsnorm_linear` runs as one kernel where it can: `ET_CUDA_FUSED_ADD_NORM=1`
-/// (default off: on whole Gemma-3 programs the one kernel was slower than the two, as each of
-/// its blocks takes the norm's reduction over `p` after its PDL wait), unless [`set_fused`]
-/// said otherwise.
+/// (default off: on whole Gemma-3 programs the one kernel was slower than the two, likely
+/// because each of its blocks takes the norm's reduction over `p` after its PDL wait; not
+/// profiled), unless [`set_fused`] said otherwise.
 pub fn fused_enabled() -> bool {
     match FUSED.load(std::sync::atomic::Ordering::Relaxed) {
         -1 => crate::switches::get().fused_add_norm_linear,
@@ -75,9 +75,10 @@ pub fn set_fused(on: bool) {
 /// have it twice: the norm after the attention, added to the residual stream, then the MLP's
 /// normed gate/up; the norm after the MLP, added, then the next layer's normed QKV. Up to 8
 /// rows in bf16 with the fused linear's layout (`p`'s rows too: a row stride of a multiple of
-/// 8, 16-byte aligned `p` and `post`'s weight) take one kernel (`et_lin_bf16_*_pre`: every
-/// block forms `h` from `p` and the residual as it loads them, the first block of each block
-/// row writes it); anything else runs the two ops in turn, with the same results.
+/// 8, 16-byte aligned `p` and `post`'s weight) take one kernel when [`fused_enabled`]
+/// (`et_lin_bf16_*_pre`: every block forms `h` from `p` and the residual as it loads them, the
+/// first block of each block row writes it); anything else runs the two ops in turn, with the
+/// same results.
 pub fn add_rmsnorm_linear(
     p: &Tensor,
     residual: &Tensor,
