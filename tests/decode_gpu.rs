@@ -134,21 +134,28 @@ struct Shims {
     gemv_tuning: GemvTuning,
 }
 
-fn shims() -> &'static Shims {
-    static S: std::sync::OnceLock<Shims> = std::sync::OnceLock::new();
-    S.get_or_init(|| {
+/// The address of `name` in the cdylib `api()` builds and opens; panics when it is not exported.
+fn lib_sym(name: &str) -> *mut c_void {
+    static H: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let h = *H.get_or_init(|| {
         let _ = api(); // builds and opens the cdylib
         let path = CString::new(cdylib_path().to_string_lossy().into_owned()).expect("path");
         // SAFETY: re-opening the library api() opened (a reference count, same handle).
         let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
         assert!(!h.is_null(), "dlopen {:?}", cdylib_path());
-        let sym = |n: &str| {
-            let c = CString::new(n).expect("name");
-            // SAFETY: live handle, NUL-terminated name.
-            let p = unsafe { libc::dlsym(h, c.as_ptr()) };
-            assert!(!p.is_null(), "the library does not export {n}");
-            p
-        };
+        h as usize
+    }) as *mut c_void;
+    let c = CString::new(name).expect("name");
+    // SAFETY: a live handle (never closed), a NUL-terminated name.
+    let p = unsafe { libc::dlsym(h, c.as_ptr()) };
+    assert!(!p.is_null(), "the library does not export {name}");
+    p
+}
+
+fn shims() -> &'static Shims {
+    static S: std::sync::OnceLock<Shims> = std::sync::OnceLock::new();
+    S.get_or_init(|| {
+        let sym = lib_sym;
         // SAFETY: each symbol has the declared signature (src/shim/decode.rs, views.rs, device.rs).
         unsafe {
             Shims {

@@ -32,21 +32,9 @@ type AddNormLinear = unsafe extern "C" fn(
 fn syms() -> (AddNormLinear, extern "C" fn(i32) -> i32) {
     static S: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
     let (op, toggle) = *S.get_or_init(|| {
-        let _ = lin();
-        let path = CString::new(cdylib_path().to_string_lossy().into_owned()).expect("path");
-        // SAFETY: re-opening the library api() opened (a reference count, same handle).
-        let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-        assert!(!h.is_null());
-        let sym = |n: &str| {
-            let c = CString::new(n).expect("name");
-            // SAFETY: live handle, NUL-terminated name.
-            let p = unsafe { libc::dlsym(h, c.as_ptr()) };
-            assert!(!p.is_null(), "the library does not export {n}");
-            p as usize
-        };
         (
-            sym("aoti_torch_cuda_et_add_rmsnorm_linear"),
-            sym("et_cuda_debug_fused_add_norm"),
+            lib_sym("aoti_torch_cuda_et_add_rmsnorm_linear") as usize,
+            lib_sym("et_cuda_debug_fused_add_norm") as usize,
         )
     });
     // SAFETY: the symbols have these signatures (src/shim/norm.rs).

@@ -40,18 +40,7 @@ pub(super) struct Lin {
 pub(super) fn lin() -> &'static Lin {
     static S: std::sync::OnceLock<Lin> = std::sync::OnceLock::new();
     S.get_or_init(|| {
-        let _ = shims();
-        let path = CString::new(cdylib_path().to_string_lossy().into_owned()).expect("path");
-        // SAFETY: re-opening the library api() opened (a reference count, same handle).
-        let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-        assert!(!h.is_null());
-        let sym = |n: &str| {
-            let c = CString::new(n).expect("name");
-            // SAFETY: live handle, NUL-terminated name.
-            let p = unsafe { libc::dlsym(h, c.as_ptr()) };
-            assert!(!p.is_null(), "the library does not export {n}");
-            p
-        };
+        let sym = lib_sym;
         // SAFETY: the symbols have these signatures (src/shim/decode.rs).
         unsafe {
             Lin {

@@ -43,13 +43,8 @@ fn attn_row(
 #[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
 fn attention_window_and_output_layout_match_reference() {
     require_gpu("attention_window_and_output_layout_match_reference");
-    let _ = lin();
-    let path = CString::new(cdylib_path().to_string_lossy().into_owned()).expect("path");
-    // SAFETY: re-opening the library api() opened.
-    let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-    let name = CString::new("aoti_torch_cuda_et_attention").expect("name");
-    // SAFETY: live handle, NUL-terminated name; the symbol has the `Attention` signature.
-    let attn: Attention = unsafe { std::mem::transmute(libc::dlsym(h, name.as_ptr())) };
+    // SAFETY: the symbol has the `Attention` signature (src/shim/decode.rs).
+    let attn: Attention = unsafe { std::mem::transmute(lib_sym("aoti_torch_cuda_et_attention")) };
     let mut rng = Rng(21);
     let mut fails = Vec::new();
     for (hq, hkv, lq, lmax, d, start, window) in [
