@@ -58,6 +58,34 @@ impl Switches {
     }
 }
 
+/// A switch that tests and benchmarks can set for the process, over the environment's value:
+/// unset ([`Override::unset`]) it gives what the environment says.
+#[derive(Debug)]
+pub struct Override(std::sync::atomic::AtomicI8);
+
+impl Override {
+    /// Not set: [`Override::get`] gives the environment's value.
+    pub const fn unset() -> Override {
+        Override(std::sync::atomic::AtomicI8::new(-1))
+    }
+
+    /// The value set, else `env` (the switch's value in [`get`]).
+    pub fn get(&self, env: bool) -> bool {
+        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            -1 => env,
+            v => v == 1,
+        }
+    }
+
+    /// Set the switch (`Some`) or hand it back to the environment (`None`).
+    pub fn set(&self, on: Option<bool>) {
+        self.0.store(
+            on.map_or(-1, i8::from),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+}
+
 /// The process's switches, read from the environment on the first call.
 pub fn get() -> &'static Switches {
     static SWITCHES: OnceLock<Switches> = OnceLock::new();
@@ -99,5 +127,17 @@ mod tests {
         // Other spellings keep the defaults.
         let o = with(&[(PDL, "off"), (VERIFY_WEIGHTS, "yes")]);
         assert!(o.pdl && !o.verify_weights);
+    }
+
+    #[test]
+    fn an_override_wins_until_it_is_unset() {
+        let o = Override::unset();
+        assert!(o.get(true) && !o.get(false));
+        o.set(Some(false));
+        assert!(!o.get(true));
+        o.set(Some(true));
+        assert!(o.get(false));
+        o.set(None);
+        assert!(o.get(true) && !o.get(false));
     }
 }

@@ -15,22 +15,18 @@ pub enum Image {
     Ptx,
 }
 
-/// -1: as `ET_CUDA_PDL` says (`crate::switches`); 0 off; 1 on ([`set_pdl`]).
-static PDL: std::sync::atomic::AtomicI8 = std::sync::atomic::AtomicI8::new(-1);
+/// Set by [`set_pdl`] (benchmarks), else `ET_CUDA_PDL` decides.
+static PDL: crate::switches::Override = crate::switches::Override::unset();
 
 /// Whether launches are programmatic dependent launches: `ET_CUDA_PDL` (`crate::switches`;
 /// `0` turns them off; default on), unless [`set_pdl`] said otherwise.
 pub fn pdl_enabled() -> bool {
-    use std::sync::atomic::Ordering;
-    match PDL.load(Ordering::Relaxed) {
-        -1 => crate::switches::get().pdl,
-        v => v == 1,
-    }
+    PDL.get(crate::switches::get().pdl)
 }
 
 /// Turn programmatic dependent launches on or off for later launches (benchmarks).
 pub fn set_pdl(on: bool) {
-    PDL.store(i8::from(on), std::sync::atomic::Ordering::Relaxed);
+    PDL.set(Some(on));
 }
 
 /// A loaded module and what the launch code needs to know about its device.

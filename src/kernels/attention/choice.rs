@@ -3,7 +3,6 @@
 
 use super::{Problem, ROWS, THREADS, TILE};
 use crate::dtype::codes as dtype;
-use std::sync::atomic::{AtomicI8, Ordering};
 
 /// Every attention entry point of `kernels/decode.cu` (checked against the PTX by a test).
 #[cfg(test)]
@@ -76,16 +75,16 @@ pub fn split(p: &Problem, sms: i64) -> (i64, i64, i64) {
     (rgroups, chunk, nsplit.max(1))
 }
 
-/// Whether the short-context kernel is used: -1 as `ET_CUDA_ATTN_DECODE` says (`crate::switches`),
-/// else 0 off, 1 on ([`set_decode_kernel`]).
-static DECODE_KERNEL: AtomicI8 = AtomicI8::new(-1);
+/// Whether the short-context kernel is used: as [`set_decode_kernel`] set it, else as
+/// `ET_CUDA_ATTN_DECODE` says (`crate::switches`).
+static DECODE_KERNEL: crate::switches::Override = crate::switches::Override::unset();
 
 /// Use the short-context decode kernel where it applies (`Some(true)`, the default), never
 /// (`Some(false)`), or as `ET_CUDA_ATTN_DECODE` says (`None`). For benchmarks (programs use
 /// the environment variable).
 #[cfg(test)]
 pub fn set_decode_kernel(on: Option<bool>) {
-    DECODE_KERNEL.store(on.map_or(-1, i8::from), Ordering::Relaxed);
+    DECODE_KERNEL.set(on);
 }
 
 /// Threads per block of the short-context decode kernel (`DEC_WARPS` warps).
@@ -98,10 +97,7 @@ const DEC_THREADS: u32 = 256;
 /// `ET_CUDA_ATTN_DECODE=0` (`crate::switches`) or [`set_decode_kernel`] turn it off (the benchmark's
 /// comparison row).
 pub fn decode_kernel(p: &Problem, nsplit: i64) -> Option<(&'static str, &'static str)> {
-    let on = match DECODE_KERNEL.load(Ordering::Relaxed) {
-        -1 => crate::switches::get().decode_attention,
-        v => v == 1,
-    };
+    let on = DECODE_KERNEL.get(crate::switches::get().decode_attention);
     let rows = p.hq / p.hkv * p.lq;
     // D = 256: rows of 4 at most (the warps' partial outputs of 8 rows would not fit in the
     // block's 48 KB of shared memory).

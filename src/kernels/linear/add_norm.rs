@@ -51,23 +51,20 @@ pub fn add_rmsnorm(x: &Tensor, residual: &Tensor, norm: &Norm) -> Result<Tensor>
     Ok(y)
 }
 
-/// -1: [`crate::switches`] decides; 0 or 1: [`set_fused`] said.
-static FUSED: std::sync::atomic::AtomicI8 = std::sync::atomic::AtomicI8::new(-1);
+/// Set by [`set_fused`] (tests, benchmarks), else `ET_CUDA_FUSED_ADD_NORM` decides.
+static FUSED: crate::switches::Override = crate::switches::Override::unset();
 
 /// Whether `et_add_rmsnorm_linear` runs as one kernel where it can: `ET_CUDA_FUSED_ADD_NORM=1`
 /// (default off: on whole Gemma-3 programs the one kernel was slower than the two, likely
 /// because each of its blocks takes the norm's reduction over `p` after its PDL wait; not
 /// profiled), unless [`set_fused`] said otherwise.
 pub fn fused_enabled() -> bool {
-    match FUSED.load(std::sync::atomic::Ordering::Relaxed) {
-        -1 => crate::switches::get().fused_add_norm_linear,
-        v => v == 1,
-    }
+    FUSED.get(crate::switches::get().fused_add_norm_linear)
 }
 
 /// Tests and benchmarks: the one kernel (`true`) or the two ops (`false`) for later calls.
 pub fn set_fused(on: bool) {
-    FUSED.store(i8::from(on), std::sync::atomic::Ordering::Relaxed);
+    FUSED.set(Some(on));
 }
 
 /// `et_add_rmsnorm_linear`: `h = residual + rmsnorm(p)` ([`add_rmsnorm`], norm `post`), then
