@@ -16,7 +16,8 @@
 #  3e. bench/hf_scale.sh and hf_scale_table.py (the HF transformers decoders): flags, the driver end to
 #     end with the same fakes (testdata/hf_scale/test.sh);
 #  3f. bench/trace/trace_table.py on a canned timeline (testdata/trace/timeline.tsv): the step's span,
-#     PDL overlap, the time between replays and its breakdown into driver calls, copies and kernels;
+#     PDL overlap, each kernel kind's advance of the step's end, the time between replays and its
+#     breakdown into driver calls, copies and kernels;
 #  4. et_cuda_run --mem against a stand-in libcuda.so.1, when a built runner is there
 #     (ET_CUDA_RUN=path, default build/et_cuda_run) and cc works; skipped otherwise.
 # Ends with "N passed, N failed"; exit status 1 when anything failed.
@@ -394,6 +395,7 @@ else
   bad "trace_table.py on the canned timeline: $(tail -3 "$T/trace.md")"
 fi
 has "$T/trace.md" "Step span 200.0 µs = kernels busy 200.0 µs + idle 0.0 µs; kernels overlapping each other 10.0 µs (PDL); between replays (host) 50.0 µs" "trace: span, overlap and time between replays"
+has "$T/trace.md" "| \`et_attn_decw\` | 1 | 110.0 | 100.0 | 100.00 | 0.0 |" "trace: a kernel's advance is its end past the kernels before it, not its duration"
 has "$T/trace.md" "| \`api cuStreamSynchronize\` | 1.00 | 15.0 |" "trace: a wait clipped to the interval between replays"
 has "$T/trace.md" "| \`et_argmax\` | 1.00 | 6.0 |" "trace: a kernel outside the graph, by kind"
 has "$T/trace.md" "| 35.0 | 10.0 | \`api cuGraphLaunch\` |" "trace: the median interval record by record"

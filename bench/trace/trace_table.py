@@ -6,8 +6,11 @@
 The graph with the most kernel records is the decode step; its records, in start order, are cut
 into replays of one record per graph node. For each replay (the first --skip left out): span
 (first start to last end), busy (the union of the kernels' intervals), gap = span - busy (the GPU
-idle inside the step), overlap (kernels running at once, from programmatic dependent launch).
-Prints a markdown summary: medians over the replays, the idle time before each kind of kernel,
+idle inside the step), overlap (kernels running at once, from programmatic dependent launch), and
+per kernel its advance: how far its end moves the step's end past every kernel before it (with
+PDL a kernel starts early and waits, so its duration is not what it costs; the advances sum to
+the span, less the first kernel's start-to-end). Prints a markdown summary: medians over the
+replays, per kind of kernel its time, its advance and the idle time before it,
 and the time between replays (the host's). When the timeline also holds the records outside the
 graph (kernels, copies, driver calls: cupti_trace.c writes them), the time between replays is
 broken down: per record kind, its median time inside the interval, and the records of the
@@ -56,6 +59,7 @@ def summarize(rows, skip):
     spans, busys, overlaps, between = [], [], [], []
     gap_before = defaultdict(list)
     dur = defaultdict(list)
+    adv = defaultdict(list)
     prev_end = None
     for rep in reps:
         start, end = rep[0][0], max(r[1] for r in rep)
@@ -70,6 +74,7 @@ def summarize(rows, skip):
             g = 0 if reach is None else r[0] - reach
             gap_before[kind(r[5])].append(max(g, 0) / 1e3)
             dur[kind(r[5])].append((r[1] - r[0]) / 1e3)
+            adv[kind(r[5])].append(max(r[1] - (r[0] if reach is None else reach), 0) / 1e3)
             reach = r[1] if reach is None else max(reach, r[1])
             if cur_s is None or r[0] > cur_e:
                 if cur_s is not None:
@@ -90,8 +95,8 @@ def summarize(rows, skip):
         "gap": statistics.median(s - b for s, b in zip(spans, busys)),
         "overlap": statistics.median(overlaps),
         "between": statistics.median(between) if between else 0.0,
-        "kinds": sorted(((name, len(v) / k, sum(dur[name]) / k, sum(v) / k)
-                         for name, v in gap_before.items()), key=lambda t: -(t[2] + t[3])),
+        "kinds": sorted(((name, len(v) / k, sum(dur[name]) / k, sum(adv[name]) / k, sum(v) / k)
+                         for name, v in gap_before.items()), key=lambda t: -(t[3] + t[4])),
     }
 
 
@@ -161,10 +166,11 @@ def main(argv=None):
           f"{s['gap']:.1f} µs; kernels overlapping each other {s['overlap']:.1f} µs (PDL); "
           f"between replays (host) {s['between']:.1f} µs; span alone would give "
           f"{1e6 / s['span']:.0f} tok/s.\n")
-    print("| kernel | per step | kernel µs per step | idle µs before it, per step |")
-    print("| --- | ---: | ---: | ---: |")
-    for name, cnt, d, g in s["kinds"]:
-        print(f"| `{name}` | {cnt:.0f} | {d:.1f} | {g:.1f} |")
+    print("| kernel | per step | kernel µs per step | advance µs per step | advance µs each "
+          "| idle µs before it, per step |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, cnt, d, a, g in s["kinds"]:
+        print(f"| `{name}` | {cnt:.0f} | {d:.1f} | {a:.1f} | {a / max(cnt, 1):.2f} | {g:.1f} |")
     print()
     if s["breakdown"]:
         print("Between replays, outside the graph (median µs inside the interval; driver calls are "
