@@ -259,6 +259,8 @@ pub(crate) struct Args {
     p_eps: f32,
     p_add: f32,
     p_mode: i32,
+    /// MiB of W asked into L2 before the PDL wait (`super::prefetch_mb`).
+    pf_mb: i32,
 }
 
 /// Name and grid of the fused kernel for `l` with weight-tile variant `v` (0..=2); `pre`: the
@@ -358,6 +360,7 @@ fn base_args(l: &Linear, f: &Fusion, y: &Tensor) -> Args {
         n: l.n_out as i32,
         k: l.gemv.k as i32,
         norm_mode: nm.map_or(0, |n| n.mode as i32),
+        pf_mb: super::prefetch_mb(),
         ..Args::default()
     }
 }
@@ -485,6 +488,9 @@ pub use names::kernels;
 #[cfg(test)]
 #[path = "linear/bench.rs"]
 mod bench;
+#[cfg(test)]
+#[path = "linear/bench_attn.rs"]
+mod bench_attn;
 #[cfg(test)]
 #[path = "linear/tests.rs"]
 mod tests;

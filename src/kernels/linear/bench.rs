@@ -7,6 +7,7 @@
 //! attention at the Llama shape: the short-context kernel and the split kernel it replaced.
 //! Run it like the GPU tests, filtered to `kernels::linear::bench`.
 
+use super::bench_attn::attention_layers;
 use super::*;
 use crate::cuda::copy::clone_contiguous;
 use crate::cuda::stream::{CudaStream, StreamScope};
@@ -14,21 +15,21 @@ use crate::kernels::gemm::bench::time_graph;
 use crate::kernels::gemm::gpu_tests::{require_gpu, upload, Rng};
 use crate::kernels::set_pdl;
 
-const BF16: i32 = dtype::BFLOAT16;
-const HBM_GBS: f64 = 4800.0;
+pub(super) const BF16: i32 = dtype::BFLOAT16;
+pub(super) const HBM_GBS: f64 = 4800.0;
 
 /// One linear of a layer: weight rows, K, norm before it, act, residual after it.
 #[derive(Clone, Copy)]
-struct Op {
-    n: usize,
-    k: usize,
+pub(super) struct Op {
+    pub n: usize,
+    pub k: usize,
     norm: bool,
     act: Act,
     residual: bool,
 }
 
 /// The four linears of a decoder layer (norm+QKV, O+residual, norm+gate/up+act, down+residual).
-fn layer_ops(hidden: usize, qkv: usize, attn: usize, ffn: usize) -> [Op; 4] {
+pub(super) fn layer_ops(hidden: usize, qkv: usize, attn: usize, ffn: usize) -> [Op; 4] {
     let op = |n, k, norm, act, residual| Op {
         n,
         k,
@@ -44,7 +45,7 @@ fn layer_ops(hidden: usize, qkv: usize, attn: usize, ffn: usize) -> [Op; 4] {
     ]
 }
 
-fn dev(rng: &mut Rng, sizes: &[usize]) -> Tensor {
+pub(super) fn dev(rng: &mut Rng, sizes: &[usize]) -> Tensor {
     let n: usize = sizes.iter().product();
     let s: Vec<i64> = sizes.iter().map(|&v| v as i64).collect();
     let st = tensor::contiguous_strides(&s);
@@ -52,7 +53,7 @@ fn dev(rng: &mut Rng, sizes: &[usize]) -> Tensor {
 }
 
 /// Enqueue `op` (x, weight, norm weight, residual) into the preallocated `y`.
-fn run(op: Op, x: &Tensor, w: &Tensor, g: &Tensor, r: &Tensor, y: &Tensor) {
+pub(super) fn run(op: Op, x: &Tensor, w: &Tensor, g: &Tensor, r: &Tensor, y: &Tensor) {
     let f = Fusion {
         bias: None,
         norm: op.norm.then_some(Norm {
@@ -201,6 +202,7 @@ fn linear_bench() {
         &stream,
     );
     set_pdl(true);
+    attention_layers(&stream);
 
     heads(&stream);
 
