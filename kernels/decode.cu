@@ -84,12 +84,11 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// L2 prefetch of the fused linear's weights before its PDL wait (sm_90; linear_mma): LinArgs.pf_mb
-// > 0 asks for the first pf_mb MiB of the weights, each warp its share from the start of its rows
-// (the launcher sets it only after a latency-bound kernel of ours, whose time leaves HBM idle).
-// Asked for every linear (a compile-time option before), it took 5 % off linear_bench's Qwen3-0.6B
-// layer chain (H100) but lost on whole programs (H200, graphs): Qwen3-0.6B -1.6 %, Gemma-3-1B
-// -4.5 %, Llama-3.2-1B +0.7 % (bench/results/2026-12-06-55d432e-prefetch-ab.md).
+// No L2 prefetch of the fused linear's weights before its PDL wait: asked for every linear it took
+// 5 % off linear_bench's Qwen3-0.6B layer chain but lost on whole programs (H200, graphs: Qwen3-0.6B
+// -1.6 %, Gemma-3-1B -4.5 %, Llama +0.7 %; bench/results/2026-12-06-55d432e-prefetch-ab.md); asked
+// only after decode attention and the add-norm, whose time leaves HBM idle, it changed nothing
+// (H100: 2026-12-06-34180dc-hf-scale.md, -chain-attention.md).
 
 // Programmatic dependent launch (sm_90): let the next kernel of the stream start launching, and
 // wait until the kernel before has finished and its writes are visible. Both return at once
@@ -966,7 +965,6 @@ struct LinArgs {
   void* h;
   float p_eps, p_add;
   int p_mode;
-  int pf_mb;  // L2 prefetch of the weights' first pf_mb MiB before the PDL wait (0: none)
 };
 
 template <typename T> __device__ __forceinline__ float rnd(float v) {
@@ -1097,24 +1095,6 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
   };
   // The weights do not depend on the kernel before: their first batch is in flight first.
   if (jb < je) load_w(jb);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Then the next part of the warp's rows, into L2, up to its share of pf_mb MiB: while the
-  // kernel before runs, the memory system fetches them (one bulk request per row, from the
-  // first lane of each row's quad).
-  if (a.pf_mb > 0 && c == 0) {
-    const long long share = ((long long)a.pf_mb << 20) / ((long long)gridDim.x * gridDim.y * NW * RTW * 8);
-    const long long lo = (long long)min(jb + U, je) * 64;
-    const long long hi = min(min((long long)je * 64, (long long)K * 2), lo + (share & ~15ll));
-    if (hi > lo) {
-#pragma unroll
-      for (int t = 0; t < RTW; ++t)
-        if (wok[t])
-          asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(wp[t] + lo),
-                       "r"((unsigned)(hi - lo))
-                       : "memory");
-    }
-  }
-#endif
   pdl_wait();
 
   const int mode = a.norm_mode;
@@ -1477,19 +1457,15 @@ GEMV_GENERIC(et_gemv_generic_f16, __half)
 
 // Short-context decode attention: et_attn_dec_<dtype>_d<D>_r<R> (at most R rows per KV head).
 // et_attn_decw_...: the same with et_attention_rope's cache write first.
-// ET_DEC_MINB (build option, default 1): blocks per SM the decode attention kernels are built
-// for; 2 caps their registers at 128 a thread, so that a block fits beside one block of the
-// linear before it (128 registers, 256 threads) instead of waiting for an empty SM.
-#ifndef ET_DEC_MINB
-#define ET_DEC_MINB 1
-#endif
+// 256 threads with as many registers as they need (ptxas, sm_90: 123 to 219). Capped at 128
+// (__launch_bounds__(256, 2), so that a block fits beside one block of the linear before it), the
+// d128 kernels spill and the layers with attention got slower (H100 linear_bench: Qwen3-0.6B
+// 20.80 -> 24.18 µs a layer, Llama 49.24 -> 50.35; bench/results/2026-12-06-34180dc-chain-attention.md).
 #define ATTN_DEC(NAME, T, D, R)                                                                 \
-  extern "C" __global__ void __launch_bounds__(32 * DEC_WARPS, ET_DEC_MINB)                     \
-      et_attn_dec_##NAME(AttnArgs a) {                                                          \
+  extern "C" __global__ void __launch_bounds__(32 * DEC_WARPS) et_attn_dec_##NAME(AttnArgs a) { \
     attn_decode<T, D, R, false>(a);                                                             \
   }                                                                                             \
-  extern "C" __global__ void __launch_bounds__(32 * DEC_WARPS, ET_DEC_MINB)                     \
-      et_attn_decw_##NAME(AttnArgs a) {                                                         \
+  extern "C" __global__ void __launch_bounds__(32 * DEC_WARPS) et_attn_decw_##NAME(AttnArgs a) {\
     attn_decode<T, D, R, true>(a);                                                              \
   }
 ATTN_DEC(bf16_d64_r2, __nv_bfloat16, 64, 2)

@@ -20,9 +20,6 @@ pub const DECODE_KERNELS_PTX: &str = "ET_CUDA_DECODE_KERNELS_PTX";
 /// `1` runs `et_add_rmsnorm_linear` as one fused kernel in decode (default off: its two ops, two
 /// kernels, which measured faster on whole Gemma-3 programs).
 pub const FUSED_ADD_NORM: &str = "ET_CUDA_FUSED_ADD_NORM";
-/// `1`: the fused linear right after a latency-bound kernel (decode attention, the add-norm)
-/// asks the first MiB of its weights into L2 before its PDL wait (`kernels::prefetch_mb`).
-pub const L2_PREFETCH: &str = "ET_CUDA_L2_PREFETCH";
 /// `1`: a packed weights blob is checked against the SHA-256 in its key (default off).
 pub const VERIFY_WEIGHTS: &str = "ET_CUDA_VERIFY_WEIGHTS";
 /// `1`: a packed weights blob is page-locked while the generated code copies it (default off).
@@ -34,7 +31,6 @@ pub struct Switches {
     pub pdl: bool,
     pub decode_attention: bool,
     pub fused_add_norm_linear: bool,
-    pub l2_prefetch: bool,
     /// The path of [`KERNELS_PTX`], when set and not empty.
     pub kernels_ptx: Option<OsString>,
     /// The path of [`DECODE_KERNELS_PTX`], when set and not empty.
@@ -54,7 +50,6 @@ impl Switches {
             pdl: !off(PDL),
             decode_attention: !off(ATTN_DECODE),
             fused_add_norm_linear: on(FUSED_ADD_NORM),
-            l2_prefetch: on(L2_PREFETCH),
             kernels_ptx: path(KERNELS_PTX),
             decode_kernels_ptx: path(DECODE_KERNELS_PTX),
             verify_weights: on(VERIFY_WEIGHTS),
@@ -114,20 +109,19 @@ mod tests {
     fn defaults_and_the_values_that_change_them() {
         let d = with(&[]);
         assert!(d.pdl && d.decode_attention && !d.verify_weights && !d.pin_weights_blob);
-        assert!(!d.fused_add_norm_linear && !d.l2_prefetch);
+        assert!(!d.fused_add_norm_linear);
         assert_eq!((d.kernels_ptx, d.decode_kernels_ptx), (None, None));
         let s = with(&[
             (PDL, "0"),
             (ATTN_DECODE, "0"),
             (FUSED_ADD_NORM, "1"),
-            (L2_PREFETCH, "1"),
             (VERIFY_WEIGHTS, "1"),
             (PIN_WEIGHTS_BLOB, "1"),
             (DECODE_KERNELS_PTX, "/tmp/k.fatbin"),
             (KERNELS_PTX, ""),
         ]);
         assert!(!s.pdl && !s.decode_attention && s.verify_weights && s.pin_weights_blob);
-        assert!(s.fused_add_norm_linear && s.l2_prefetch);
+        assert!(s.fused_add_norm_linear);
         assert_eq!(s.decode_kernels_ptx, Some(OsString::from("/tmp/k.fatbin")));
         assert_eq!(s.kernels_ptx, None, "an empty path is no path");
         // Other spellings keep the defaults.

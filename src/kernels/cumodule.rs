@@ -29,45 +29,6 @@ pub fn set_pdl(on: bool) {
     PDL.set(Some(on));
 }
 
-/// Set by [`set_l2_prefetch`] (benchmarks), else `ET_CUDA_L2_PREFETCH` decides.
-static L2_PREFETCH: crate::switches::Override = crate::switches::Override::unset();
-
-/// MiB of its weights a fused linear asks into L2 before its PDL wait when the kernel before it
-/// leaves HBM idle ([`prefetch_mb`]).
-pub const PREFETCH_MB: i32 = 16;
-
-thread_local! {
-    /// The last kernel this thread launched through [`Module::launch_with`]: a hint for the
-    /// next launch on the same stream (launches of a method's step come from one thread in
-    /// stream order). Only the L2 prefetch reads it, which changes no result.
-    static LAST_LAUNCH: std::cell::Cell<&'static str> = const { std::cell::Cell::new("") };
-}
-
-/// Whether a kernel of this name is latency-bound and leaves HBM idle while it runs: decode
-/// attention (one block per KV head, a few KB of cache) and the add-norm (one block per row).
-pub(super) fn leaves_hbm_idle(name: &str) -> bool {
-    name.starts_with("et_attn_dec") || name.starts_with("et_add_norm")
-}
-
-/// MiB of weights the fused linear launched next should prefetch into L2 ([`PREFETCH_MB`]
-/// right after a kernel that [`leaves_hbm_idle`], else 0), when `ET_CUDA_L2_PREFETCH`
-/// (`crate::switches`) or [`set_l2_prefetch`] turns the prefetch on.
-pub fn prefetch_mb() -> i32 {
-    let after_idle = LAST_LAUNCH.with(|l| leaves_hbm_idle(l.get()));
-    if after_idle && L2_PREFETCH.get(crate::switches::get().l2_prefetch) {
-        PREFETCH_MB
-    } else {
-        0
-    }
-}
-
-/// Turn the L2 prefetch after latency-bound kernels on or off for later launches, or hand it
-/// back to the environment (`None`) (benchmarks).
-#[cfg(test)]
-pub fn set_l2_prefetch(on: Option<bool>) {
-    L2_PREFETCH.set(on);
-}
-
 /// A loaded module and what the launch code needs to know about its device.
 #[derive(Debug)]
 pub struct Module {
@@ -345,7 +306,6 @@ impl Module {
         pdl: bool,
     ) -> Result<()> {
         let f = self.function(name, smem)?;
-        LAST_LAUNCH.with(|l| l.set(name));
         if pdl {
             // SAFETY: forwarded contract.
             return unsafe { launch_pdl(f, name, grid, block, smem, stream, params) };

@@ -259,8 +259,6 @@ pub(crate) struct Args {
     p_eps: f32,
     p_add: f32,
     p_mode: i32,
-    /// MiB of W asked into L2 before the PDL wait (`super::prefetch_mb`).
-    pf_mb: i32,
 }
 
 /// Name and grid of the fused kernel for `l` with weight-tile variant `v` (0..=2); `pre`: the
@@ -360,7 +358,6 @@ fn base_args(l: &Linear, f: &Fusion, y: &Tensor) -> Args {
         n: l.n_out as i32,
         k: l.gemv.k as i32,
         norm_mode: nm.map_or(0, |n| n.mode as i32),
-        pf_mb: super::prefetch_mb(),
         ..Args::default()
     }
 }

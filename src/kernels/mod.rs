@@ -41,9 +41,7 @@ use crate::cuda;
 use crate::error::Result;
 #[cfg(test)]
 use cumodule::aligned_copy;
-#[cfg(test)]
-pub use cumodule::set_l2_prefetch;
-pub use cumodule::{pdl_enabled, prefetch_mb, set_pdl, Module, Resident};
+pub use cumodule::{pdl_enabled, set_pdl, Module, Resident};
 
 /// A parameter slot for `cuLaunchKernel`: the address of one argument value.
 pub(crate) fn param<T>(v: &mut T) -> *mut std::ffi::c_void {
@@ -329,25 +327,6 @@ mod tests {
         );
         // The fatbin starts with the fatbin magic (0xBA55ED50, little-endian).
         assert_eq!(&super::FATBIN[..4], &[0x50, 0xED, 0x55, 0xBA]);
-    }
-
-    #[test]
-    fn the_prefetch_follows_the_short_decode_attention_and_the_add_norm_only() {
-        let idle: Vec<&str> = super::gemv::KERNELS
-            .iter()
-            .chain(super::attention::KERNELS)
-            .copied()
-            .chain(super::linear::kernels())
-            .filter(|n| super::cumodule::leaves_hbm_idle(n))
-            .collect();
-        // The short-context decode kernels (plain and writing: 2 x 2 dtypes x 7 shapes) and the two
-        // add-norm kernels; not the split attention (its grid covers the GPU), not a linear.
-        assert_eq!(idle.len(), 30, "{idle:?}");
-        assert!(idle
-            .iter()
-            .all(|n| n.starts_with("et_attn_dec") || n.starts_with("et_add_norm_")));
-        // Nothing launched on this thread: no prefetch, whatever the switch says.
-        assert_eq!(super::prefetch_mb(), 0);
     }
 
     #[test]

@@ -2,9 +2,8 @@
 //! and, between QKV and O, `et_attention_rope` (RoPE, the KV-cache write and the short-context
 //! decode attention over 80 cached positions; Qwen3 and Gemma-3 with their q/k norms), all into
 //! graph-private memory (no allocation nodes), as a program's replay runs them. GPU time per
-//! layer from CUDA events around replays: without the attention (the layer chain of
-//! `bench.rs`), with it, and with it and the L2 prefetch of the linear after it
-//! (`kernels::set_l2_prefetch`), PDL on.
+//! layer from CUDA events around replays, without the attention (the layer chain of
+//! `bench.rs`) and with it, PDL on: the difference is what the attention step costs a layer.
 
 use super::bench::{dev, layer_ops, run, Op, BF16, HBM_GBS};
 use super::Tensor;
@@ -15,9 +14,9 @@ use crate::dtype::codes as dtype;
 use crate::kernels::attention::{
     attention_rope, split_packed, HeadNorm, Layout, Packed, Positions, Rope,
 };
+use crate::kernels::cpu_tensor;
 use crate::kernels::gemm::bench::time_graph;
 use crate::kernels::gemm::gpu_tests::Rng;
-use crate::kernels::{cpu_tensor, set_l2_prefetch};
 use std::sync::Arc;
 
 /// A decoder shape: hidden size, query heads, KV heads, head size, MLP width, layers, q/k norms.
@@ -183,12 +182,7 @@ fn layers_with_attention(s: &Shape, stream: &Arc<CudaStream>) {
         "{}: {} layers with attention (Hq={} Hkv={} D={}, 80 cached positions), {:.1} MB of weights a layer (PDL on):",
         s.name, s.layers, s.hq, s.hkv, s.d, bytes as f64 / 1e6
     );
-    for (label, attn, pf) in [
-        ("no attention", false, false),
-        ("attention", true, false),
-        ("attention + L2 prefetch", true, true),
-    ] {
-        set_l2_prefetch(Some(pf));
+    for (label, attn) in [("no attention", false), ("attention", true)] {
         let arena = Arc::new(Arena::new(Vec::new(), Vec::new()).expect("arena"));
         let before = set_capture_memory(CaptureMemory::Arena(arena));
         let us = time_graph(stream, s.layers, &mut |i| layer(&m, s, i, attn));
@@ -199,7 +193,6 @@ fn layers_with_attention(s: &Shape, stream: &Arc<CudaStream>) {
             gbs / HBM_GBS * 100.0
         );
     }
-    set_l2_prefetch(None);
 }
 
 /// Every shape of [`SHAPES`], layers with their attention.
