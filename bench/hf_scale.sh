@@ -251,6 +251,14 @@ time_model() { # model: everything else stopped meanwhile
   [ -n "$stopped" ] && signal_group STOP $stopped && sleep 1
   say "timing $m${stopped:+ (stopped: $stopped)}"
   if [ -f "$EX/ref_$m.ready" ]; then torch_slot "$m" && TORCH_DONE[$m]=1; fi
+  # The model's own reference when it is not ready yet (torch.compile warming up, on the GPU):
+  # stopped too, or our runs share the GPU with it (2026-12-06-34180dc-hf-scale.md: two A/B runs
+  # at half speed while it warmed up); its torch slot comes later.
+  if alive "ref_$m" && [ -z "${TORCH_DONE[$m]:-}" ]; then
+    signal_group STOP "ref_$m" && sleep 1
+    stopped="${stopped:+$stopped }ref_$m"
+    say "timing $m: its reference is not ready, stopped meanwhile"
+  fi
   for mode in $MODES; do for v in $VS; do run_ours "$m" "$v" "$mode"; done; done
   for v in $VS; do run_prefill "$m" "$v"; done
   if [ -n "$AB" ]; then

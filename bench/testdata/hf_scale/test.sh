@@ -132,7 +132,7 @@ bash "$S" --dry-run --ab ET_CUDA_FUSED_ADD_NORM >"$T/plan3" 2>&1 &&
   has "$T/plan3" "plan: A/B of ET_CUDA_FUSED_ADD_NORM: per model and variant, graphs with ET_CUDA_FUSED_ADD_NORM=0 and =1" "--ab in the plan"
 bash "$S" --dry-run --ab LD_PRELOAD >"$T/err" 2>&1
 [ $? = 2 ] && ok "usage error: --ab LD_PRELOAD (not a switch of the library)" || bad "no usage error for --ab LD_PRELOAD"
-run "$T/out4" "$T/w4" FAKE_AB_VAR=ET_CUDA_FUSED_ADD_NORM -- --models gemma1b --variants companion --ab ET_CUDA_FUSED_ADD_NORM ||
+run "$T/out4" "$T/w4" FAKE_AB_VAR=ET_CUDA_FUSED_ADD_NORM FAKE_READY_S=4 -- --models gemma1b --variants companion --ab ET_CUDA_FUSED_ADD_NORM ||
   bad "--ab run: exit status $?"
 R4=$(ls "$T"/out4/*-hf-scale.md 2>/dev/null | head -1)
 has "${R4:-/dev/null}" "## A/B of \`ET_CUDA_FUSED_ADD_NORM\` (graphs, the two settings in turn, two runs each)" "A/B section"
@@ -140,6 +140,9 @@ has "${R4:-/dev/null}" "| Gemma-3-1B | companion | 1920.0, 1920.0 | 1728.0, 1728
 has "${R4:-/dev/null}" "--ab ET_CUDA_FUSED_ADD_NORM" "A/B in the command line"
 n=$(grep -c "^\[.*\] run hf_gemma1b_companion/graphs ET_CUDA_FUSED_ADD_NORM=[01] " "$T/w4/timeline.txt")
 [ "$n" = 4 ] && ok "4 A/B runs in the timeline" || bad "$n A/B runs in the timeline, not 4"
+# The reference not ready when the model is timed (FAKE_READY_S=4): stopped meanwhile, timed after.
+has "$T/w4/timeline.txt" "timing hf_gemma1b: its reference is not ready, stopped meanwhile" "a reference not ready is stopped while ours run"
+has "${R4:-/dev/null}" "| torch.compile(mode=\"reduce-overhead\") | 580.0 |" "its torch slot still runs, after ours"
 # every export past the deadline: ended, reported, the references still timed
 run "$T/out3" "$T/w3" FAKE_EXPORT_S=60 HFS_EXPORT_DEADLINE=4 HFS_BUDGET=60 "FAKE_GPU_NAME=NVIDIA H100 80GB HBM3" -- --models qwen06b ||
   bad "third run: exit status $?"

@@ -2,7 +2,8 @@
 same flags; writes what the real one writes, with made-up numbers. FAKE_EXPORT_FAIL=<variant>
 makes that export fail (with FAKE_EXPORT_FAIL_ONLY_WITH=<dir>: only when <dir> is on PYTHONPATH);
 FAKE_EXPORT_S its time (default 0.3 s). Also stands in for the HF models (--model hf_*) in
-bench/hf_scale.sh's CPU test (testdata/hf_scale/test.sh); FAKE_REF_S: the reference's eager time."""
+bench/hf_scale.sh's CPU test (testdata/hf_scale/test.sh); FAKE_REF_S: the reference's eager time;
+FAKE_READY_S: from its tokens to its ready file (torch.compile's warm-up; default 0.5 s)."""
 import argparse
 import json
 import os
@@ -52,7 +53,7 @@ if a.mode == "ref":
     time.sleep(float(os.environ.get("FAKE_REF_S", "0")))
     json.dump(r, open(path, "w"))
     print(f"ref {a.model}: eager tokens written", flush=True)
-    time.sleep(0.5)
+    time.sleep(float(os.environ.get("FAKE_READY_S", "0.5")))
     open(os.path.join(a.out, f"ref_{a.model}.ready"), "w").close()
     t0 = time.time()
     while not os.path.exists(a.go):
