@@ -3,8 +3,8 @@
 #   kernels/<name>.ptx     PTX for compute_80 (readable; JIT fallback)
 #   kernels/<name>.fatbin  sm_90 SASS + the same compute_80 PTX (what the crate loads)
 #   kernels/<name>.sha256  SHA-256 of the source and of both artifacts, plus the nvcc version
-# The crate embeds the fatbin and the PTX with include_bytes!; a CPU test
-# (tests/int4_cpu.rs) fails when int4mm.sha256 does not match them.
+# The crate embeds the fatbin (src/kernels/images.rs); a CPU test there fails when a
+# <name>.sha256 does not match the source, the PTX or the fatbin.
 #
 # nvcc must be CUDA 13.0: the GPU machine's driver is CUDA 13.0 and cannot
 # JIT PTX of a newer ISA. Without a toolkit, from PyPI (pin all four, or pip
@@ -58,13 +58,14 @@ build() {
     echo "nvcc $version"
   } >"$out/$name.sha256"
 }
-# Which test checks each source's hashes.
-declare -A CHECKED_BY=([int4mm]=tests/int4_cpu.rs [sort_rand]=src/kernels/sort_rand.rs [decode]=src/kernels/mod.rs [sample]=src/kernels/sample.rs)
+# Every source; the crate's one table of them (src/kernels/images.rs, in this order) embeds them
+# and its test checks the hashes.
 SOURCES=(int4mm sort_rand decode sample)
+ALL=" ${SOURCES[*]} "
 [[ $# -eq 0 ]] || SOURCES=("$@")
 for name in "${SOURCES[@]}"; do
-  [[ -n "${CHECKED_BY[$name]:-}" ]] || { echo "build.sh: unknown source '$name'" >&2; exit 2; }
-  build "$name" "${CHECKED_BY[$name]}"
+  [[ $ALL == *" $name "* ]] || { echo "build.sh: unknown source '$name'" >&2; exit 2; }
+  build "$name" src/kernels/images.rs
 done
 
 if [[ $check == 1 ]]; then

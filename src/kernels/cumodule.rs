@@ -1,6 +1,7 @@
 //! A loaded `CUmodule` of the library's kernels: image choice (fatbin, or the PTX named by the environment), loading, the function cache, launches and unloading.
 
-use super::{DECODE_FATBIN, DECODE_PTX_ENV, FATBIN, PTX_ENV};
+use super::images::{DECODE, INT4};
+use super::{DECODE_PTX_ENV, PTX_ENV};
 use crate::cuda::{check, ContextGuard, DeviceState};
 use crate::error::{Error, Result};
 use cudarc::driver::sys;
@@ -33,7 +34,7 @@ pub fn set_pdl(on: bool) {
 #[derive(Debug)]
 pub struct Module {
     pub(super) raw: sys::CUmodule,
-    /// The decode kernels' module (`DECODE_FATBIN`), functions named `et_*`.
+    /// The decode kernels' module (`images::DECODE`), functions named `et_*`.
     pub(super) decode: sys::CUmodule,
     pub(super) device: Arc<DeviceState>,
     pub sm_count: i32,
@@ -154,14 +155,14 @@ impl Module {
             )));
         }
         let sw = crate::switches::get();
-        let raw = load_image_of(FATBIN, sw.kernels_ptx.as_ref(), PTX_ENV)?;
+        let raw = load_image_of(INT4.fatbin, sw.kernels_ptx.as_ref(), PTX_ENV)?;
         let image = if sw.kernels_ptx.is_some() {
             Image::Ptx
         } else {
             Image::Fatbin
         };
         let decode = match load_image_of(
-            DECODE_FATBIN,
+            DECODE.fatbin,
             sw.decode_kernels_ptx.as_ref(),
             DECODE_PTX_ENV,
         ) {
@@ -169,7 +170,10 @@ impl Module {
             Err(e) => {
                 // SAFETY: the int4 module just loaded, unloaded once on this error path.
                 let _ = unsafe { sys::cuModuleUnload(raw) };
-                return Err(e.context("loading the decode kernels (kernels/decode.cu)"));
+                return Err(e.context(&format!(
+                    "loading the decode kernels (kernels/{}.cu)",
+                    DECODE.name
+                )));
             }
         };
         log::info!(

@@ -30,6 +30,7 @@ pub mod attention;
 mod cumodule;
 pub mod gemm;
 pub mod gemv;
+pub mod images;
 pub mod int4mm;
 pub mod linear;
 #[cfg(test)]
@@ -49,45 +50,10 @@ pub(crate) fn param<T>(v: &mut T) -> *mut std::ffi::c_void {
 }
 use std::sync::{Arc, Mutex};
 
-/// sm_90 SASS + compute_80 PTX, from `kernels/build.sh`.
-pub static FATBIN: &[u8] = include_bytes!("../../kernels/int4mm.fatbin");
-/// compute_80 PTX text (not NUL-terminated), from `kernels/build.sh` (tests only).
-#[cfg(test)]
-pub static PTX: &[u8] = include_bytes!("../../kernels/int4mm.ptx");
-
-/// The decode kernels (`kernels/decode.cu`: GEMV, decode attention), a second
-/// image loaded beside the int4 one into the same [`Module`]; their entry points
-/// start with `et_`.
-pub static DECODE_FATBIN: &[u8] = include_bytes!("../../kernels/decode.fatbin");
-/// compute_80 PTX of the decode kernels (tests only).
-#[cfg(test)]
-pub static DECODE_PTX: &[u8] = include_bytes!("../../kernels/decode.ptx");
-/// Hashes `kernels/build.sh` recorded for `kernels/decode.*`.
-#[cfg(test)]
-pub static DECODE_RECORD: &str = include_str!("../../kernels/decode.sha256");
-
-/// The environment variable naming a PTX file to load instead of the fatbin.
+/// The environment variable naming a PTX file to load instead of the int4 fatbin.
 pub const PTX_ENV: &str = crate::switches::KERNELS_PTX;
 /// The same for the decode kernels (`kernels/decode.ptx`).
 pub const DECODE_PTX_ENV: &str = crate::switches::DECODE_KERNELS_PTX;
-/// The hashes `kernels/build.sh` recorded for the source and the artifacts.
-#[cfg(test)]
-pub static RECORD: &str = include_str!("../../kernels/int4mm.sha256");
-
-/// The SHA-256 (hex) recorded for `what` ("source", "ptx", "fatbin") in [`RECORD`].
-#[cfg(test)]
-pub fn recorded_sha256(what: &str) -> Option<&'static str> {
-    recorded_in(RECORD, what)
-}
-
-/// The SHA-256 (hex) recorded for `what` in one `kernels/<name>.sha256` record.
-#[cfg(test)]
-pub fn recorded_in(record: &'static str, what: &str) -> Option<&'static str> {
-    record.lines().find_map(|l| {
-        let mut it = l.split_whitespace();
-        (it.next() == Some(what)).then(|| it.next()).flatten()
-    })
-}
 
 /// A contiguous CPU tensor of `sizes` (the argument checks' tests).
 #[cfg(test)]
@@ -211,15 +177,6 @@ mod tests {
     }
 
     #[test]
-    fn record_names_all_three_hashes() {
-        for what in ["source", "ptx", "fatbin"] {
-            let h = recorded_sha256(what).unwrap_or_default();
-            assert_eq!(h.len(), 64, "{what}: {h:?}");
-        }
-        assert!(recorded_sha256("nothing").is_none());
-    }
-
-    #[test]
     fn aligned_copy_keeps_bytes_and_adds_nul() {
         let v = aligned_copy(b"abc", true);
         // SAFETY: reading 4 bytes of a Vec<u64> of at least one element.
@@ -229,59 +186,8 @@ mod tests {
     }
 
     #[test]
-    fn committed_device_code_matches_its_source() {
-        let src = include_bytes!("../../kernels/int4mm.cu");
-        let recorded =
-            super::recorded_sha256("source").expect("kernels/int4mm.sha256 has a source line");
-        assert_eq!(
-            super::sha256_hex(src),
-            recorded,
-            "kernels/int4mm.cu changed since kernels/build.sh last ran: rebuild the PTX/fatbin with it (nvcc 13.0) and commit them"
-        );
-        assert_eq!(
-            super::sha256_hex(super::FATBIN),
-            super::recorded_sha256("fatbin").unwrap_or_default(),
-            "kernels/int4mm.fatbin is not the one kernels/build.sh recorded"
-        );
-        assert_eq!(
-            super::sha256_hex(super::PTX),
-            super::recorded_sha256("ptx").unwrap_or_default(),
-            "kernels/int4mm.ptx is not the one kernels/build.sh recorded"
-        );
-        assert!(
-            super::RECORD.contains("nvcc 13.0 "),
-            "the artifacts must come from nvcc 13.0: {}",
-            super::RECORD
-        );
-    }
-
-    #[test]
-    fn committed_decode_kernels_match_their_source() {
-        let record = |what: &str| super::recorded_in(super::DECODE_RECORD, what);
-        let src = include_bytes!("../../kernels/decode.cu");
-        assert_eq!(
-            Some(super::sha256_hex(src).as_str()),
-            record("source"),
-            "kernels/decode.cu changed since kernels/build.sh last ran: rebuild (KERNELS=decode kernels/build.sh, nvcc 13.0) and commit"
-        );
-        assert_eq!(
-            Some(super::sha256_hex(super::DECODE_FATBIN).as_str()),
-            record("fatbin"),
-            "kernels/decode.fatbin is not the one kernels/build.sh recorded"
-        );
-        assert_eq!(
-            Some(super::sha256_hex(super::DECODE_PTX).as_str()),
-            record("ptx"),
-            "kernels/decode.ptx is not the one kernels/build.sh recorded"
-        );
-        assert!(super::DECODE_RECORD.contains("nvcc 13.0 "));
-        let ptx = std::str::from_utf8(super::DECODE_PTX).expect("PTX is text");
-        assert!(ptx.lines().any(|l| l.trim() == ".target sm_80"));
-        assert!(
-            ptx.lines().any(|l| l.trim() == ".version 9.0"),
-            "PTX ISA must be 9.0 (CUDA 13.0)"
-        );
-        assert_eq!(&super::DECODE_FATBIN[..4], &[0x50, 0xED, 0x55, 0xBA]);
+    fn the_decode_image_has_every_kernel_the_launches_name() {
+        let ptx = super::images::DECODE.ptx_text();
         // Every kernel the launch code names is in the PTX, and no int4 name starts with `et_`.
         let entries: Vec<&str> = ptx
             .lines()
@@ -305,28 +211,6 @@ mod tests {
                 + super::linear::kernels().len()
         );
         assert!(entries.iter().all(|e| e.starts_with("et_")));
-    }
-
-    #[test]
-    fn ptx_targets_compute_80_with_an_isa_the_cuda_13_0_driver_knows() {
-        let ptx = std::str::from_utf8(super::PTX).expect("PTX is text");
-        assert!(
-            ptx.lines().any(|l| l.trim() == ".target sm_80"),
-            "PTX target"
-        );
-        let version = ptx
-            .lines()
-            .find_map(|l| l.trim().strip_prefix(".version "))
-            .expect(".version line");
-        let (major, minor) = version.split_once('.').expect("major.minor");
-        let v = (major.parse::<u32>().unwrap(), minor.parse::<u32>().unwrap());
-        // CUDA 13.0 writes and JITs PTX ISA 9.0; a newer nvcc would write a newer one.
-        assert!(
-            v <= (9, 0),
-            "PTX ISA {version} is newer than CUDA 13.0's 9.0"
-        );
-        // The fatbin starts with the fatbin magic (0xBA55ED50, little-endian).
-        assert_eq!(&super::FATBIN[..4], &[0x50, 0xED, 0x55, 0xBA]);
     }
 
     #[test]

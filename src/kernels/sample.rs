@@ -16,13 +16,7 @@ use cudarc::driver::sys;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
-/// sm_90 SASS + compute_80 PTX of `kernels/sample.cu`, from `kernels/build.sh`.
-pub static FATBIN: &[u8] = include_bytes!("../../kernels/sample.fatbin");
-/// The hashes `kernels/build.sh` recorded.
-#[cfg(test)]
-static RECORD: &str = include_str!("../../kernels/sample.sha256");
-
-static MODULES: Resident = Resident::new(FATBIN, "sampling");
+static MODULES: Resident = Resident::new(super::images::SAMPLE.fatbin, "sampling");
 
 /// Per device: a page-locked slot for the token and the greedy kernel's device
 /// scratch. The lock also serialises the device's samplers, which share them: a

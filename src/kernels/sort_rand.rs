@@ -20,15 +20,6 @@ use crate::tensor::{Device, Tensor};
 use cudarc::driver::sys;
 use std::sync::Arc;
 
-/// sm_90 SASS + compute_80 PTX of `kernels/sort_rand.cu`, from `kernels/build.sh`.
-pub static FATBIN: &[u8] = include_bytes!("../../kernels/sort_rand.fatbin");
-/// The compute_80 PTX (tests only: the fatbin carries it too).
-#[cfg(test)]
-pub static PTX: &[u8] = include_bytes!("../../kernels/sort_rand.ptx");
-/// The hashes `kernels/build.sh` recorded.
-#[cfg(test)]
-static RECORD: &str = include_str!("../../kernels/sort_rand.sha256");
-
 /// Longest row one block sorts in shared memory; the tile of the long-row path.
 pub const SMALL_MAX: i64 = 2048;
 /// Dimensions besides the sorted one that a row's address can depend on.
@@ -39,7 +30,7 @@ const MAX_OTHER_DIMS: usize = 15;
 pub const DEFAULT_SEED: u64 = 67_280_421_310_721;
 
 /// The module of each device, loaded on first use and kept for the process.
-static MODULES: Resident = Resident::new(FATBIN, "sort/random");
+static MODULES: Resident = Resident::new(super::images::SORT_RAND.fatbin, "sort/random");
 
 /// The module of device `ordinal`, loaded on first use and kept for the process.
 /// Loaded under the lock, so that a device never has two generator states.

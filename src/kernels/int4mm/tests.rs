@@ -4,8 +4,8 @@ use super::*;
 
 /// Names of the kernels in the embedded PTX.
 fn built() -> std::collections::HashSet<String> {
-    std::str::from_utf8(super::super::PTX)
-        .unwrap_or_default()
+    crate::kernels::images::INT4
+        .ptx_text()
         .lines()
         .filter_map(|l| l.split(".entry ").nth(1))
         .map(|r| r.trim_end_matches('(').trim().to_string())

@@ -7,7 +7,6 @@
 //! attention at the Llama shape: the short-context kernel and the split kernel it replaced.
 //! Run it like the GPU tests, filtered to `kernels::linear::bench`.
 
-use super::bench_attn::attention_layers;
 use super::*;
 use crate::cuda::copy::clone_contiguous;
 use crate::cuda::stream::{CudaStream, StreamScope};
@@ -202,7 +201,6 @@ fn linear_bench() {
         &stream,
     );
     set_pdl(true);
-    attention_layers(&stream);
 
     heads(&stream);
 

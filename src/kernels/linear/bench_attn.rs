@@ -1,4 +1,4 @@
-//! `linear_bench`'s decoder layers with their attention: the four fused linears of each layer
+//! `linear_attention_bench` (ignored; GPU): `linear_bench`'s decoder layers with their attention: the four fused linears of each layer
 //! and, between QKV and O, `et_attention_rope` (RoPE, the KV-cache write and the short-context
 //! decode attention over 80 cached positions; Qwen3 and Gemma-3 with their q/k norms), all into
 //! graph-private memory (no allocation nodes), as a program's replay runs them. GPU time per
@@ -195,9 +195,15 @@ fn layers_with_attention(s: &Shape, stream: &Arc<CudaStream>) {
     }
 }
 
-/// Every shape of [`SHAPES`], layers with their attention.
-pub(super) fn attention_layers(stream: &Arc<CudaStream>) {
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
+fn linear_attention_bench() {
+    crate::kernels::gemm::gpu_tests::require_gpu("linear_attention_bench");
+    let device = crate::cuda::device(0).expect("device 0");
+    let stream = CudaStream::new(device).expect("stream");
+    let _scope = crate::cuda::stream::StreamScope::enter(0, stream.raw(), Some(stream.clone()));
+    crate::kernels::set_pdl(true);
     for s in &SHAPES {
-        layers_with_attention(s, stream);
+        layers_with_attention(s, &stream);
     }
 }

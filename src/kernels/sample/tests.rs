@@ -3,25 +3,10 @@
 
 use super::*;
 
-use crate::kernels::{recorded_in, sha256_hex};
-
-fn recorded(what: &str) -> &'static str {
-    recorded_in(RECORD, what).unwrap_or("")
-}
-
 #[test]
-fn committed_device_code_matches_its_source() {
-    let src = include_bytes!("../../../kernels/sample.cu");
-    assert_eq!(
-        sha256_hex(src),
-        recorded("source"),
-        "kernels/sample.cu changed since kernels/build.sh last ran: rebuild (kernels/build.sh sample) and commit"
-    );
-    assert_eq!(sha256_hex(FATBIN), recorded("fatbin"));
-    let ptx = include_bytes!("../../../kernels/sample.ptx");
-    assert_eq!(sha256_hex(ptx), recorded("ptx"));
-    assert!(RECORD.contains("nvcc 13.0 "), "{RECORD}");
-    let text = std::str::from_utf8(ptx).expect("PTX is text");
+fn the_image_has_both_kernels_the_launches_name() {
+    // Its hashes: `kernels::images`' test, as for every image.
+    let text = crate::kernels::images::SAMPLE.ptx_text();
     for name in ["et_sample", "et_argmax"] {
         assert!(
             text.contains(&format!(".entry {name}(")),

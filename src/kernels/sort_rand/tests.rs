@@ -1,42 +1,12 @@
-//! Unit tests of the sort/random module's host side: the committed device code against its record, the sort plans and launch shapes, the generator's checks.
+//! Unit tests of the sort/random module's host side: the kernels and state variable in its PTX, the sort plans and launch shapes, the generator's checks.
 
 use super::generator::*;
 use super::plan::*;
 use super::*;
-use crate::kernels::{recorded_in, sha256_hex};
-
-fn recorded(what: &str) -> &'static str {
-    recorded_in(RECORD, what).unwrap_or("")
-}
-
-#[test]
-fn committed_device_code_matches_its_source() {
-    let src = include_bytes!("../../../kernels/sort_rand.cu");
-    assert_eq!(
-        sha256_hex(src),
-        recorded("source"),
-        "kernels/sort_rand.cu changed since kernels/build.sh last ran: rebuild (kernels/build.sh sort_rand) and commit"
-    );
-    assert_eq!(sha256_hex(FATBIN), recorded("fatbin"));
-    assert_eq!(sha256_hex(PTX), recorded("ptx"));
-    assert!(RECORD.contains("nvcc 13.0 "), "{RECORD}");
-    assert_eq!(&FATBIN[..4], &[0x50, 0xED, 0x55, 0xBA], "fatbin magic");
-}
-
 #[test]
 fn ptx_has_every_kernel_the_launches_name_and_the_state_variable() {
-    let ptx = std::str::from_utf8(PTX).expect("PTX is text");
-    assert!(ptx.lines().any(|l| l.trim() == ".target sm_80"));
-    let version = ptx
-        .lines()
-        .find_map(|l| l.trim().strip_prefix(".version "))
-        .expect(".version line");
-    let (major, minor) = version.split_once('.').expect("major.minor");
-    let v: (u32, u32) = (major.parse().expect("major"), minor.parse().expect("minor"));
-    assert!(
-        v <= (9, 0),
-        "PTX ISA {version} is newer than CUDA 13.0's 9.0"
-    );
+    // Its hashes, target and ISA: `kernels::images`' test, as for every image.
+    let ptx = crate::kernels::images::SORT_RAND.ptx_text();
     for k in [
         "sort_rows_small",
         "sort_prep",
