@@ -1,10 +1,11 @@
-//! `linear_attention_bench` (ignored; GPU): `linear_bench`'s decoder layers with their attention: the four fused linears of each layer
-//! and, between QKV and O, `et_attention_rope` (RoPE, the KV-cache write and the short-context
-//! decode attention over 80 cached positions; Qwen3 and Gemma-3 with their q/k norms), all into
-//! graph-private memory (no allocation nodes), as a program's replay runs them. GPU time per
-//! layer from CUDA events around replays, without the attention (the layer chain of
-//! `bench.rs`) and with it, PDL on: the difference is what the attention step costs a layer.
-
+//! `linear_attention_bench` (ignored; GPU): `linear_bench`'s decoder layers with their
+//! attention: the four fused linears of each layer and, between QKV and O,
+//! `et_attention_rope` (RoPE, the KV-cache write and the short-context decode attention of the
+//! token at position 80; Qwen3 and Gemma-3 with their q/k norms), all into graph-private memory
+//! (no allocation nodes), as a program's replay runs them. Gemma-3 is its shape only: SiLU and
+//! the norms of Llama's rounding, no add-norms. GPU time per layer from CUDA events around
+//! replays, without the attention (the layer chain of `bench.rs`) and with it, PDL on: the
+//! difference is what the attention step costs a layer.
 use super::bench::{dev, layer_ops, run, Op, BF16, HBM_GBS};
 use super::Tensor;
 use crate::cuda::arena::Arena;
@@ -179,7 +180,7 @@ fn layers_with_attention(s: &Shape, stream: &Arc<CudaStream>) {
     let m = model(s);
     let bytes: usize = m.ops.iter().map(|o| o.n * o.k * 2).sum();
     println!(
-        "{}: {} layers with attention (Hq={} Hkv={} D={}, 80 cached positions), {:.1} MB of weights a layer (PDL on):",
+        "{}: {} layers with attention (Hq={} Hkv={} D={}, the token at position 80), {:.1} MB of weights a layer (PDL on):",
         s.name, s.layers, s.hq, s.hkv, s.d, bytes as f64 / 1e6
     );
     for (label, attn) in [("no attention", false), ("attention", true)] {
