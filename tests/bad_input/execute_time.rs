@@ -21,21 +21,26 @@ fn execute_time() {
     destroyed_handle_runs(&good_in, &o, &mut ran, &mut failures);
     // After all of it, a good program still loads and runs.
     let h = Handle::load("mlp_f32", 0, false).unwrap();
-    let mut input = good_in.clone();
-    let mut out = vec![0u8; o.bytes.len()];
-    let (st, m) = exec_one(
-        &h,
-        desc("float32", &[4, 64], input.as_mut_ptr().cast(), input.len()),
-        desc(&o.dtype, &o.sizes, out.as_mut_ptr().cast(), out.len()),
-        1,
-    );
-    assert_eq!(st, ET_CUDA_STATUS_OK, "{m}");
-    assert!(compare("float32", &out, &o.bytes).1);
+    good_run_matches(&h, &good_in, &o, "every bad-input case");
     println!(
         "execute_time: {ran} bad-input cases run, {} failed",
         failures.len()
     );
     assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// A good execute of mlp_f32 on `h` (its input `good_in`) succeeds and gives `o`, after `what`.
+fn good_run_matches(h: &Handle, good_in: &[u8], o: &TensorFile, what: &str) {
+    let mut input = good_in.to_vec();
+    let mut out = vec![0u8; o.bytes.len()];
+    let (st, m) = exec_one(
+        h,
+        desc("float32", &[4, 64], input.as_mut_ptr().cast(), input.len()),
+        desc(&o.dtype, &o.sizes, out.as_mut_ptr().cast(), out.len()),
+        1,
+    );
+    assert_eq!(st, ET_CUDA_STATUS_OK, "good execute after {what}: {m}");
+    assert!(compare("float32", &out, &o.bytes).1, "after {what}");
 }
 
 /// An input descriptor of `bytes` (host memory).
@@ -215,16 +220,7 @@ fn run_exec_cases(
             ));
         }
         // The same handle still runs a good case after every bad one.
-        let mut input = good_in.to_vec();
-        let mut out = vec![0u8; o.bytes.len()];
-        let (st, m) = exec_one(
-            &h,
-            desc("float32", &[4, 64], input.as_mut_ptr().cast(), input.len()),
-            desc(&o.dtype, &o.sizes, out.as_mut_ptr().cast(), out.len()),
-            1,
-        );
-        assert_eq!(st, ET_CUDA_STATUS_OK, "good execute after {name}: {m}");
-        assert!(compare("float32", &out, &o.bytes).1, "after {name}");
+        good_run_matches(&h, good_in, o, name);
     }
 }
 
