@@ -38,10 +38,14 @@ pub struct Module {
     pub(super) decode: sys::CUmodule,
     pub(super) device: Arc<DeviceState>,
     pub sm_count: i32,
+    /// The device's compute capability, major (clusters need 9).
+    pub cc_major: i32,
     /// Functions looked up so far, with the dynamic shared memory they allow.
     pub(super) functions: Mutex<HashMap<&'static str, (usize, i32)>>,
     /// Blocks per SM of the kernels asked about so far ([`Module::blocks_per_sm`]).
     pub(super) occupancy: Mutex<HashMap<&'static str, i32>>,
+    /// Whether clusters of that many blocks of that kernel fit ([`Module::clusters_fit`]).
+    pub(super) clusters: Mutex<HashMap<(&'static str, u32), bool>>,
 }
 
 // SAFETY: module and function handles are usable from any thread.
@@ -185,45 +189,11 @@ impl Module {
             decode,
             device,
             sm_count,
+            cc_major: major,
             functions: Mutex::new(HashMap::new()),
             occupancy: Mutex::new(HashMap::new()),
+            clusters: Mutex::new(HashMap::new()),
         })
-    }
-
-    /// Blocks of kernel `name`, launched with `threads` threads and no dynamic shared memory,
-    /// that one SM holds at once (the driver's occupancy calculator; cached per name). 1 when
-    /// the driver cannot say (the launch itself reports real errors).
-    pub fn blocks_per_sm(&self, name: &'static str, threads: u32) -> i32 {
-        if let Some(&n) = self
-            .occupancy
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-        {
-            return n;
-        }
-        let n = self.function(name, 0).ok().and_then(|f| {
-            let _g = ContextGuard::device(&self.device).ok()?;
-            // cudarc panics when a driver symbol is missing: keep that inside.
-            let r = std::panic::catch_unwind(|| {
-                let mut n: std::ffi::c_int = 0;
-                // SAFETY: a live function of this module; out-pointer to a local.
-                let r = unsafe {
-                    sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, f, threads as i32, 0)
-                };
-                (r, n)
-            });
-            match r {
-                Ok((sys::CUresult::CUDA_SUCCESS, n)) => Some(n),
-                _ => None,
-            }
-        });
-        let n = n.unwrap_or(1).max(1);
-        self.occupancy
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name, n);
-        n
     }
 
     pub fn device(&self) -> &Arc<DeviceState> {
@@ -271,110 +241,10 @@ impl Module {
         }
         Ok(raw)
     }
-
-    /// Enqueue `name` on `stream` (the device's context must be current).
-    ///
-    /// # Safety
-    /// `params` must point at one value of the kernel's exact parameter type
-    /// per parameter, and the pointers among them must be valid for what the
-    /// kernel reads and writes with the given grid.
-    pub unsafe fn launch(
-        &self,
-        name: &'static str,
-        grid: (u32, u32, u32),
-        block: u32,
-        smem: usize,
-        stream: sys::CUstream,
-        params: &mut [*mut c_void],
-    ) -> Result<()> {
-        // SAFETY: forwarded contract.
-        unsafe { self.launch_with(name, grid, block, smem, stream, params, false) }
-    }
-
-    /// As [`Module::launch`]; with `pdl`, as a programmatic dependent launch (the kernel may
-    /// start before the one before it on `stream` ends, and must wait for it with
-    /// `griddepcontrol.wait` before touching anything that kernel writes or reads).
-    ///
-    /// # Safety
-    /// As [`Module::launch`]; with `pdl`, every block of the kernel must execute
-    /// `griddepcontrol.wait` before such accesses, and before it exits.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn launch_with(
-        &self,
-        name: &'static str,
-        grid: (u32, u32, u32),
-        block: u32,
-        smem: usize,
-        stream: sys::CUstream,
-        params: &mut [*mut c_void],
-        pdl: bool,
-    ) -> Result<()> {
-        let f = self.function(name, smem)?;
-        if pdl {
-            // SAFETY: forwarded contract.
-            return unsafe { launch_pdl(f, name, grid, block, smem, stream, params) };
-        }
-        // SAFETY: forwarded contract; `f` belongs to this module, which outlives the call.
-        let r = unsafe {
-            sys::cuLaunchKernel(
-                f,
-                grid.0,
-                grid.1,
-                grid.2,
-                block,
-                1,
-                1,
-                smem as u32,
-                stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        check(
-            r,
-            &format!("cuLaunchKernel({name}, grid {grid:?}, block {block}, smem {smem})"),
-        )
-    }
 }
 
-/// `cuLaunchKernelEx` with the programmatic stream serialization attribute.
-///
-/// # Safety
-/// As [`Module::launch_with`] with `pdl`.
-unsafe fn launch_pdl(
-    f: sys::CUfunction,
-    name: &str,
-    grid: (u32, u32, u32),
-    block: u32,
-    smem: usize,
-    stream: sys::CUstream,
-    params: &mut [*mut c_void],
-) -> Result<()> {
-    // SAFETY: a zeroed attribute is a valid value of this plain C union/struct.
-    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
-    let config = sys::CUlaunchConfig {
-        gridDimX: grid.0,
-        gridDimY: grid.1,
-        gridDimZ: grid.2,
-        blockDimX: block,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: smem as u32,
-        hStream: stream,
-        attrs: &mut attr,
-        numAttrs: 1,
-    };
-    // SAFETY: forwarded contract; `config` and `attr` outlive the call.
-    let r = unsafe { sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()) };
-    check(
-        r,
-        &format!(
-            "cuLaunchKernelEx({name}, grid {grid:?}, block {block}, smem {smem}, programmatic)"
-        ),
-    )
-}
+#[path = "cumodule/launch.rs"]
+mod launch;
 
 impl Drop for Module {
     fn drop(&mut self) {
@@ -457,8 +327,10 @@ impl Resident {
             decode: std::ptr::null_mut(),
             device,
             sm_count,
+            cc_major: major,
             functions: Mutex::new(HashMap::new()),
             occupancy: Mutex::new(HashMap::new()),
+            clusters: Mutex::new(HashMap::new()),
         })
     }
 }
