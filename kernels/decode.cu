@@ -104,6 +104,31 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// Thread block clusters (sm_90): a barrier of every thread of the cluster's blocks (release /
+// acquire: shared-memory writes before it are visible to every block after it), and a load from
+// the shared memory of the cluster's block `rank` at the address `p` has in this block. Before
+// sm_90 they are never reached (the host launches clusters only on sm_90 and newer) and trap.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ float ld_cluster(const float* p, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t local = (uint32_t)__cvta_generic_to_shared(p);
+  uint32_t remote;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+#else
+  __trap();
+  return 0.f;
+#endif
+}
+
 // ------------------------------------------------------------------ GEMV
 //
 // Tensor-core GEMV for small M (decode), memory-bound: the goal is to keep
@@ -631,8 +656,18 @@ __device__ __forceinline__ void attn_split(const AttnArgs& a) {
 // the 32 keys) is in flight at once instead of one tile of the block at a time. Each warp keeps
 // an online softmax per row; the warps' partial results are combined through shared memory.
 // Keys outside [first visible, last visible] (a sliding window's past, the unwritten cache) are
-// not read. Grid: (1, Hkv, B); block 32 * DEC_WARPS.
+// not read. Grid: (S, Hkv, B); block 32 * DEC_WARPS. With S > 1 (sm_90) the S blocks of a
+// (KV head, batch) are one thread block cluster that can split the keys: nact of them, one per
+// DEC_KPB keys, at most S, take the tiles round their warps (tile t to block t % nact); each
+// combines its warps as above, then the blocks combine their partial results through
+// distributed shared memory, each writing 1/S of the outputs. A longer context then runs on
+// up to S SMs instead of one; a short one (nact = 1) runs on one as without a cluster.
 constexpr int DEC_WARPS = 8;
+// Keys a block of a cluster takes at least: a cluster of S blocks lets one block in 96 keys work,
+// at most S (H200, linear_attention_bench: at 81 keys one block is 1 µs a layer faster than
+// two for Llama-3.2-1B's and Qwen3-0.6B's shapes; at 401 keys 4 to 8 blocks beat one by 2.3,
+// 4.7 and 16 µs a layer for Llama, Qwen3 and Gemma-3; bench/results/2026-12-06-3ae692d-chain-splits.md).
+constexpr int DEC_KPB = 96;
 
 template <int DPL> struct VVec;
 template <> struct VVec<2> { using type = uint32_t; };
@@ -662,6 +697,11 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
   __shared__ int newpos[NW];
   __shared__ float wm[DEC_WARPS][R], wl[DEC_WARPS][R];
   __shared__ float wacc[DEC_WARPS][R][D];
+  __shared__ float bm[R], bl[R];  // the block's maximum and sum per row (nact > 1)
+  // The cluster's key splits, this block's. Every block of a cluster makes the new rows and
+  // writes them into the caches: the same values, so that each block reads its own (or an
+  // identical) write after its barrier, whichever block's write lands last.
+  const int S = gridDim.x, s = blockIdx.x;
 
   pdl_launch_dependents();
   // With W, nothing this block reads before the wait is written by the kernels before it in
@@ -684,6 +724,13 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
     kend = max(kend, p + 1);
     kbeg = min(kbeg, a.window > 0 ? max(0, p - a.window + 1) : 0);
   }
+  // The cluster's blocks that take keys (the same number in every block): the others leave at
+  // once when one block takes them all (no cluster barrier then), else take no keys.
+  const int nact = S == 1 ? 1 : min(S, max(1, (kend - kbeg + DEC_KPB - 1) / DEC_KPB));
+  if (s >= nact && nact == 1) {
+    if constexpr (W) pdl_wait();
+    return;
+  }
   const char* kb = reinterpret_cast<const char*>(a.k) + (b * a.ksb + hkv * a.ksh) * (long long)sizeof(T);
   const char* vb = reinterpret_cast<const char*>(a.v) + (b * a.vsb + hkv * a.vsh) * (long long)sizeof(T);
   const int part = lane % KL, d0 = part * (D / KL);
@@ -701,7 +748,9 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
                         : V{};
     }
   };
-  int base = kbeg + warp * TILE;
+  // Warp w of block s takes the tiles w * nact + s, (w + DEC_WARPS) * nact + s, ...
+  const int step = DEC_WARPS * TILE * nact;
+  int base = s < nact ? kbeg + (warp * nact + s) * TILE : kend;
   if (EARLY && base < kend) load_tile(base);
   if constexpr (W && !EARLY) {
     // The rows of the warp's first tile into L2: this lane's part of its key's K and V rows.
@@ -770,7 +819,7 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
 #pragma unroll
     for (int d = 0; d < DPL; ++d) acc[r][d] = 0.f;
   }
-  for (bool first = true; base < kend; base += DEC_WARPS * TILE, first = false) {
+  for (bool first = true; base < kend; base += step, first = false) {
     const int key = base + lane / KL;
     const bool kin = key < kend;
     if (!first || !EARLY) load_tile(base);
@@ -879,10 +928,43 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
         o = fmaf(wacc[w][r][d], f, o);
       }
     }
+    if (nact > 1) {
+      // The block's partial result: qs (no longer read) takes the unnormalised outputs.
+      qs[r][d] = o;
+      if (d == 0) {
+        bm[r] = mx;
+        bl[r] = ls;
+      }
+      continue;
+    }
     const int h = hkv * g + r / a.Lq, i = r % a.Lq;
     T* out = reinterpret_cast<T*>(a.out) + attn_out_row(a.out_bthd, b, h, i, a.Hq, a.Lq) * D;
     out[d] = Ops<T>::from_f(ls > 0.f ? o / ls : 0.f);
   }
+  if (nact == 1) return;
+  cluster_sync();
+  // Block s writes the outputs s * blockDim.x + tid, stepping S * blockDim.x, from the partials
+  // of the blocks that took keys (read from their shared memory); the second barrier keeps every block's
+  // shared memory alive until all have read it.
+  for (int t = s * blockDim.x + threadIdx.x; t < rows * D; t += S * blockDim.x) {
+    const int r = t / D, d = t % D;
+    float mx = -INFINITY;
+    for (int c = 0; c < nact; ++c) mx = fmaxf(mx, ld_cluster(&bm[r], c));
+    float ls = 0.f, o = 0.f;
+    if (mx != -INFINITY) {
+      for (int c = 0; c < nact; ++c) {
+        const float mc = ld_cluster(&bm[r], c);
+        if (mc == -INFINITY) continue;
+        const float f = exp2f(mc - mx);
+        ls = fmaf(ld_cluster(&bl[r], c), f, ls);
+        o = fmaf(ld_cluster(&qs[r][d], c), f, o);
+      }
+    }
+    const int h = hkv * g + r / a.Lq, i = r % a.Lq;
+    T* out = reinterpret_cast<T*>(a.out) + attn_out_row(a.out_bthd, b, h, i, a.Hq, a.Lq) * D;
+    out[d] = Ops<T>::from_f(ls > 0.f ? o / ls : 0.f);
+  }
+  cluster_sync();
 }
 
 // One warp per output row: out = sum_s o_s * 2^(m_s - M) / sum_s l_s * 2^(m_s - M).

@@ -13,6 +13,9 @@ use std::sync::OnceLock;
 pub const PDL: &str = "ET_CUDA_PDL";
 /// `0` turns the short-context decode attention kernel off (the benchmark's comparison row).
 pub const ATTN_DECODE: &str = "ET_CUDA_ATTN_DECODE";
+/// `1` to `8`: the short-context decode attention kernel splits each KV head's keys over that many
+/// blocks (a thread block cluster, sm_90) instead of the built-in choice; `1` never splits.
+pub const ATTN_SPLITS: &str = "ET_CUDA_ATTN_SPLITS";
 /// A PTX file loaded instead of the int4 kernels' fatbin (`kernels/int4mm.ptx`: JIT tests).
 pub const KERNELS_PTX: &str = "ET_CUDA_KERNELS_PTX";
 /// A PTX (or fatbin) file loaded instead of the decode kernels' fatbin (A/B runs of kernels).
@@ -31,6 +34,8 @@ pub struct Switches {
     pub pdl: bool,
     pub decode_attention: bool,
     pub fused_add_norm_linear: bool,
+    /// The value of [`ATTN_SPLITS`], when it is 1 to 8.
+    pub attn_splits: Option<u32>,
     /// The path of [`KERNELS_PTX`], when set and not empty.
     pub kernels_ptx: Option<OsString>,
     /// The path of [`DECODE_KERNELS_PTX`], when set and not empty.
@@ -50,6 +55,9 @@ impl Switches {
             pdl: !off(PDL),
             decode_attention: !off(ATTN_DECODE),
             fused_add_norm_linear: on(FUSED_ADD_NORM),
+            attn_splits: var(ATTN_SPLITS)
+                .and_then(|v| v.to_str().and_then(|v| v.parse::<u32>().ok()))
+                .filter(|n| (1..=8).contains(n)),
             kernels_ptx: path(KERNELS_PTX),
             decode_kernels_ptx: path(DECODE_KERNELS_PTX),
             verify_weights: on(VERIFY_WEIGHTS),
@@ -110,6 +118,16 @@ mod tests {
         let d = with(&[]);
         assert!(d.pdl && d.decode_attention && !d.verify_weights && !d.pin_weights_blob);
         assert!(!d.fused_add_norm_linear);
+        assert_eq!(d.attn_splits, None);
+        for (v, want) in [
+            ("1", Some(1)),
+            ("8", Some(8)),
+            ("0", None),
+            ("9", None),
+            ("x", None),
+        ] {
+            assert_eq!(with(&[(ATTN_SPLITS, v)]).attn_splits, want, "{v}");
+        }
         assert_eq!((d.kernels_ptx, d.decode_kernels_ptx), (None, None));
         let s = with(&[
             (PDL, "0"),

@@ -132,6 +132,7 @@ struct Shims {
     stream_guard: StreamGuard,
     delete_guard: DeleteGuard,
     gemv_tuning: GemvTuning,
+    attn_splits: GemvTuning,
 }
 
 /// The address of `name` in the cdylib `api()` builds and opens; panics when it is not exported.
@@ -190,9 +191,44 @@ fn shims() -> &'static Shims {
                 gemv_tuning: std::mem::transmute::<*mut c_void, GemvTuning>(sym(
                     "et_cuda_debug_gemv_tuning",
                 )),
+                attn_splits: std::mem::transmute::<*mut c_void, GemvTuning>(sym(
+                    "et_cuda_debug_attn_splits",
+                )),
             }
         }
     })
+}
+
+/// The short-context decode kernel's key splits each case runs with (`et_cuda_debug_attn_splits`):
+/// one block per KV head, clusters of 2, 3 and 8 blocks (1 where the device has no clusters),
+/// and the built-in choice.
+const SPLITS: [i32; 5] = [1, 2, 3, 8, -1];
+
+/// Force the decode kernel's key splits of later calls (-1: the built-in choice).
+fn set_splits(n: i32) {
+    let st = (shims().attn_splits)(n);
+    assert_eq!(st, 0, "et_cuda_debug_attn_splits({n}): {}", last_error());
+}
+
+/// Cases run, the largest error, the failures.
+#[derive(Default)]
+struct Tally(usize, f32, Vec<String>);
+
+impl Tally {
+    /// Run `case` with each of [`SPLITS`]; a failure is named by `what` and the split.
+    fn each_split(&mut self, what: impl Fn() -> String, mut case: impl FnMut() -> (f32, bool)) {
+        for splits in SPLITS {
+            set_splits(splits);
+            let (err, ok) = case();
+            self.0 += 1;
+            self.1 = self.1.max(err);
+            if !ok {
+                self.2
+                    .push(format!("{} splits {splits}: max err {err}", what()));
+            }
+        }
+        set_splits(-1);
+    }
 }
 
 // ------------------------------------------------------------------ host data

@@ -30,7 +30,6 @@ use crate::dtype::codes as dtype;
 use crate::dtype::describe;
 use crate::error::{invalid, Result};
 use crate::tensor::{self, Device, Tensor};
-use std::ffi::c_void;
 
 /// Query rows per block (`ATTN_ROWS`), keys per tile (`ATTN_TILE`), threads per block.
 const ROWS: i64 = 16;
@@ -401,23 +400,19 @@ fn run(
     };
     let _ctx = ContextGuard::device(module.device())?;
     let stream = cuda::stream::current(p.device).raw;
-    let (name, grid, threads, writes) = launch_shape(&p, rgroups, nsplit, r.is_some());
+    let shape = launch_shape(&p, &module, (rgroups, nsplit), r.is_some());
     let pdl = super::pdl_enabled();
     if let Some(r) = r {
         rope::fill(&mut args, r);
-        args.write = i32::from(writes);
-        if !writes {
+        args.write = i32::from(shape.writes);
+        if !shape.writes {
             // SAFETY: `check` and `rope::check` proved `args` (just filled) for `p`.
             unsafe { launch::kv_write(&module, &p, &mut args, stream, pdl)? };
         }
     }
-    let mut params: [*mut c_void; 1] = [(&mut args as *mut Args).cast()];
-    // SAFETY: every block waits (griddepcontrol.wait) for the kernel before reading anything,
-    // so a programmatic launch is safe; the kernel takes one `AttnArgs` by value, mirrored
-    // field for field by `Args` (repr(C)); `check` (and `rope::check`) proved the sizes,
-    // strides and alignment it relies on, the positions are int64 on this device (or absent),
-    // and the output and workspaces were just allocated with the sizes the grid writes.
-    unsafe { module.launch_with(name, grid, threads, 0, stream, &mut params, pdl)? };
+    // SAFETY: `check` (and `rope::check`) proved `args` for `p`; the output and workspaces were
+    // just allocated with the sizes the grid writes.
+    unsafe { launch::main(&module, &shape, &mut args, stream, pdl)? };
     if let (Some(po), Some(pm)) = (&part_o, &part_ml) {
         let shape = (nrows, nsplit, &args);
         // SAFETY: the workspaces hold nrows x nsplit partials written by the launch above
@@ -431,8 +426,9 @@ fn run(
 
 #[path = "attention/choice.rs"]
 mod choice;
+pub use choice::set_decode_splits;
 pub use choice::split;
-use choice::{kv_write_name, launch_shape, names};
+use choice::{kv_write_name, launch_shape, names, Shape};
 #[path = "attention/launch.rs"]
 mod launch;
 use launch::{launch_combine, split_workspaces};

@@ -452,6 +452,25 @@ pub extern "C" fn et_cuda_debug_gemv_tuning(variant: i32) -> AOTITorchError {
     })
 }
 
+/// Tests and benchmarks only (`tests/decode_gpu.rs`): the short-context decode attention's
+/// later launches split each KV head's keys over `n` blocks, 1 to 8 (one thread block cluster
+/// where the device runs such clusters, else 1), or `n` = -1 goes back to `ET_CUDA_ATTN_SPLITS`
+/// or the built-in choice. Anything else is refused.
+#[no_mangle]
+pub extern "C" fn et_cuda_debug_attn_splits(n: i32) -> AOTITorchError {
+    guard::<Aoti>("et_cuda_debug_attn_splits", || {
+        if n == -1 {
+            return attention::set_decode_splits(None);
+        }
+        match u32::try_from(n) {
+            Ok(n) => attention::set_decode_splits(Some(n)),
+            Err(_) => invalid(format!(
+                "et_cuda_debug_attn_splits: {n} is not -1 or 1 to 8"
+            )),
+        }
+    })
+}
+
 /// Benchmarks only (`tests/decode_gpu.rs`): `on` != 0 makes the fused linear kernels'
 /// later launches programmatic dependent launches, 0 plain launches (the default comes from
 /// `ET_CUDA_PDL`, see `crate::kernels::pdl_enabled`).

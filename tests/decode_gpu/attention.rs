@@ -89,9 +89,7 @@ fn run_attn(
 #[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
 fn decode_attention_matches_fp32_reference() {
     require_gpu("decode_attention_matches_fp32_reference");
-    let mut fails = Vec::new();
-    let mut count = 0;
-    let mut worst = 0f32;
+    let mut t = Tally::default();
     let mut seed = 7u64;
     let lmax = 1024;
     for d in [64, 128, 256] {
@@ -111,15 +109,11 @@ fn decode_attention_matches_fp32_reference() {
                     for &pk in kinds {
                         seed += 1;
                         let bshd = g == 2 && lq == 3;
-                        let (err, ok) =
-                            run_attn((b, g * hkv, hkv, lq, lmax, d), fill, dt, pk, bshd, seed);
-                        count += 1;
-                        worst = worst.max(err);
-                        if !ok {
-                            fails.push(format!(
-                                "D={d} g={g} fill={fill} Lq={lq} B={b} dt={dt} bshd={bshd}: max err {err}"
-                            ));
-                        }
+                        let shape = (b, g * hkv, hkv, lq, lmax, d);
+                        t.each_split(
+                            || format!("D={d} g={g} fill={fill} Lq={lq} B={b} dt={dt} bshd={bshd}"),
+                            || run_attn(shape, fill, dt, pk, bshd, seed),
+                        );
                     }
                 }
             }
@@ -128,13 +122,12 @@ fn decode_attention_matches_fp32_reference() {
     // Llama-3.2-1B's decode shape and an odd cache length.
     for (shape, fill) in [((1, 32, 8, 1, 1024, 64), 700), ((1, 4, 1, 2, 77, 128), 77)] {
         seed += 1;
-        let (err, ok) = run_attn(shape, fill, BF16, Pos::First, false, seed);
-        count += 1;
-        worst = worst.max(err);
-        if !ok {
-            fails.push(format!("{shape:?} fill={fill}: max err {err}"));
-        }
+        t.each_split(
+            || format!("{shape:?} fill={fill}"),
+            || run_attn(shape, fill, BF16, Pos::First, false, seed),
+        );
     }
+    let Tally(count, worst, fails) = t;
     println!(
         "decode_attention: {count} cases, largest abs error {worst:.3e}, {} failures",
         fails.len()
@@ -439,8 +432,7 @@ fn bthd_to_bhtd(got_bthd: &[f32], (b, hq, lq, d): (usize, usize, usize, usize)) 
 #[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
 fn attention_rope_writes_the_caches_and_matches_the_reference() {
     require_gpu("attention_rope_writes_the_caches_and_matches_the_reference");
-    let mut fails = Vec::new();
-    let (mut count, mut worst, mut seed) = (0, 0f32, 99u64);
+    let (mut t, mut seed) = (Tally::default(), 99u64);
     // (shape, fill, cos batch): the short-context kernel writing itself (rows <= 8, or 4 at
     // D = 256), and the write kernel before the split kernel (more rows, long caches).
     type Case = ((usize, usize, usize, usize, usize, usize), usize, usize);
@@ -451,6 +443,8 @@ fn attention_rope_writes_the_caches_and_matches_the_reference() {
         ((1, 16, 8, 1, 256, 64), 100, 1),
         ((1, 8, 1, 1, 128, 128), 128, 1),
         ((1, 4, 1, 1, 64, 256), 40, 1),
+        ((1, 4, 1, 1, 512, 256), 300, 1),
+        ((1, 2, 1, 2, 128, 256), 70, 1),
         ((2, 8, 2, 2, 96, 64), 50, 2),
         ((1, 32, 8, 7, 512, 64), 7, 1),
         ((2, 16, 8, 5, 300, 128), 120, 1),
@@ -463,18 +457,15 @@ fn attention_rope_writes_the_caches_and_matches_the_reference() {
             for norm in [None, Some((1, 0.0)), Some((2, 1.0))] {
                 for packed in [false, true] {
                     seed += 1;
-                    let (err, ok) = run_attn_rope(shape, fill, dt, (cb, norm, packed), seed);
-                    count += 1;
-                    worst = worst.max(err);
-                    if !ok {
-                        fails.push(format!(
-                            "{shape:?} fill={fill} cos batch {cb} dt={dt} norm {norm:?} packed {packed}: max err {err}"
-                        ));
-                    }
+                    t.each_split(
+                        || format!("{shape:?} fill={fill} cos batch {cb} dt={dt} norm {norm:?} packed {packed}"),
+                        || run_attn_rope(shape, fill, dt, (cb, norm, packed), seed),
+                    );
                 }
             }
         }
     }
+    let Tally(count, worst, fails) = t;
     println!(
         "attention_rope: {count} cases, largest abs error {worst:.3e}, {} failures",
         fails.len()

@@ -1,8 +1,10 @@
 //! Which attention kernel runs and on what grid: the split of the cache over blocks, the
 //! short-context decode kernel's conditions, the kernels' names.
 
-use super::{Problem, ROWS, THREADS, TILE};
+use super::{Module, Problem, ROWS, THREADS, TILE};
 use crate::dtype::codes as dtype;
+use crate::error::{invalid, Result};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Every attention entry point of `kernels/decode.cu` (checked against the PTX by a test).
 #[cfg(test)]
@@ -130,6 +132,35 @@ pub fn decode_kernel(p: &Problem, nsplit: i64) -> Option<(&'static str, &'static
     })
 }
 
+/// The split count [`set_decode_splits`] forced (0: not forced).
+static SPLITS: AtomicU32 = AtomicU32::new(0);
+
+/// Force the short-context decode kernel's key splits of later launches (`Some(1..=8)`: blocks
+/// per KV head, one thread block cluster; 1 never splits), or go back to the environment's
+/// value or the built-in choice (`None`). For tests and benchmarks.
+pub fn set_decode_splits(n: Option<u32>) -> Result<()> {
+    match n {
+        None => SPLITS.store(0, Ordering::Relaxed),
+        Some(n @ 1..=8) => SPLITS.store(n, Ordering::Relaxed),
+        Some(n) => return invalid(format!("decode attention splits: {n} is not 1 to 8")),
+    }
+    Ok(())
+}
+
+/// Blocks per KV head (one cluster) the short-context decode kernel may split its keys over, on
+/// a GPU of `sms` SMs: as [`set_decode_splits`] forced, else as `ET_CUDA_ATTN_SPLITS` says, else
+/// 8, or fewer when the (batch, KV head) pairs times 8 would pass two blocks per SM. The kernel
+/// itself lets one block in `DEC_KPB` (96) keys work, so a short context still runs on one.
+pub fn wanted_splits(p: &Problem, sms: i64) -> u32 {
+    match SPLITS.load(Ordering::Relaxed) {
+        0 => crate::switches::get().attn_splits.unwrap_or_else(|| {
+            let pairs = (p.b * p.hkv).max(1);
+            (2 * sms.max(1) / pairs).clamp(1, 8) as u32
+        }),
+        n => n,
+    }
+}
+
 /// The cache-write kernel run before the split kernel for `et_attention_rope`.
 pub(super) fn kv_write_name(p: &Problem) -> &'static str {
     match (p.dtype == dtype::BFLOAT16, p.d) {
@@ -153,28 +184,50 @@ pub(super) fn names(p: &Problem) -> (&'static str, &'static str) {
     }
 }
 
-/// The attention kernel's name, grid and block for `p` split as [`split`] says: the
-/// short-context kernel where it applies (its writing variant when `write`), else the split
-/// kernel (then its combine, if `nsplit > 1`). The flag says whether the kernel writes the
-/// caches itself (only the short-context kernel does).
+/// How one attention launch runs: the kernel, its grid and block, whether it writes the caches
+/// itself (only the short-context kernel does), and the blocks of one cluster along x (1: no
+/// clusters).
+pub(super) struct Shape {
+    pub name: &'static str,
+    pub grid: (u32, u32, u32),
+    pub threads: u32,
+    pub writes: bool,
+    pub cluster: u32,
+}
+
+/// The attention launch for `p` split as [`split`] says: the short-context kernel where it
+/// applies (its writing variant when `write`), its keys split over [`wanted_splits`] blocks
+/// when such clusters fit `module`'s device, else one block per KV head; else the split kernel
+/// (then its combine, if `nsplit > 1`).
 pub(super) fn launch_shape(
     p: &Problem,
-    rgroups: i64,
-    nsplit: i64,
+    module: &Module,
+    (rgroups, nsplit): (i64, i64),
     write: bool,
-) -> (&'static str, (u32, u32, u32), u32, bool) {
+) -> Shape {
     match decode_kernel(p, nsplit) {
-        Some((plain, writing)) => (
-            if write { writing } else { plain },
-            (1, p.hkv as u32, p.b as u32),
-            DEC_THREADS,
-            write,
-        ),
-        None => (
-            names(p).0,
-            (nsplit as u32, (p.hkv * rgroups) as u32, p.b as u32),
-            THREADS,
-            false,
-        ),
+        Some((plain, writing)) => {
+            let name = if write { writing } else { plain };
+            let want = wanted_splits(p, i64::from(module.sm_count));
+            let cluster = if want > 1 && module.clusters_fit(name, DEC_THREADS, want) {
+                want
+            } else {
+                1
+            };
+            Shape {
+                name,
+                grid: (cluster, p.hkv as u32, p.b as u32),
+                threads: DEC_THREADS,
+                writes: write,
+                cluster,
+            }
+        }
+        None => Shape {
+            name: names(p).0,
+            grid: (nsplit as u32, (p.hkv * rgroups) as u32, p.b as u32),
+            threads: THREADS,
+            writes: false,
+            cluster: 1,
+        },
     }
 }

@@ -1,7 +1,7 @@
 //! The attention's launches besides the main kernel: the split workspaces and the combine,
 //! and `et_attention_rope`'s cache write ahead of the split kernel.
 
-use super::{kv_write_name, Args, Module, Problem};
+use super::{kv_write_name, Args, Module, Problem, Shape};
 use crate::dtype::codes as dtype;
 use crate::error::Result;
 use crate::tensor::{Device, Tensor};
@@ -33,6 +33,43 @@ pub(super) unsafe fn kv_write(
             stream,
             &mut params,
             pdl,
+        )
+    }
+}
+
+/// Enqueue the attention kernel `shape` names, on its grid (as clusters when it says so).
+///
+/// # Safety
+/// `args` must describe the problem `shape` was made for, as checked by `check` (and
+/// `rope::check`, filled by `rope::fill`), with its output and workspaces allocated for the
+/// grid.
+pub(super) unsafe fn main(
+    module: &Module,
+    shape: &Shape,
+    args: &mut Args,
+    stream: sys::CUstream,
+    pdl: bool,
+) -> Result<()> {
+    let mut params: [*mut c_void; 1] = [(args as *mut Args).cast()];
+    let &Shape {
+        name,
+        grid,
+        threads,
+        cluster,
+        ..
+    } = shape;
+    // SAFETY: every block waits (griddepcontrol.wait) for the kernel before reading anything
+    // the kernel before writes, so a programmatic launch is safe; the kernel takes one
+    // `AttnArgs` by value, mirrored field for field by `Args` (repr(C)), proved for the
+    // problem (this function's contract). A cluster launch is of the short-context kernel,
+    // whose blocks take their split from the grid and all reach its two cluster barriers.
+    unsafe {
+        module.launch_in(
+            name,
+            (grid, threads, 0),
+            stream,
+            &mut params,
+            (pdl, cluster),
         )
     }
 }

@@ -167,3 +167,36 @@ fn packed_qkv_views_lie_inside_the_row_or_are_refused() {
         .to_string();
     assert!(e.contains("qkv must be [B, Lq, N]"), "{e}");
 }
+
+#[test]
+fn decode_splits_default_force_and_refuse() {
+    let p = |b, hkv| Problem {
+        b,
+        hq: 4 * hkv,
+        hkv,
+        lq: 1,
+        lmax: 512,
+        d: 64,
+        dtype: dtype::BFLOAT16,
+        span: 512,
+        start: None,
+        pos_n: 1,
+        device: 0,
+    };
+    if crate::switches::get().attn_splits.is_none() {
+        // 8 a KV head while the pairs times 8 stay within two blocks per SM.
+        assert_eq!(choice::wanted_splits(&p(1, 1), 132), 8);
+        assert_eq!(choice::wanted_splits(&p(1, 8), 132), 8);
+        assert_eq!(choice::wanted_splits(&p(4, 32), 132), 2);
+        assert_eq!(choice::wanted_splits(&p(64, 8), 132), 1);
+    }
+    for bad in [0, 9, 100] {
+        let e = set_decode_splits(Some(bad))
+            .expect_err("refused")
+            .to_string();
+        assert!(e.contains(&format!("{bad} is not 1 to 8")), "{e}");
+    }
+    set_decode_splits(Some(3)).expect("3");
+    assert_eq!(choice::wanted_splits(&p(1, 1), 132), 3);
+    set_decode_splits(None).expect("unset");
+}

@@ -1,7 +1,8 @@
 //! `linear_attention_bench` (ignored; GPU): `linear_bench`'s decoder layers with their
 //! attention: the four fused linears of each layer and, between QKV and O,
 //! `et_attention_rope` (RoPE, the KV-cache write and the short-context decode attention of the
-//! token at position 80; Qwen3 and Gemma-3 with their q/k norms), all into graph-private memory
+//! token at positions 80 and 400, its keys over 1, 2, 4 or 8 blocks and as the built-in choice
+//! splits them; Qwen3 and Gemma-3 with their q/k norms), all into graph-private memory
 //! (no allocation nodes), as a program's replay runs them. Gemma-3 is its shape only: SiLU and
 //! the norms of Llama's rounding, no add-norms. GPU time per layer from CUDA events around
 //! replays, without the attention (the layer chain of `bench.rs`) and with it, PDL on: the
@@ -13,7 +14,7 @@ use crate::cuda::memory::{set_capture_memory, CaptureMemory};
 use crate::cuda::stream::CudaStream;
 use crate::dtype::codes as dtype;
 use crate::kernels::attention::{
-    attention_rope, split_packed, HeadNorm, Layout, Packed, Positions, Rope,
+    attention_rope, set_decode_splits, split_packed, HeadNorm, Layout, Packed, Positions, Rope,
 };
 use crate::kernels::cpu_tensor;
 use crate::kernels::gemm::bench::time_graph;
@@ -176,24 +177,47 @@ fn layer(m: &Model, s: &Shape, i: usize, attn: bool) {
     run(ops[3], ygu, &w[3], g, h1, h2);
 }
 
+/// The decode attention's key splits the bench runs (`set_decode_splits`; `None`: the built-in
+/// choice).
+const SPLITS: [Option<u32>; 5] = [Some(1), Some(2), Some(4), Some(8), None];
+
 fn layers_with_attention(s: &Shape, stream: &Arc<CudaStream>) {
-    let m = model(s);
+    let mut m = model(s);
     let bytes: usize = m.ops.iter().map(|o| o.n * o.k * 2).sum();
     println!(
-        "{}: {} layers with attention (Hq={} Hkv={} D={}, the token at position 80), {:.1} MB of weights a layer (PDL on):",
-        s.name, s.layers, s.hq, s.hkv, s.d, bytes as f64 / 1e6
+        "{}: {} layers with attention (Hq={} Hkv={} D={}), {:.1} MB of weights a layer (PDL on):",
+        s.name,
+        s.layers,
+        s.hq,
+        s.hkv,
+        s.d,
+        bytes as f64 / 1e6
     );
-    for (label, attn) in [("no attention", false), ("attention", true)] {
+    let time = |m: &Model, label: &str, attn: bool| {
         let arena = Arc::new(Arena::new(Vec::new(), Vec::new()).expect("arena"));
         let before = set_capture_memory(CaptureMemory::Arena(arena));
-        let us = time_graph(stream, s.layers, &mut |i| layer(&m, s, i, attn));
+        let us = time_graph(stream, s.layers, &mut |i| layer(m, s, i, attn));
         set_capture_memory(before);
         let gbs = bytes as f64 / us / 1e3;
         println!(
             "  {label}: {us:.2} us a layer, {gbs:.0} GB/s of weights, {:.1} % of 4.8 TB/s",
             gbs / HBM_GBS * 100.0
         );
+    };
+    time(&m, "no attention", false);
+    // The token at position 80 (81 keys) and 400 (401 keys) of the 512-position cache.
+    for at in [80, 400] {
+        m.pos = position(at);
+        for splits in SPLITS {
+            set_decode_splits(splits).expect("splits");
+            let label = match splits {
+                Some(n) => format!("attention at {at}, keys over {n} block(s)"),
+                None => format!("attention at {at}, built-in splits"),
+            };
+            time(&m, &label, true);
+        }
     }
+    set_decode_splits(None).expect("splits");
 }
 
 #[test]
@@ -204,7 +228,9 @@ fn linear_attention_bench() {
     let stream = CudaStream::new(device).expect("stream");
     let _scope = crate::cuda::stream::StreamScope::enter(0, stream.raw(), Some(stream.clone()));
     crate::kernels::set_pdl(true);
-    for s in &SHAPES {
+    // BENCH_ATTN_SHAPE=<part of a name> runs only the shapes it names (under ncu).
+    let only = std::env::var("BENCH_ATTN_SHAPE").unwrap_or_default();
+    for s in SHAPES.iter().filter(|s| s.name.contains(only.as_str())) {
         layers_with_attention(s, &stream);
     }
 }
