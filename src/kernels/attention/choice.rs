@@ -147,15 +147,17 @@ pub fn set_decode_splits(n: Option<u32>) -> Result<()> {
     Ok(())
 }
 
-/// Blocks per KV head (one cluster) the short-context decode kernel may split its keys over, on
-/// a GPU of `sms` SMs: as [`set_decode_splits`] forced, else as `ET_CUDA_ATTN_SPLITS` says, else
-/// 8, or fewer when the (batch, KV head) pairs times 8 would pass two blocks per SM. The kernel
-/// itself lets one block in `DEC_KPB` (96) keys work, so a short context still runs on one.
-pub fn wanted_splits(p: &Problem, sms: i64) -> u32 {
+/// Blocks per KV head (one cluster) the short-context decode kernel may split its keys over: as
+/// [`set_decode_splits`] forced, else as `ET_CUDA_ATTN_SPLITS` says, else as many as keep the
+/// (batch, KV head) pairs within 32 blocks in all, at most 8: 4 for Llama-3.2-1B's and
+/// Qwen3-0.6B's 8 KV heads, 8 for Gemma-3-1B's one (H100, linear_attention_bench: 8 blocks a
+/// head were up to 1.1 µs a layer slower than 4 for the 8-head shapes, at 81 and 401 keys). The
+/// kernel itself lets one block in `DEC_KPB` (96) keys work, so a short context runs on one.
+pub fn wanted_splits(p: &Problem) -> u32 {
     match SPLITS.load(Ordering::Relaxed) {
         0 => crate::switches::get().attn_splits.unwrap_or_else(|| {
             let pairs = (p.b * p.hkv).max(1);
-            (2 * sms.max(1) / pairs).clamp(1, 8) as u32
+            (32 / pairs).clamp(1, 8) as u32
         }),
         n => n,
     }
@@ -208,7 +210,7 @@ pub(super) fn launch_shape(
     match decode_kernel(p, nsplit) {
         Some((plain, writing)) => {
             let name = if write { writing } else { plain };
-            let want = wanted_splits(p, i64::from(module.sm_count));
+            let want = wanted_splits(p);
             let cluster = if want > 1 && module.clusters_fit(name, DEC_THREADS, want) {
                 want
             } else {

@@ -184,11 +184,11 @@ fn decode_splits_default_force_and_refuse() {
         device: 0,
     };
     if crate::switches::get().attn_splits.is_none() {
-        // 8 a KV head while the pairs times 8 stay within two blocks per SM.
-        assert_eq!(choice::wanted_splits(&p(1, 1), 132), 8);
-        assert_eq!(choice::wanted_splits(&p(1, 8), 132), 8);
-        assert_eq!(choice::wanted_splits(&p(4, 32), 132), 2);
-        assert_eq!(choice::wanted_splits(&p(64, 8), 132), 1);
+        // At most 32 blocks in all, at most 8 a KV head.
+        assert_eq!(choice::wanted_splits(&p(1, 1)), 8);
+        assert_eq!(choice::wanted_splits(&p(1, 8)), 4);
+        assert_eq!(choice::wanted_splits(&p(2, 8)), 2);
+        assert_eq!(choice::wanted_splits(&p(4, 32)), 1);
     }
     for bad in [0, 9, 100] {
         let e = set_decode_splits(Some(bad))
@@ -197,6 +197,6 @@ fn decode_splits_default_force_and_refuse() {
         assert!(e.contains(&format!("{bad} is not 1 to 8")), "{e}");
     }
     set_decode_splits(Some(3)).expect("3");
-    assert_eq!(choice::wanted_splits(&p(1, 1), 132), 3);
+    assert_eq!(choice::wanted_splits(&p(1, 1)), 3);
     set_decode_splits(None).expect("unset");
 }
