@@ -397,15 +397,8 @@ unsafe fn launch(
     let mut params: [*mut c_void; 1] = [(args as *mut Args).cast()];
     // SAFETY: forwarded contract.
     unsafe {
-        m.launch_with(
-            name,
-            grid,
-            THREADS,
-            0,
-            stream,
-            &mut params,
-            super::pdl_enabled(),
-        )
+        let pdl = super::pdl_enabled();
+        m.launch_in(name, (grid, THREADS, 0), stream, &mut params, (pdl, 1))
     }
 }
 

@@ -25,14 +25,13 @@ pub(super) unsafe fn kv_write(
     // (this function's contract); it writes the caches' rows [0, Lmax) only, at the positions,
     // and waits (PDL) for the kernel before it first.
     unsafe {
-        module.launch_with(
+        let grid = (p.lq as u32, p.hkv as u32, p.b as u32);
+        module.launch_in(
             kv_write_name(p),
-            (p.lq as u32, p.hkv as u32, p.b as u32),
-            32,
-            0,
+            (grid, 32, 0),
             stream,
             &mut params,
-            pdl,
+            (pdl, 1),
         )
     }
 }
@@ -138,6 +137,6 @@ pub(super) unsafe fn launch_combine(
     // SAFETY: (ptr, ptr, ptr, i64, int, int, int, int) as the combine kernel takes; the
     // workspaces hold nrows x nsplit partials written by the attention launch before it on the
     // same stream (this function's contract); every block waits for it first (PDL).
-    unsafe { module.launch_with(combine, cgrid, 128, 0, stream, &mut cparams, pdl)? };
+    unsafe { module.launch_in(combine, (cgrid, 128, 0), stream, &mut cparams, (pdl, 1))? };
     Ok(())
 }

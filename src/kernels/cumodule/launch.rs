@@ -109,38 +109,20 @@ impl Module {
         params: &mut [*mut c_void],
     ) -> Result<()> {
         // SAFETY: forwarded contract.
-        unsafe { self.launch_with(name, grid, block, smem, stream, params, false) }
+        unsafe { self.launch_in(name, (grid, block, smem), stream, params, (false, 1)) }
     }
 
     /// As [`Module::launch`]; with `pdl`, as a programmatic dependent launch (the kernel may
     /// start before the one before it on `stream` ends, and must wait for it with
-    /// `griddepcontrol.wait` before touching anything that kernel writes or reads).
+    /// `griddepcontrol.wait` before touching anything that kernel writes or reads); with
+    /// `cluster > 1`, the grid's blocks grouped in thread block clusters of `cluster` blocks
+    /// along x (`grid.0` a multiple of it; check [`Module::clusters_fit`] first).
     ///
     /// # Safety
     /// As [`Module::launch`]; with `pdl`, every block of the kernel must execute
-    /// `griddepcontrol.wait` before such accesses, and before it exits.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn launch_with(
-        &self,
-        name: &'static str,
-        grid: (u32, u32, u32),
-        block: u32,
-        smem: usize,
-        stream: sys::CUstream,
-        params: &mut [*mut c_void],
-        pdl: bool,
-    ) -> Result<()> {
-        // SAFETY: forwarded contract.
-        unsafe { self.launch_in(name, (grid, block, smem), stream, params, (pdl, 1)) }
-    }
-
-    /// As [`Module::launch_with`], with the grid's blocks grouped in thread block clusters of
-    /// `cluster` blocks along x when `cluster > 1` (`grid.0` a multiple of it; check
-    /// [`Module::clusters_fit`] first).
-    ///
-    /// # Safety
-    /// As [`Module::launch_with`]; with `cluster > 1`, the kernel must be one that takes its
-    /// blocks' cluster from the grid (every block reaching its cluster barriers).
+    /// `griddepcontrol.wait` before such accesses, and before it exits; with `cluster > 1`, the
+    /// kernel must be one that takes its blocks' cluster from the grid (every block reaching its
+    /// cluster barriers).
     pub unsafe fn launch_in(
         &self,
         name: &'static str,
