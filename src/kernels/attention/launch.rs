@@ -61,7 +61,8 @@ pub(super) unsafe fn main(
     // the kernel before writes, so a programmatic launch is safe; the kernel takes one
     // `AttnArgs` by value, mirrored field for field by `Args` (repr(C)), proved for the
     // problem (this function's contract). A cluster launch is of the short-context kernel,
-    // whose blocks take their split from the grid and all reach its two cluster barriers.
+    // whose blocks take their split from the grid and agree on how many of them work: all of
+    // a cluster's blocks reach its two cluster barriers, or (one working block) none does.
     unsafe {
         module.launch_in(
             name,
