@@ -6,7 +6,10 @@ use super::Module;
 use crate::cuda::{check, ContextGuard};
 use crate::error::Result;
 use cudarc::driver::sys;
+use std::collections::HashMap;
 use std::ffi::c_void;
+use std::hash::Hash;
+use std::sync::Mutex;
 
 impl Module {
     /// Whether kernel `name`, launched with `block` threads and no dynamic shared memory, runs
@@ -17,80 +20,62 @@ impl Module {
         if cluster < 2 || self.cc_major < 9 {
             return false;
         }
-        let key = (name, cluster);
-        if let Some(&fits) = self
-            .clusters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-        {
-            return fits;
-        }
-        let fits = self.function(name, 0).ok().is_some_and(|f| {
-            let Ok(_g) = ContextGuard::device(&self.device) else {
-                return false;
-            };
-            let mut attr = cluster_attr(cluster);
-            let config = launch_config(
-                (cluster, 1, 1),
-                block,
-                0,
-                std::ptr::null_mut(),
-                &mut attr,
-                1,
-            );
-            // cudarc panics when a driver symbol is missing (a driver before CUDA 11.8, which no
-            // sm_90 device has): keep that inside.
-            let r = std::panic::catch_unwind(|| {
-                let mut n: std::ffi::c_int = 0;
-                // SAFETY: a live function of this module; `config` and its attribute outlive the
-                // call; out-pointer to a local.
-                let r = unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, f, &config) };
-                (r, n)
-            });
-            matches!(r, Ok((sys::CUresult::CUDA_SUCCESS, n)) if n > 0)
-        });
-        self.clusters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key, fits);
-        fits
+        cached(&self.clusters, (name, cluster), || {
+            self.function(name, 0).ok().is_some_and(|f| {
+                let Ok(_g) = ContextGuard::device(&self.device) else {
+                    return false;
+                };
+                let mut attr = cluster_attr(cluster);
+                let config = launch_config(
+                    (cluster, 1, 1),
+                    block,
+                    0,
+                    std::ptr::null_mut(),
+                    &mut attr,
+                    1,
+                );
+                // cudarc panics when a driver symbol is missing (a driver before CUDA 11.8,
+                // which no sm_90 device has): keep that inside.
+                let r = std::panic::catch_unwind(|| {
+                    let mut n: std::ffi::c_int = 0;
+                    // SAFETY: a live function of this module; `config` and its attribute
+                    // outlive the call; out-pointer to a local.
+                    let r = unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, f, &config) };
+                    (r, n)
+                });
+                matches!(r, Ok((sys::CUresult::CUDA_SUCCESS, n)) if n > 0)
+            })
+        })
     }
 
     /// Blocks of kernel `name`, launched with `threads` threads and no dynamic shared memory,
     /// that one SM holds at once (the driver's occupancy calculator; cached per name). 1 when
     /// the driver cannot say (the launch itself reports real errors).
     pub fn blocks_per_sm(&self, name: &'static str, threads: u32) -> i32 {
-        if let Some(&n) = self
-            .occupancy
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-        {
-            return n;
-        }
-        let n = self.function(name, 0).ok().and_then(|f| {
-            let _g = ContextGuard::device(&self.device).ok()?;
-            // cudarc panics when a driver symbol is missing: keep that inside.
-            let r = std::panic::catch_unwind(|| {
-                let mut n: std::ffi::c_int = 0;
-                // SAFETY: a live function of this module; out-pointer to a local.
-                let r = unsafe {
-                    sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut n, f, threads as i32, 0)
-                };
-                (r, n)
+        cached(&self.occupancy, name, || {
+            let n = self.function(name, 0).ok().and_then(|f| {
+                let _g = ContextGuard::device(&self.device).ok()?;
+                // cudarc panics when a driver symbol is missing: keep that inside.
+                let r = std::panic::catch_unwind(|| {
+                    let mut n: std::ffi::c_int = 0;
+                    // SAFETY: a live function of this module; out-pointer to a local.
+                    let r = unsafe {
+                        sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                            &mut n,
+                            f,
+                            threads as i32,
+                            0,
+                        )
+                    };
+                    (r, n)
+                });
+                match r {
+                    Ok((sys::CUresult::CUDA_SUCCESS, n)) => Some(n),
+                    _ => None,
+                }
             });
-            match r {
-                Ok((sys::CUresult::CUDA_SUCCESS, n)) => Some(n),
-                _ => None,
-            }
-        });
-        let n = n.unwrap_or(1).max(1);
-        self.occupancy
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name, n);
-        n
+            n.unwrap_or(1).max(1)
+        })
     }
 
     /// Enqueue `name` on `stream` (the device's context must be current).
@@ -161,6 +146,21 @@ impl Module {
     }
 }
 
+/// `key`'s value in `cache`, made by `make` and kept the first time it is asked for.
+fn cached<K: Eq + Hash, V: Copy>(
+    cache: &Mutex<HashMap<K, V>>,
+    key: K,
+    make: impl FnOnce() -> V,
+) -> V {
+    let lock = || cache.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(&v) = lock().get(&key) {
+        return v;
+    }
+    let v = make();
+    lock().insert(key, v);
+    v
+}
+
 /// A cluster-dimension launch attribute: `x` blocks along x.
 fn cluster_attr(x: u32) -> sys::CUlaunchAttribute {
     // SAFETY: a zeroed attribute is a valid value of this plain C union/struct.
@@ -208,25 +208,22 @@ unsafe fn launch_ex(
     params: &mut [*mut c_void],
     (pdl, cluster): (bool, u32),
 ) -> Result<()> {
-    // SAFETY: a zeroed attribute is a valid value of this plain C union/struct.
-    let mut pdl_attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    pdl_attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    pdl_attr.value.programmaticStreamSerializationAllowed = 1;
-    let mut attrs: Vec<sys::CUlaunchAttribute> = Vec::with_capacity(2);
+    // At most two attributes, on the stack (no allocation per launch): PDL, then the cluster.
+    let mut attrs = [cluster_attr(cluster.max(1)); 2];
+    let mut n = 0;
     if pdl {
-        attrs.push(pdl_attr);
+        attrs[0].id =
+            sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        // SAFETY: a zeroed attribute value is a valid value of this plain C union.
+        attrs[0].value = unsafe { std::mem::zeroed() };
+        attrs[0].value.programmaticStreamSerializationAllowed = 1;
+        n = 1;
     }
     if cluster > 1 {
-        attrs.push(cluster_attr(cluster));
+        attrs[n] = cluster_attr(cluster);
+        n += 1;
     }
-    let config = launch_config(
-        grid,
-        block,
-        smem,
-        stream,
-        attrs.as_mut_ptr(),
-        attrs.len() as u32,
-    );
+    let config = launch_config(grid, block, smem, stream, attrs.as_mut_ptr(), n as u32);
     // SAFETY: forwarded contract; `config` and `attrs` outlive the call.
     let r = unsafe { sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()) };
     check(
