@@ -20,20 +20,11 @@ pub(super) unsafe fn kv_write(
     stream: sys::CUstream,
     pdl: bool,
 ) -> Result<()> {
-    let mut params: [*mut c_void; 1] = [(args as *mut Args).cast()];
+    let grid = (p.lq as u32, p.hkv as u32, p.b as u32);
     // SAFETY: the kernel takes one `AttnArgs` by value (mirrored by `Args`), proved for `p`
     // (this function's contract); it writes the caches' rows [0, Lmax) only, at the positions,
     // and waits (PDL) for the kernel before it first.
-    unsafe {
-        let grid = (p.lq as u32, p.hkv as u32, p.b as u32);
-        module.launch_in(
-            kv_write_name(p),
-            (grid, 32, 0),
-            stream,
-            &mut params,
-            (pdl, 1),
-        )
-    }
+    unsafe { enqueue(module, kv_write_name(p), (grid, 32, 1), args, stream, pdl) }
 }
 
 /// Enqueue the attention kernel `shape` names, on its grid (as clusters when it says so).
@@ -49,7 +40,6 @@ pub(super) unsafe fn main(
     stream: sys::CUstream,
     pdl: bool,
 ) -> Result<()> {
-    let mut params: [*mut c_void; 1] = [(args as *mut Args).cast()];
     let &Shape {
         name,
         grid,
@@ -63,6 +53,25 @@ pub(super) unsafe fn main(
     // problem (this function's contract). A cluster launch is of the short-context kernel,
     // whose blocks take their split from the grid and agree on how many of them work: all of
     // a cluster's blocks reach its two cluster barriers, or (one working block) none does.
+    unsafe { enqueue(module, name, (grid, threads, cluster), args, stream, pdl) }
+}
+
+/// Enqueue kernel `name`, which takes one `AttnArgs` (`args`), on `grid` with `threads`
+/// threads, as clusters of `cluster` blocks along x when more than 1.
+///
+/// # Safety
+/// As [`Module::launch_in`] for that kernel with `args` as its one parameter (the callers'
+/// contracts prove it).
+unsafe fn enqueue(
+    module: &Module,
+    name: &'static str,
+    (grid, threads, cluster): ((u32, u32, u32), u32, u32),
+    args: &mut Args,
+    stream: sys::CUstream,
+    pdl: bool,
+) -> Result<()> {
+    let mut params: [*mut c_void; 1] = [(args as *mut Args).cast()];
+    // SAFETY: forwarded contract; `params` points at `args`, alive for the call.
     unsafe {
         module.launch_in(
             name,
