@@ -649,14 +649,16 @@ __device__ __forceinline__ void attn_split(const AttnArgs& a) {
   }
 }
 
-// Decode attention at short contexts, one kernel: block (hkv, b) takes every row of one KV
-// head (at most R: the g * Lq rows, head-major, as above) and every visible key, split over
+// Decode attention at short contexts, one kernel: block (hkv * rgroups + rg, b) takes the rows
+// rg * R .. + R of one KV head (its g * Lq rows, head-major, as above; R >= Lq, so that a block's
+// new key/value rows fit its copies; rgroups = ceil(g * Lq / R), each group's blocks make and
+// write the same new rows) and every visible key, split over
 // its DEC_WARPS warps by tiles of 32 (warp w takes tiles w, w + DEC_WARPS, ...), so that a
 // warp's whole tile (K row of key `lane` in registers, V values of the lane's output dims for
 // the 32 keys) is in flight at once instead of one tile of the block at a time. Each warp keeps
 // an online softmax per row; the warps' partial results are combined through shared memory.
 // Keys outside [first visible, last visible] (a sliding window's past, the unwritten cache) are
-// not read. Grid: (S, Hkv, B); block 32 * DEC_WARPS. With S > 1 (sm_90) the S blocks of a
+// not read. Grid: (S, Hkv * rgroups, B); block 32 * DEC_WARPS. With S > 1 (sm_90) the S blocks of a
 // (KV head, batch) are one thread block cluster that can split the keys: nact of them, one per
 // DEC_KPB keys, at most S, take the tiles round their warps (tile t to block t % nact); each
 // combines its warps as above, then the blocks combine their partial results through
@@ -713,9 +715,10 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
   // still runs. Without W the kernel before may have written the cache: everything waits.
   if constexpr (!W) pdl_wait();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int hkv = blockIdx.y, b = blockIdx.z;
+  const int hkv = blockIdx.y / a.rgroups, rg = blockIdx.y % a.rgroups, b = blockIdx.z;
   const int g = a.Hq / a.Hkv;
-  const int rows = g * a.Lq;  // <= R (the caller's choice)
+  const int row0 = rg * R;                   // the block's first row of the KV head's g * Lq
+  const int rows = min(R, g * a.Lq - row0);  // >= 1 (the caller's rgroups)
 
   // The keys the block reads, [first visible, last visible]: every thread works them out.
   int kbeg = a.Lmax, kend = 0;
@@ -774,7 +777,7 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
   for (int j = warp; j < jobs; j += DEC_WARPS) {
     float x[DPL];
     if (j < rows) {
-      const int h = hkv * g + j / a.Lq, i = j % a.Lq;
+      const int h = hkv * g + (row0 + j) / a.Lq, i = (row0 + j) % a.Lq;
       head_row<T, D>(a, q_row<T>(a, b, h, i), a.qsd, a.qnw, b, i, lane, x);
 #pragma unroll
       for (int e = 0; e < DPL; ++e) qs[j][lane + 32 * e] = x[e] * a.scale_log2;
@@ -808,7 +811,7 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
   for (int t = rows * D + threadIdx.x; t < R * D; t += blockDim.x) qs[t / D][t % D] = 0.f;
   int pr[R];
 #pragma unroll
-  for (int r = 0; r < R; ++r) pr[r] = r < rows ? query_pos(a, r % a.Lq) : -1;
+  for (int r = 0; r < R; ++r) pr[r] = r < rows ? query_pos(a, (row0 + r) % a.Lq) : -1;
   __syncthreads();
 
   float m[R], l[R], acc[R][DPL];
@@ -937,7 +940,7 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
       }
       continue;
     }
-    const int h = hkv * g + r / a.Lq, i = r % a.Lq;
+    const int h = hkv * g + (row0 + r) / a.Lq, i = (row0 + r) % a.Lq;
     T* out = reinterpret_cast<T*>(a.out) + attn_out_row(a.out_bthd, b, h, i, a.Hq, a.Lq) * D;
     out[d] = Ops<T>::from_f(ls > 0.f ? o / ls : 0.f);
   }
@@ -960,7 +963,7 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
         o = fmaf(ld_cluster(&qs[r][d], c), f, o);
       }
     }
-    const int h = hkv * g + r / a.Lq, i = r % a.Lq;
+    const int h = hkv * g + (row0 + r) / a.Lq, i = (row0 + r) % a.Lq;
     T* out = reinterpret_cast<T*>(a.out) + attn_out_row(a.out_bthd, b, h, i, a.Hq, a.Lq) * D;
     out[d] = Ops<T>::from_f(ls > 0.f ? o / ls : 0.f);
   }
@@ -1564,6 +1567,16 @@ ATTN_DEC(f16_d128_r4, __half, 128, 4)
 ATTN_DEC(f16_d128_r8, __half, 128, 8)
 ATTN_DEC(bf16_d256_r4, __nv_bfloat16, 256, 4)
 ATTN_DEC(f16_d256_r4, __half, 256, 4)
+// One or two rows a block (row groups): a KV head's rows over several blocks, each with less work
+// on its critical path.
+ATTN_DEC(bf16_d64_r1, __nv_bfloat16, 64, 1)
+ATTN_DEC(bf16_d128_r1, __nv_bfloat16, 128, 1)
+ATTN_DEC(bf16_d256_r1, __nv_bfloat16, 256, 1)
+ATTN_DEC(bf16_d256_r2, __nv_bfloat16, 256, 2)
+ATTN_DEC(f16_d64_r1, __half, 64, 1)
+ATTN_DEC(f16_d128_r1, __half, 128, 1)
+ATTN_DEC(f16_d256_r1, __half, 256, 1)
+ATTN_DEC(f16_d256_r2, __half, 256, 2)
 
 // et_kv_write_<dtype>_d<D>: et_attention_rope's cache write before the split kernel.
 #define KV_WRITE(DT, T, D)                                                                      \

@@ -16,6 +16,9 @@ pub const ATTN_DECODE: &str = "ET_CUDA_ATTN_DECODE";
 /// `1` to `8`: the short-context decode attention kernel splits each KV head's keys over that many
 /// blocks (a thread block cluster, sm_90) instead of the built-in choice; `1` never splits.
 pub const ATTN_SPLITS: &str = "ET_CUDA_ATTN_SPLITS";
+/// `1`, `2`, `4` or `8`: the short-context decode attention kernel takes at most that many of a
+/// KV head's query rows a block (the rest in further blocks) instead of the built-in choice.
+pub const ATTN_ROWS: &str = "ET_CUDA_ATTN_ROWS";
 /// A PTX file loaded instead of the int4 kernels' fatbin (`kernels/int4mm.ptx`: JIT tests).
 pub const KERNELS_PTX: &str = "ET_CUDA_KERNELS_PTX";
 /// A PTX (or fatbin) file loaded instead of the decode kernels' fatbin (A/B runs of kernels).
@@ -36,6 +39,8 @@ pub struct Switches {
     pub fused_add_norm_linear: bool,
     /// The value of [`ATTN_SPLITS`], when it is 1 to 8.
     pub attn_splits: Option<u32>,
+    /// The value of [`ATTN_ROWS`], when it is 1, 2, 4 or 8.
+    pub attn_rows: Option<u32>,
     /// The path of [`KERNELS_PTX`], when set and not empty.
     pub kernels_ptx: Option<OsString>,
     /// The path of [`DECODE_KERNELS_PTX`], when set and not empty.
@@ -58,6 +63,9 @@ impl Switches {
             attn_splits: var(ATTN_SPLITS)
                 .and_then(|v| v.to_str().and_then(|v| v.parse::<u32>().ok()))
                 .filter(|n| (1..=8).contains(n)),
+            attn_rows: var(ATTN_ROWS)
+                .and_then(|v| v.to_str().and_then(|v| v.parse::<u32>().ok()))
+                .filter(|n| [1, 2, 4, 8].contains(n)),
             kernels_ptx: path(KERNELS_PTX),
             decode_kernels_ptx: path(DECODE_KERNELS_PTX),
             verify_weights: on(VERIFY_WEIGHTS),
@@ -127,6 +135,10 @@ mod tests {
             ("x", None),
         ] {
             assert_eq!(with(&[(ATTN_SPLITS, v)]).attn_splits, want, "{v}");
+        }
+        assert_eq!(d.attn_rows, None);
+        for (v, want) in [("1", Some(1)), ("8", Some(8)), ("3", None), ("0", None)] {
+            assert_eq!(with(&[(ATTN_ROWS, v)]).attn_rows, want, "{v}");
         }
         assert_eq!((d.kernels_ptx, d.decode_kernels_ptx), (None, None));
         let s = with(&[

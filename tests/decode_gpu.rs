@@ -133,6 +133,7 @@ struct Shims {
     delete_guard: DeleteGuard,
     gemv_tuning: GemvTuning,
     attn_splits: GemvTuning,
+    attn_rows: GemvTuning,
 }
 
 /// The address of `name` in the cdylib `api()` builds and opens; panics when it is not exported.
@@ -194,20 +195,36 @@ fn shims() -> &'static Shims {
                 attn_splits: std::mem::transmute::<*mut c_void, GemvTuning>(sym(
                     "et_cuda_debug_attn_splits",
                 )),
+                attn_rows: std::mem::transmute::<*mut c_void, GemvTuning>(sym(
+                    "et_cuda_debug_attn_rows",
+                )),
             }
         }
     })
 }
 
-/// The short-context decode kernel's key splits each case runs with (`et_cuda_debug_attn_splits`):
-/// one block per KV head, clusters of 2, 3 and 8 blocks (1 where the device has no clusters),
-/// and the built-in choice.
-const SPLITS: [i32; 5] = [1, 2, 3, 8, -1];
+/// The short-context decode kernel's (key splits, rows a block) each case runs with
+/// (`et_cuda_debug_attn_splits`, `et_cuda_debug_attn_rows`; -1: the built-in choice): one block
+/// per KV head, clusters of 2, 3 and 8 blocks (1 where the device has no clusters), the built-in
+/// choice, and each of those rows a block (where the kernel takes them) with one and three splits.
+const CONFIGS: [(i32, i32); 9] = [
+    (1, -1),
+    (2, -1),
+    (3, -1),
+    (8, -1),
+    (-1, -1),
+    (-1, 1),
+    (-1, 2),
+    (3, 1),
+    (1, 2),
+];
 
-/// Force the decode kernel's key splits of later calls (-1: the built-in choice).
-fn set_splits(n: i32) {
+/// Force the decode kernel's key splits and rows a block of later calls (-1: the built-in choice).
+fn set_splits(n: i32, rows: i32) {
     let st = (shims().attn_splits)(n);
     assert_eq!(st, 0, "et_cuda_debug_attn_splits({n}): {}", last_error());
+    let st = (shims().attn_rows)(rows);
+    assert_eq!(st, 0, "et_cuda_debug_attn_rows({rows}): {}", last_error());
 }
 
 /// Cases run, the largest error, the failures.
@@ -215,19 +232,21 @@ fn set_splits(n: i32) {
 struct Tally(usize, f32, Vec<String>);
 
 impl Tally {
-    /// Run `case` with each of [`SPLITS`]; a failure is named by `what` and the split.
+    /// Run `case` with each of [`CONFIGS`]; a failure is named by `what`, the split and the rows.
     fn each_split(&mut self, what: impl Fn() -> String, mut case: impl FnMut() -> (f32, bool)) {
-        for splits in SPLITS {
-            set_splits(splits);
+        for (splits, rows) in CONFIGS {
+            set_splits(splits, rows);
             let (err, ok) = case();
             self.0 += 1;
             self.1 = self.1.max(err);
             if !ok {
-                self.2
-                    .push(format!("{} splits {splits}: max err {err}", what()));
+                self.2.push(format!(
+                    "{} splits {splits} rows {rows}: max err {err}",
+                    what()
+                ));
             }
         }
-        set_splits(-1);
+        set_splits(-1, -1);
     }
 }
 

@@ -401,6 +401,8 @@ fn run(
     let _ctx = ContextGuard::device(module.device())?;
     let stream = cuda::stream::current(p.device).raw;
     let shape = launch_shape(&p, &module, (rgroups, nsplit), r.is_some());
+    // The short-context kernel's row groups may be its own (rows per block as it chose).
+    args.rgroups = shape.rgroups as i32;
     let pdl = super::pdl_enabled();
     if let Some(r) = r {
         rope::fill(&mut args, r);
@@ -426,9 +428,9 @@ fn run(
 
 #[path = "attention/choice.rs"]
 mod choice;
-pub use choice::set_decode_splits;
 pub use choice::split;
 use choice::{kv_write_name, launch_shape, names, Shape};
+pub use choice::{set_decode_rows, set_decode_splits};
 #[path = "attention/launch.rs"]
 mod launch;
 use launch::{launch_combine, split_workspaces};

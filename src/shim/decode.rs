@@ -458,16 +458,29 @@ pub extern "C" fn et_cuda_debug_gemv_tuning(variant: i32) -> AOTITorchError {
 /// or the built-in choice. Anything else is refused.
 #[no_mangle]
 pub extern "C" fn et_cuda_debug_attn_splits(n: i32) -> AOTITorchError {
-    guard::<Aoti>("et_cuda_debug_attn_splits", || {
-        if n == -1 {
-            return attention::set_decode_splits(None);
-        }
-        match u32::try_from(n) {
-            Ok(n) => attention::set_decode_splits(Some(n)),
-            Err(_) => invalid(format!(
-                "et_cuda_debug_attn_splits: {n} is not -1 or 1 to 8"
-            )),
-        }
+    debug_setting("et_cuda_debug_attn_splits", n, attention::set_decode_splits)
+}
+
+/// Tests and benchmarks only (`tests/decode_gpu.rs`): the short-context decode attention's
+/// later launches take at most `n` (1, 2, 4 or 8) of a KV head's query rows a block where that
+/// kernel is built and holds the step's new rows, or `n` = -1 goes back to `ET_CUDA_ATTN_ROWS`
+/// or the built-in choice. Anything else is refused.
+#[no_mangle]
+pub extern "C" fn et_cuda_debug_attn_rows(n: i32) -> AOTITorchError {
+    debug_setting("et_cuda_debug_attn_rows", n, attention::set_decode_rows)
+}
+
+/// A debug setter's body: -1 unsets, a non-negative `n` goes to `set` (which refuses what it
+/// does not take), anything else is refused here.
+fn debug_setting(
+    what: &'static str,
+    n: i32,
+    set: fn(Option<u32>) -> crate::error::Result<()>,
+) -> AOTITorchError {
+    guard::<Aoti>(what, || match (n, u32::try_from(n)) {
+        (-1, _) => set(None),
+        (_, Ok(n)) => set(Some(n)),
+        (_, Err(_)) => invalid(format!("{what}: {n} is not -1 or a setting")),
     })
 }
 

@@ -49,6 +49,22 @@ pub const KERNELS: &[&str] = &[
     "et_attn_decw_f16_d128_r8",
     "et_attn_decw_bf16_d256_r4",
     "et_attn_decw_f16_d256_r4",
+    "et_attn_dec_bf16_d64_r1",
+    "et_attn_decw_bf16_d64_r1",
+    "et_attn_dec_bf16_d128_r1",
+    "et_attn_decw_bf16_d128_r1",
+    "et_attn_dec_bf16_d256_r1",
+    "et_attn_decw_bf16_d256_r1",
+    "et_attn_dec_bf16_d256_r2",
+    "et_attn_decw_bf16_d256_r2",
+    "et_attn_dec_f16_d64_r1",
+    "et_attn_decw_f16_d64_r1",
+    "et_attn_dec_f16_d128_r1",
+    "et_attn_decw_f16_d128_r1",
+    "et_attn_dec_f16_d256_r1",
+    "et_attn_decw_f16_d256_r1",
+    "et_attn_dec_f16_d256_r2",
+    "et_attn_decw_f16_d256_r2",
     "et_kv_write_bf16_d64",
     "et_kv_write_bf16_d128",
     "et_kv_write_bf16_d256",
@@ -92,43 +108,232 @@ pub fn set_decode_kernel(on: Option<bool>) {
 /// Threads per block of the short-context decode kernel (`DEC_WARPS` warps).
 const DEC_THREADS: u32 = 256;
 
+/// The short-context decode kernels built (`ATTN_DEC` in `kernels/decode.cu`): (bfloat16, D,
+/// rows a block R, the kernel, its variant that writes `et_attention_rope`'s new keys and
+/// values into the caches first).
+const DECODE: &[(bool, i64, i64, &str, &str)] = &[
+    (
+        true,
+        64,
+        1,
+        "et_attn_dec_bf16_d64_r1",
+        "et_attn_decw_bf16_d64_r1",
+    ),
+    (
+        true,
+        64,
+        2,
+        "et_attn_dec_bf16_d64_r2",
+        "et_attn_decw_bf16_d64_r2",
+    ),
+    (
+        true,
+        64,
+        4,
+        "et_attn_dec_bf16_d64_r4",
+        "et_attn_decw_bf16_d64_r4",
+    ),
+    (
+        true,
+        64,
+        8,
+        "et_attn_dec_bf16_d64_r8",
+        "et_attn_decw_bf16_d64_r8",
+    ),
+    (
+        true,
+        128,
+        1,
+        "et_attn_dec_bf16_d128_r1",
+        "et_attn_decw_bf16_d128_r1",
+    ),
+    (
+        true,
+        128,
+        2,
+        "et_attn_dec_bf16_d128_r2",
+        "et_attn_decw_bf16_d128_r2",
+    ),
+    (
+        true,
+        128,
+        4,
+        "et_attn_dec_bf16_d128_r4",
+        "et_attn_decw_bf16_d128_r4",
+    ),
+    (
+        true,
+        128,
+        8,
+        "et_attn_dec_bf16_d128_r8",
+        "et_attn_decw_bf16_d128_r8",
+    ),
+    (
+        true,
+        256,
+        1,
+        "et_attn_dec_bf16_d256_r1",
+        "et_attn_decw_bf16_d256_r1",
+    ),
+    (
+        true,
+        256,
+        2,
+        "et_attn_dec_bf16_d256_r2",
+        "et_attn_decw_bf16_d256_r2",
+    ),
+    (
+        true,
+        256,
+        4,
+        "et_attn_dec_bf16_d256_r4",
+        "et_attn_decw_bf16_d256_r4",
+    ),
+    (
+        false,
+        64,
+        1,
+        "et_attn_dec_f16_d64_r1",
+        "et_attn_decw_f16_d64_r1",
+    ),
+    (
+        false,
+        64,
+        2,
+        "et_attn_dec_f16_d64_r2",
+        "et_attn_decw_f16_d64_r2",
+    ),
+    (
+        false,
+        64,
+        4,
+        "et_attn_dec_f16_d64_r4",
+        "et_attn_decw_f16_d64_r4",
+    ),
+    (
+        false,
+        64,
+        8,
+        "et_attn_dec_f16_d64_r8",
+        "et_attn_decw_f16_d64_r8",
+    ),
+    (
+        false,
+        128,
+        1,
+        "et_attn_dec_f16_d128_r1",
+        "et_attn_decw_f16_d128_r1",
+    ),
+    (
+        false,
+        128,
+        2,
+        "et_attn_dec_f16_d128_r2",
+        "et_attn_decw_f16_d128_r2",
+    ),
+    (
+        false,
+        128,
+        4,
+        "et_attn_dec_f16_d128_r4",
+        "et_attn_decw_f16_d128_r4",
+    ),
+    (
+        false,
+        128,
+        8,
+        "et_attn_dec_f16_d128_r8",
+        "et_attn_decw_f16_d128_r8",
+    ),
+    (
+        false,
+        256,
+        1,
+        "et_attn_dec_f16_d256_r1",
+        "et_attn_decw_f16_d256_r1",
+    ),
+    (
+        false,
+        256,
+        2,
+        "et_attn_dec_f16_d256_r2",
+        "et_attn_decw_f16_d256_r2",
+    ),
+    (
+        false,
+        256,
+        4,
+        "et_attn_dec_f16_d256_r4",
+        "et_attn_decw_f16_d256_r4",
+    ),
+];
+
+/// The short-context decode kernel chosen for a problem: its two entry points, the rows a block
+/// takes at most (R) and the row groups of a KV head (blocks along y per KV head).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Decode {
+    pub plain: &'static str,
+    pub writing: &'static str,
+    pub rows: i64,
+    pub rgroups: i64,
+}
+
+/// The rows per block [`set_decode_rows`] forced (0: not forced).
+static ROWS_FORCED: AtomicU32 = AtomicU32::new(0);
+
+/// Force the short-context decode kernel's rows per block of later launches (`Some(1 | 2 | 4 |
+/// 8)`, used where a kernel of that many rows is built and holds the step's new rows: at least
+/// Lq), or go back to the environment's value or the built-in choice (`None`). For tests and
+/// benchmarks.
+pub fn set_decode_rows(n: Option<u32>) -> Result<()> {
+    match n {
+        None => ROWS_FORCED.store(0, Ordering::Relaxed),
+        Some(n @ (1 | 2 | 4 | 8)) => ROWS_FORCED.store(n, Ordering::Relaxed),
+        Some(n) => return invalid(format!("decode attention rows: {n} is not 1, 2, 4 or 8")),
+    }
+    Ok(())
+}
+
 /// The short-context decode kernel for `p` when it takes it: one split (the whole cache in one
-/// kernel) and at most 8 rows per KV head (`Hq/Hkv * Lq`); it reads a warp's whole tile of 32
-/// keys at once and splits the keys over its 8 warps. The pair is (the kernel, its variant that
-/// writes `et_attention_rope`'s new keys and values into the caches first).
+/// kernel) and at most 8 rows per KV head (`Hq/Hkv * Lq`; 4 with D = 256, whose warps' partial
+/// outputs of 8 rows would not fit the block's 48 KB of shared memory); it reads a warp's whole
+/// tile of keys at once and splits the keys over its 8 warps. A block takes all of a KV head's
+/// rows (R: the smallest kernel that holds them; two rows take the two-row kernel, as the
+/// kernel's work grows with R whether the rows are used or not), or at most the rows that
+/// [`set_decode_rows`] or `ET_CUDA_ATTN_ROWS` ask for, the rest in further blocks.
 /// `ET_CUDA_ATTN_DECODE=0` (`crate::switches`) or [`set_decode_kernel`] turn it off (the benchmark's
 /// comparison row).
-pub fn decode_kernel(p: &Problem, nsplit: i64) -> Option<(&'static str, &'static str)> {
+pub(super) fn decode_kernel(p: &Problem, nsplit: i64) -> Option<Decode> {
     let on = DECODE_KERNEL.get(crate::switches::get().decode_attention);
     let rows = p.hq / p.hkv * p.lq;
-    // D = 256: rows of 4 at most (the warps' partial outputs of 8 rows would not fit in the
-    // block's 48 KB of shared memory).
     let most = if p.d == 256 { 4 } else { 8 };
     if !on || nsplit != 1 || rows > most {
         return None;
     }
     let bf = p.dtype == dtype::BFLOAT16;
-    // Two rows (Qwen3: 16 q heads over 8 KV heads) take kernels of two rows: the kernel's
-    // work grows with its row count, whether the rows are used or not.
-    if rows <= 2 && p.d != 256 {
-        return Some(match (bf, p.d) {
-            (true, 64) => ("et_attn_dec_bf16_d64_r2", "et_attn_decw_bf16_d64_r2"),
-            (true, _) => ("et_attn_dec_bf16_d128_r2", "et_attn_decw_bf16_d128_r2"),
-            (false, 64) => ("et_attn_dec_f16_d64_r2", "et_attn_decw_f16_d64_r2"),
-            (false, _) => ("et_attn_dec_f16_d128_r2", "et_attn_decw_f16_d128_r2"),
-        });
-    }
-    Some(match (bf, p.d, rows > 4) {
-        (true, 64, false) => ("et_attn_dec_bf16_d64_r4", "et_attn_decw_bf16_d64_r4"),
-        (true, 64, true) => ("et_attn_dec_bf16_d64_r8", "et_attn_decw_bf16_d64_r8"),
-        (true, 128, false) => ("et_attn_dec_bf16_d128_r4", "et_attn_decw_bf16_d128_r4"),
-        (true, 128, true) => ("et_attn_dec_bf16_d128_r8", "et_attn_decw_bf16_d128_r8"),
-        (true, _, _) => ("et_attn_dec_bf16_d256_r4", "et_attn_decw_bf16_d256_r4"),
-        (false, 64, false) => ("et_attn_dec_f16_d64_r4", "et_attn_decw_f16_d64_r4"),
-        (false, 64, true) => ("et_attn_dec_f16_d64_r8", "et_attn_decw_f16_d64_r8"),
-        (false, 128, false) => ("et_attn_dec_f16_d128_r4", "et_attn_decw_f16_d128_r4"),
-        (false, 128, true) => ("et_attn_dec_f16_d128_r8", "et_attn_decw_f16_d128_r8"),
-        (false, _, _) => ("et_attn_dec_f16_d256_r4", "et_attn_decw_f16_d256_r4"),
+    let built = |r: i64| DECODE.iter().find(|e| e.0 == bf && e.1 == p.d && e.2 == r);
+    let all = if p.d == 256 {
+        4
+    } else {
+        [2, 4, 8].into_iter().find(|&r| r >= rows)?
+    };
+    let forced = match ROWS_FORCED.load(Ordering::Relaxed) {
+        0 => crate::switches::get().attn_rows,
+        n => Some(n),
+    };
+    // A forced R holds the step's new rows (the block keeps a copy of each) and leaves the grid
+    // within 65535 blocks along y.
+    let r = forced
+        .map(i64::from)
+        .filter(|&r| r < all && r >= p.lq && built(r).is_some())
+        .filter(|&r| p.hkv.saturating_mul((rows + r - 1) / r) <= 65535)
+        .unwrap_or(all);
+    let &(.., plain, writing) = built(r)?;
+    Some(Decode {
+        plain,
+        writing,
+        rows: r,
+        rgroups: (rows + r - 1) / r,
     })
 }
 
@@ -153,10 +358,11 @@ pub fn set_decode_splits(n: Option<u32>) -> Result<()> {
 /// Qwen3-0.6B's 8 KV heads, 8 for Gemma-3-1B's one (H100, linear_attention_bench: 8 blocks a
 /// head were up to 1.1 µs a layer slower than 4 for the 8-head shapes, at 81 and 401 keys). The
 /// kernel itself lets one block in `DEC_KPB` (96) keys work, so a short context runs on one.
-pub fn wanted_splits(p: &Problem) -> u32 {
+/// `rgroups`: the blocks of a KV head's rows (each such group is one (batch, KV head) pair here).
+pub fn wanted_splits(p: &Problem, rgroups: i64) -> u32 {
     match SPLITS.load(Ordering::Relaxed) {
         0 => crate::switches::get().attn_splits.unwrap_or_else(|| {
-            let pairs = (p.b * p.hkv).max(1);
+            let pairs = p.b.saturating_mul(p.hkv).saturating_mul(rgroups).max(1);
             (32 / pairs).clamp(1, 8) as u32
         }),
         n => n,
@@ -187,14 +393,15 @@ pub(super) fn names(p: &Problem) -> (&'static str, &'static str) {
 }
 
 /// How one attention launch runs: the kernel, its grid and block, whether it writes the caches
-/// itself (only the short-context kernel does), and the blocks of one cluster along x (1: no
-/// clusters).
+/// itself (only the short-context kernel does), the blocks of one cluster along x (1: no
+/// clusters) and the row groups of a KV head along y (the kernel's `rgroups`).
 pub(super) struct Shape {
     pub name: &'static str,
     pub grid: (u32, u32, u32),
     pub threads: u32,
     pub writes: bool,
     pub cluster: u32,
+    pub rgroups: i64,
 }
 
 /// The attention launch for `p` split as [`split`] says: the short-context kernel where it
@@ -208,9 +415,14 @@ pub(super) fn launch_shape(
     write: bool,
 ) -> Shape {
     match decode_kernel(p, nsplit) {
-        Some((plain, writing)) => {
+        Some(Decode {
+            plain,
+            writing,
+            rgroups: rg,
+            ..
+        }) => {
             let name = if write { writing } else { plain };
-            let want = wanted_splits(p);
+            let want = wanted_splits(p, rg);
             let cluster = if want > 1 && module.clusters_fit(name, DEC_THREADS, want) {
                 want
             } else {
@@ -218,10 +430,11 @@ pub(super) fn launch_shape(
             };
             Shape {
                 name,
-                grid: (cluster, p.hkv as u32, p.b as u32),
+                grid: (cluster, (p.hkv * rg) as u32, p.b as u32),
                 threads: DEC_THREADS,
                 writes: write,
                 cluster,
+                rgroups: rg,
             }
         }
         None => Shape {
@@ -230,6 +443,7 @@ pub(super) fn launch_shape(
             threads: THREADS,
             writes: false,
             cluster: 1,
+            rgroups,
         },
     }
 }

@@ -185,10 +185,10 @@ fn decode_splits_default_force_and_refuse() {
     };
     if crate::switches::get().attn_splits.is_none() {
         // At most 32 blocks in all, at most 8 a KV head.
-        assert_eq!(choice::wanted_splits(&p(1, 1)), 8);
-        assert_eq!(choice::wanted_splits(&p(1, 8)), 4);
-        assert_eq!(choice::wanted_splits(&p(2, 8)), 2);
-        assert_eq!(choice::wanted_splits(&p(4, 32)), 1);
+        assert_eq!(choice::wanted_splits(&p(1, 1), 1), 8);
+        assert_eq!(choice::wanted_splits(&p(1, 8), 1), 4);
+        assert_eq!(choice::wanted_splits(&p(2, 8), 1), 2);
+        assert_eq!(choice::wanted_splits(&p(4, 32), 1), 1);
     }
     for bad in [0, 9, 100] {
         let e = set_decode_splits(Some(bad))
@@ -197,6 +197,61 @@ fn decode_splits_default_force_and_refuse() {
         assert!(e.contains(&format!("{bad} is not 1 to 8")), "{e}");
     }
     set_decode_splits(Some(3)).expect("3");
-    assert_eq!(choice::wanted_splits(&p(1, 1)), 3);
+    assert_eq!(choice::wanted_splits(&p(1, 1), 1), 3);
     set_decode_splits(None).expect("unset");
+    if crate::switches::get().attn_splits.is_none() {
+        // Row groups count as pairs: 4 groups of Gemma-3's one KV head take 8 blocks each.
+        assert_eq!(choice::wanted_splits(&p(1, 1), 4), 8);
+        assert_eq!(choice::wanted_splits(&p(1, 8), 2), 2);
+    }
+}
+
+#[test]
+fn decode_rows_default_force_and_refuse() {
+    // (Hq, Hkv, Lq, D) -> rows of a KV head g * Lq.
+    let p = |hq, hkv, lq, d| Problem {
+        b: 1,
+        hq,
+        hkv,
+        lq,
+        lmax: 512,
+        d,
+        dtype: dtype::BFLOAT16,
+        span: 512,
+        start: None,
+        pos_n: 1,
+        device: 0,
+    };
+    let pick = |p: &Problem| {
+        let k = choice::decode_kernel(p, 1).expect("the short-context kernel");
+        (k.writing, k.rows, k.rgroups)
+    };
+    let llama = p(32, 8, 1, 64);
+    let qwen = p(16, 8, 1, 128);
+    let gemma = p(4, 1, 1, 256);
+    let two_tokens = p(32, 8, 2, 64);
+    if crate::switches::get().attn_rows.is_none() {
+        // Every row of a KV head in one block, in the smallest kernel that holds them.
+        assert_eq!(pick(&llama), ("et_attn_decw_bf16_d64_r4", 4, 1));
+        assert_eq!(pick(&qwen), ("et_attn_decw_bf16_d128_r2", 2, 1));
+        assert_eq!(pick(&gemma), ("et_attn_decw_bf16_d256_r4", 4, 1));
+        assert_eq!(pick(&two_tokens), ("et_attn_decw_bf16_d64_r8", 8, 1));
+    }
+    for bad in [0, 3, 16] {
+        let e = set_decode_rows(Some(bad)).expect_err("refused").to_string();
+        assert!(e.contains(&format!("{bad} is not 1, 2, 4 or 8")), "{e}");
+    }
+    set_decode_rows(Some(1)).expect("1");
+    assert_eq!(pick(&llama), ("et_attn_decw_bf16_d64_r1", 1, 4));
+    assert_eq!(pick(&qwen), ("et_attn_decw_bf16_d128_r1", 1, 2));
+    assert_eq!(pick(&gemma), ("et_attn_decw_bf16_d256_r1", 1, 4));
+    // Two new rows do not fit a one-row block's copies: the built-in choice stays.
+    assert_eq!(pick(&two_tokens), ("et_attn_decw_bf16_d64_r8", 8, 1));
+    set_decode_rows(Some(2)).expect("2");
+    assert_eq!(pick(&gemma), ("et_attn_decw_bf16_d256_r2", 2, 2));
+    assert_eq!(pick(&two_tokens), ("et_attn_decw_bf16_d64_r2", 2, 4));
+    // Rows per block past the built-in choice change nothing.
+    set_decode_rows(Some(8)).expect("8");
+    assert_eq!(pick(&qwen), ("et_attn_decw_bf16_d128_r2", 2, 1));
+    set_decode_rows(None).expect("unset");
 }

@@ -14,7 +14,8 @@ use crate::cuda::memory::{set_capture_memory, CaptureMemory};
 use crate::cuda::stream::CudaStream;
 use crate::dtype::codes as dtype;
 use crate::kernels::attention::{
-    attention_rope, set_decode_splits, split_packed, HeadNorm, Layout, Packed, Positions, Rope,
+    attention_rope, set_decode_rows, set_decode_splits, split_packed, HeadNorm, Layout, Packed,
+    Positions, Rope,
 };
 use crate::kernels::cpu_tensor;
 use crate::kernels::gemm::bench::time_graph;
@@ -177,9 +178,19 @@ fn layer(m: &Model, s: &Shape, i: usize, attn: bool) {
     run(ops[3], ygu, &w[3], g, h1, h2);
 }
 
-/// The decode attention's key splits the bench runs (`set_decode_splits`; `None`: the built-in
-/// choice).
-const SPLITS: [Option<u32>; 5] = [Some(1), Some(2), Some(4), Some(8), None];
+/// The decode attention's (key splits, rows a block) the bench runs (`set_decode_splits`,
+/// `set_decode_rows`; `None`: the built-in choice).
+const CONFIGS: [(Option<u32>, Option<u32>); 9] = [
+    (Some(1), None),
+    (Some(2), None),
+    (Some(4), None),
+    (Some(8), None),
+    (None, None),
+    (Some(1), Some(1)),
+    (None, Some(1)),
+    (Some(1), Some(2)),
+    (None, Some(2)),
+];
 
 fn layers_with_attention(s: &Shape, stream: &Arc<CudaStream>) {
     let mut m = model(s);
@@ -208,16 +219,22 @@ fn layers_with_attention(s: &Shape, stream: &Arc<CudaStream>) {
     // The token at position 80 (81 keys) and 400 (401 keys) of the 512-position cache.
     for at in [80, 400] {
         m.pos = position(at);
-        for splits in SPLITS {
+        for (splits, rows) in CONFIGS {
             set_decode_splits(splits).expect("splits");
-            let label = match splits {
-                Some(n) => format!("attention at {at}, keys over {n} block(s)"),
-                None => format!("attention at {at}, built-in splits"),
+            set_decode_rows(rows).expect("rows");
+            let keys = match splits {
+                Some(n) => format!("keys over {n} block(s)"),
+                None => "built-in splits".to_string(),
             };
-            time(&m, &label, true);
+            let rows = match rows {
+                Some(n) => format!(", at most {n} row(s) a block"),
+                None => String::new(),
+            };
+            time(&m, &format!("attention at {at}, {keys}{rows}"), true);
         }
     }
     set_decode_splits(None).expect("splits");
+    set_decode_rows(None).expect("rows");
 }
 
 #[test]
