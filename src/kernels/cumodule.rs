@@ -1,6 +1,9 @@
 //! A loaded `CUmodule` of the library's kernels: image choice (fatbin, or the PTX named by the environment), loading, the function cache, launches and unloading.
+//! One loading path: [`Module::load`] (per device, the int4 and decode images, released with
+//! the device's last method) and [`Resident`] (one image kept per device) both load their
+//! images through `load_parts`.
 
-use super::images::{DECODE, INT4};
+use super::images::{KernelImage, DECODE, INT4};
 use super::{DECODE_PTX_ENV, PTX_ENV};
 use crate::cuda::{check, ContextGuard, DeviceState};
 use crate::error::{Error, Result};
@@ -30,12 +33,22 @@ pub fn set_pdl(on: bool) {
     PDL.set(Some(on));
 }
 
-/// A loaded module and what the launch code needs to know about its device.
+/// One image of a module to load: the embedded image, the switch's path of an image that
+/// replaces it (a PTX file for the JIT path, or a fatbin) and the switch's name, and the prefix
+/// of the entry points it holds ("": every name not claimed by an earlier part).
+struct Part<'a> {
+    image: &'static KernelImage,
+    replaced_by: Option<&'a std::ffi::OsString>,
+    switch: &'static str,
+    prefix: &'static str,
+}
+
+/// A loaded module (one `CUmodule` per image: the entry points of each start with its
+/// prefix) and what the launch code needs to know about its device.
 #[derive(Debug)]
 pub struct Module {
-    pub(super) raw: sys::CUmodule,
-    /// The decode kernels' module (`images::DECODE`), functions named `et_*`.
-    pub(super) decode: sys::CUmodule,
+    /// (entry-point prefix, module), looked up in order.
+    pub(super) parts: Vec<(&'static str, sys::CUmodule)>,
     pub(super) device: Arc<DeviceState>,
     pub sm_count: i32,
     /// The device's compute capability, major (clusters need 9).
@@ -91,6 +104,54 @@ pub(super) fn aligned_copy(bytes: &[u8], nul: bool) -> Vec<u64> {
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), v.as_mut_ptr().cast::<u8>(), bytes.len())
     };
     v
+}
+
+/// Load `parts` on `device` (compute capability 8.0 or newer) into one [`Module`]; `what` names
+/// them in errors and the log. A part that fails unloads the ones before it.
+fn load_parts(device: Arc<DeviceState>, what: &str, parts: &[Part]) -> Result<Module> {
+    let _g = ContextGuard::device(&device)?;
+    let (major, minor, sm_count) = capabilities(&device)?;
+    if major < 8 {
+        return Err(Error::cuda(format!(
+            "the {what} kernels need compute capability 8.0 or newer (bf16 tensor cores); cuda:{} is {major}.{minor}",
+            device.ordinal
+        )));
+    }
+    // Built as the parts load, so that Drop unloads what loaded when a later part fails.
+    let mut module = Module {
+        parts: Vec::with_capacity(parts.len()),
+        device,
+        sm_count,
+        cc_major: major,
+        functions: Mutex::new(HashMap::new()),
+        occupancy: Mutex::new(HashMap::new()),
+        clusters: Mutex::new(HashMap::new()),
+    };
+    for p in parts {
+        let raw = load_image_of(p.image.fatbin, p.replaced_by, p.switch).map_err(|e| {
+            e.context(&format!(
+                "loading the {what} kernels (kernels/{}.cu)",
+                p.image.name
+            ))
+        })?;
+        module.parts.push((p.prefix, raw));
+    }
+    let from: Vec<&str> = parts
+        .iter()
+        .map(|p| {
+            if p.replaced_by.is_some() {
+                "file"
+            } else {
+                "fatbin"
+            }
+        })
+        .collect();
+    log::info!(
+        "{what} kernels loaded on cuda:{} (sm_{major}{minor}, {sm_count} SMs) from the {}",
+        module.device.ordinal,
+        from.join(" and ")
+    );
+    Ok(module)
 }
 
 /// The image of `fatbin`, or the PTX file `ptx` names (the switch `ptx_env` set it:
@@ -149,55 +210,53 @@ fn load_image_of(
 }
 
 impl Module {
+    /// The per-device module: the int4 kernels (`int4mm_*`) and the decode kernels (`et_*`),
+    /// each replaceable by the file a switch names (`crate::switches`).
     pub(super) fn load(device: Arc<DeviceState>) -> Result<Module> {
-        let _g = ContextGuard::device(&device)?;
-        let (major, minor, sm_count) = capabilities(&device)?;
-        if major < 8 {
-            return Err(Error::cuda(format!(
-                "the int4 kernels need compute capability 8.0 or newer (bf16 tensor cores); cuda:{} is {major}.{minor}",
-                device.ordinal
-            )));
-        }
         let sw = crate::switches::get();
-        let raw = load_image_of(INT4.fatbin, sw.kernels_ptx.as_ref(), PTX_ENV)?;
-        let image = if sw.kernels_ptx.is_some() {
-            Image::Ptx
-        } else {
-            Image::Fatbin
-        };
-        let decode = match load_image_of(
-            DECODE.fatbin,
-            sw.decode_kernels_ptx.as_ref(),
-            DECODE_PTX_ENV,
-        ) {
-            Ok(d) => d,
-            Err(e) => {
-                // SAFETY: the int4 module just loaded, unloaded once on this error path.
-                let _ = unsafe { sys::cuModuleUnload(raw) };
-                return Err(e.context(&format!(
-                    "loading the decode kernels (kernels/{}.cu)",
-                    DECODE.name
-                )));
-            }
-        };
-        log::info!(
-            "int4 and decode kernels loaded on cuda:{} (sm_{major}{minor}, {sm_count} SMs) from the {image:?}",
-            device.ordinal
-        );
-        Ok(Module {
-            raw,
-            decode,
-            device,
-            sm_count,
-            cc_major: major,
-            functions: Mutex::new(HashMap::new()),
-            occupancy: Mutex::new(HashMap::new()),
-            clusters: Mutex::new(HashMap::new()),
-        })
+        let parts = [
+            Part {
+                image: &INT4,
+                replaced_by: sw.kernels_ptx.as_ref(),
+                switch: PTX_ENV,
+                prefix: "int4mm_",
+            },
+            Part {
+                image: &DECODE,
+                replaced_by: sw.decode_kernels_ptx.as_ref(),
+                switch: DECODE_PTX_ENV,
+                prefix: "et_",
+            },
+        ];
+        load_parts(device, "int4 and decode", &parts)
     }
 
     pub fn device(&self) -> &Arc<DeviceState> {
         &self.device
+    }
+
+    /// The part whose entry-point prefix `name` has (the last part's "" takes any).
+    fn owner(&self, name: &str) -> Result<sys::CUmodule> {
+        self.parts
+            .iter()
+            .find(|(prefix, _)| name.starts_with(prefix))
+            .map(|&(_, m)| m)
+            .ok_or_else(|| Error::internal(format!("no kernel image holds {name}")))
+    }
+
+    /// The address and size of the module's global variable `name` (in the part that holds it).
+    pub fn global(&self, name: &str) -> Result<(sys::CUdeviceptr, usize)> {
+        let owner = self.owner(name)?;
+        let cname =
+            CString::new(name).map_err(|_| Error::internal(format!("variable name {name:?}")))?;
+        let (mut ptr, mut bytes): (sys::CUdeviceptr, usize) = (0, 0);
+        let _g = ContextGuard::device(&self.device)?;
+        check(
+            // SAFETY: a live module and a NUL-terminated name; out-pointers to locals.
+            unsafe { sys::cuModuleGetGlobal_v2(&mut ptr, &mut bytes, owner, cname.as_ptr()) },
+            &format!("cuModuleGetGlobal({name})"),
+        )?;
+        Ok((ptr, bytes))
     }
 
     /// Look a kernel up (cached) and allow it `smem` bytes of dynamic shared memory.
@@ -206,13 +265,7 @@ impl Module {
         let (raw, allowed) = match f.get(name) {
             Some(&(raw, allowed)) => (raw as sys::CUfunction, allowed),
             None => {
-                // The decode kernels' entry points are `et_*`; the int4 ones `int4mm_*`.
-                // (A resident module of one image has no decode module: its names are its own.)
-                let owner = if name.starts_with("et_") && !self.decode.is_null() {
-                    self.decode
-                } else {
-                    self.raw
-                };
+                let owner = self.owner(name)?;
                 let cname = CString::new(name)
                     .map_err(|_| Error::internal(format!("kernel name {name:?}")))?;
                 let mut raw: sys::CUfunction = std::ptr::null_mut();
@@ -253,17 +306,17 @@ impl Drop for Module {
                 // Kernels queued on any stream of the context may still run this code.
                 // SAFETY: the device's primary context is current.
                 if let Err(e) = check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize") {
-                    log::warn!("before unloading the int4 kernels: {e}");
+                    log::warn!("before unloading the kernels: {e}");
                 }
-                for m in [self.raw, self.decode].into_iter().filter(|m| !m.is_null()) {
-                    // SAFETY: a module loaded by `Module::load`, unloaded once.
+                for &(_, m) in &self.parts {
+                    // SAFETY: a module loaded by `load_parts`, unloaded once.
                     if let Err(e) = check(unsafe { sys::cuModuleUnload(m) }, "cuModuleUnload") {
                         log::warn!("{e}");
                     }
                 }
             }
             Err(e) => log::warn!(
-                "leaking the int4 kernel module of cuda:{}: {e}",
+                "leaking the kernel modules of cuda:{}: {e}",
                 self.device.ordinal
             ),
         }
@@ -274,13 +327,13 @@ impl Drop for Module {
 /// process exits (the sort/random kernels, whose generator state must not be reset
 /// behind the caller's back, and the sampler).
 pub struct Resident {
-    image: &'static [u8],
+    image: &'static KernelImage,
     what: &'static str,
     slots: Mutex<Vec<Option<Arc<Module>>>>,
 }
 
 impl Resident {
-    pub const fn new(image: &'static [u8], what: &'static str) -> Resident {
+    pub const fn new(image: &'static KernelImage, what: &'static str) -> Resident {
         Resident {
             image,
             what,
@@ -305,32 +358,12 @@ impl Resident {
     }
 
     fn load(&self, ordinal: i32) -> Result<Module> {
-        let device = crate::cuda::device(ordinal)?;
-        let _g = ContextGuard::device(&device)?;
-        let (major, minor, sm_count) = capabilities(&device)?;
-        if major < 8 {
-            return Err(Error::cuda(format!(
-                "the {} kernels are built for compute capability 8.0 or newer; cuda:{ordinal} is {major}.{minor}",
-                self.what
-            )));
-        }
-        let buf = aligned_copy(self.image, false);
-        let mut raw: sys::CUmodule = std::ptr::null_mut();
-        // SAFETY: a complete fatbin image in 8-byte aligned memory, alive for the call; the
-        // device's primary context is current.
-        let r = unsafe { sys::cuModuleLoadData(&mut raw, buf.as_ptr().cast()) };
-        check(r, &format!("cuModuleLoadData({} fatbin)", self.what))?;
-        log::info!("{} kernels loaded on cuda:{ordinal}", self.what);
-        Ok(Module {
-            raw,
-            // This image only (the decode kernels are in the per-device int4 module).
-            decode: std::ptr::null_mut(),
-            device,
-            sm_count,
-            cc_major: major,
-            functions: Mutex::new(HashMap::new()),
-            occupancy: Mutex::new(HashMap::new()),
-            clusters: Mutex::new(HashMap::new()),
-        })
+        let part = Part {
+            image: self.image,
+            replaced_by: None,
+            switch: "",
+            prefix: "",
+        };
+        load_parts(crate::cuda::device(ordinal)?, self.what, &[part])
     }
 }

@@ -16,7 +16,7 @@ use cudarc::driver::sys;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
-static MODULES: Resident = Resident::new(super::images::SAMPLE.fatbin, "sampling");
+static MODULES: Resident = Resident::new(&super::images::SAMPLE, "sampling");
 
 /// Per device: a page-locked slot for the token and the greedy kernel's device
 /// scratch. The lock also serialises the device's samplers, which share them: a

@@ -30,7 +30,7 @@ const MAX_OTHER_DIMS: usize = 15;
 pub const DEFAULT_SEED: u64 = 67_280_421_310_721;
 
 /// The module of each device, loaded on first use and kept for the process.
-static MODULES: Resident = Resident::new(super::images::SORT_RAND.fatbin, "sort/random");
+static MODULES: Resident = Resident::new(&super::images::SORT_RAND, "sort/random");
 
 /// The module of device `ordinal`, loaded on first use and kept for the process.
 /// Loaded under the lock, so that a device never has two generator states.

@@ -7,7 +7,6 @@ use crate::dtype::codes;
 use crate::error::{invalid, Error, Result};
 use crate::tensor::{contiguous_strides, Device, Tensor};
 use cudarc::driver::sys;
-use std::ffi::CString;
 
 /// Dtypes `rand` writes.
 pub const RAND_DTYPES: [i32; 4] = [
@@ -202,14 +201,7 @@ pub fn rng_state(ordinal: i32) -> Result<(u64, u64)> {
         unsafe { sys::cuStreamSynchronize(stream) },
         "cuStreamSynchronize",
     )?;
-    let name = CString::new("et_rng_state").map_err(|_| Error::internal("state variable name"))?;
-    let mut ptr: sys::CUdeviceptr = 0;
-    let mut bytes: usize = 0;
-    check(
-        // SAFETY: a live module and a NUL-terminated name; out-pointers to locals.
-        unsafe { sys::cuModuleGetGlobal_v2(&mut ptr, &mut bytes, m.raw, name.as_ptr()) },
-        "cuModuleGetGlobal(et_rng_state)",
-    )?;
+    let (ptr, bytes) = m.global("et_rng_state")?;
     if bytes != 16 {
         return Err(Error::internal(format!(
             "et_rng_state has {bytes} bytes, not 16"
