@@ -437,7 +437,7 @@ use launch::{launch_combine, split_workspaces};
 #[path = "attention/rope.rs"]
 pub mod rope;
 #[cfg(test)]
-pub use choice::{set_decode_kernel, KERNELS};
+pub use choice::{kernels, set_decode_kernel};
 pub use rope::{split_packed, HeadNorm, Packed, Rope};
 
 #[cfg(test)]

@@ -196,7 +196,7 @@ mod tests {
             .collect();
         for name in super::gemv::KERNELS
             .iter()
-            .chain(super::attention::KERNELS)
+            .chain(&super::attention::kernels())
             .chain(&super::linear::kernels())
         {
             assert!(
@@ -207,7 +207,7 @@ mod tests {
         assert_eq!(
             entries.len(),
             super::gemv::KERNELS.len()
-                + super::attention::KERNELS.len()
+                + super::attention::kernels().len()
                 + super::linear::kernels().len()
         );
         assert!(entries.iter().all(|e| e.starts_with("et_")));

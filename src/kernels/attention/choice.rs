@@ -6,9 +6,10 @@ use crate::dtype::codes as dtype;
 use crate::error::{invalid, Result};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// Every attention entry point of `kernels/decode.cu` (checked against the PTX by a test).
+/// The split, combine and cache-write entry points of `kernels/decode.cu`; with [`DECODE`]'s,
+/// every attention entry point ([`kernels`], checked against the PTX by a test).
 #[cfg(test)]
-pub const KERNELS: &[&str] = &[
+const KERNELS: &[&str] = &[
     "et_attn_bf16_d64",
     "et_attn_combine_bf16_d64",
     "et_attn_bf16_d128",
@@ -21,50 +22,6 @@ pub const KERNELS: &[&str] = &[
     "et_attn_combine_bf16_d256",
     "et_attn_f16_d256",
     "et_attn_combine_f16_d256",
-    "et_attn_dec_bf16_d64_r2",
-    "et_attn_dec_bf16_d128_r2",
-    "et_attn_dec_f16_d64_r2",
-    "et_attn_dec_f16_d128_r2",
-    "et_attn_decw_bf16_d64_r2",
-    "et_attn_decw_bf16_d128_r2",
-    "et_attn_decw_f16_d64_r2",
-    "et_attn_decw_f16_d128_r2",
-    "et_attn_dec_bf16_d64_r4",
-    "et_attn_dec_bf16_d64_r8",
-    "et_attn_dec_bf16_d128_r4",
-    "et_attn_dec_bf16_d128_r8",
-    "et_attn_dec_f16_d64_r4",
-    "et_attn_dec_f16_d64_r8",
-    "et_attn_dec_f16_d128_r4",
-    "et_attn_dec_f16_d128_r8",
-    "et_attn_dec_bf16_d256_r4",
-    "et_attn_dec_f16_d256_r4",
-    "et_attn_decw_bf16_d64_r4",
-    "et_attn_decw_bf16_d64_r8",
-    "et_attn_decw_bf16_d128_r4",
-    "et_attn_decw_bf16_d128_r8",
-    "et_attn_decw_f16_d64_r4",
-    "et_attn_decw_f16_d64_r8",
-    "et_attn_decw_f16_d128_r4",
-    "et_attn_decw_f16_d128_r8",
-    "et_attn_decw_bf16_d256_r4",
-    "et_attn_decw_f16_d256_r4",
-    "et_attn_dec_bf16_d64_r1",
-    "et_attn_decw_bf16_d64_r1",
-    "et_attn_dec_bf16_d128_r1",
-    "et_attn_decw_bf16_d128_r1",
-    "et_attn_dec_bf16_d256_r1",
-    "et_attn_decw_bf16_d256_r1",
-    "et_attn_dec_bf16_d256_r2",
-    "et_attn_decw_bf16_d256_r2",
-    "et_attn_dec_f16_d64_r1",
-    "et_attn_decw_f16_d64_r1",
-    "et_attn_dec_f16_d128_r1",
-    "et_attn_decw_f16_d128_r1",
-    "et_attn_dec_f16_d256_r1",
-    "et_attn_decw_f16_d256_r1",
-    "et_attn_dec_f16_d256_r2",
-    "et_attn_decw_f16_d256_r2",
     "et_kv_write_bf16_d64",
     "et_kv_write_bf16_d128",
     "et_kv_write_bf16_d256",
@@ -72,6 +29,13 @@ pub const KERNELS: &[&str] = &[
     "et_kv_write_f16_d128",
     "et_kv_write_f16_d256",
 ];
+
+/// Every attention entry point of `kernels/decode.cu`.
+#[cfg(test)]
+pub fn kernels() -> Vec<&'static str> {
+    let decode = DECODE.iter().flat_map(|e| [e.3, e.4]);
+    KERNELS.iter().copied().chain(decode).collect()
+}
 
 /// Keys a split takes at least: a cache of up to this many positions is read by one block
 /// per row group (one kernel, no combine); longer ones are split, each split at least this long.
@@ -108,164 +72,59 @@ pub fn set_decode_kernel(on: Option<bool>) {
 /// Threads per block of the short-context decode kernel (`DEC_WARPS` warps).
 const DEC_THREADS: u32 = 256;
 
-/// The short-context decode kernels built (`ATTN_DEC` in `kernels/decode.cu`): (bfloat16, D,
+/// One built short-context decode kernel (`ATTN_DEC` in `kernels/decode.cu`): (bfloat16, D,
 /// rows a block R, the kernel, its variant that writes `et_attention_rope`'s new keys and
 /// values into the caches first).
+macro_rules! dec {
+    ($dt:literal, $d:literal, $r:literal) => {
+        (
+            matches!($dt.as_bytes(), b"bf16"),
+            $d,
+            $r,
+            concat!(
+                "et_attn_dec_",
+                $dt,
+                "_d",
+                stringify!($d),
+                "_r",
+                stringify!($r)
+            ),
+            concat!(
+                "et_attn_decw_",
+                $dt,
+                "_d",
+                stringify!($d),
+                "_r",
+                stringify!($r)
+            ),
+        )
+    };
+}
+
+/// The short-context decode kernels built.
 const DECODE: &[(bool, i64, i64, &str, &str)] = &[
-    (
-        true,
-        64,
-        1,
-        "et_attn_dec_bf16_d64_r1",
-        "et_attn_decw_bf16_d64_r1",
-    ),
-    (
-        true,
-        64,
-        2,
-        "et_attn_dec_bf16_d64_r2",
-        "et_attn_decw_bf16_d64_r2",
-    ),
-    (
-        true,
-        64,
-        4,
-        "et_attn_dec_bf16_d64_r4",
-        "et_attn_decw_bf16_d64_r4",
-    ),
-    (
-        true,
-        64,
-        8,
-        "et_attn_dec_bf16_d64_r8",
-        "et_attn_decw_bf16_d64_r8",
-    ),
-    (
-        true,
-        128,
-        1,
-        "et_attn_dec_bf16_d128_r1",
-        "et_attn_decw_bf16_d128_r1",
-    ),
-    (
-        true,
-        128,
-        2,
-        "et_attn_dec_bf16_d128_r2",
-        "et_attn_decw_bf16_d128_r2",
-    ),
-    (
-        true,
-        128,
-        4,
-        "et_attn_dec_bf16_d128_r4",
-        "et_attn_decw_bf16_d128_r4",
-    ),
-    (
-        true,
-        128,
-        8,
-        "et_attn_dec_bf16_d128_r8",
-        "et_attn_decw_bf16_d128_r8",
-    ),
-    (
-        true,
-        256,
-        1,
-        "et_attn_dec_bf16_d256_r1",
-        "et_attn_decw_bf16_d256_r1",
-    ),
-    (
-        true,
-        256,
-        2,
-        "et_attn_dec_bf16_d256_r2",
-        "et_attn_decw_bf16_d256_r2",
-    ),
-    (
-        true,
-        256,
-        4,
-        "et_attn_dec_bf16_d256_r4",
-        "et_attn_decw_bf16_d256_r4",
-    ),
-    (
-        false,
-        64,
-        1,
-        "et_attn_dec_f16_d64_r1",
-        "et_attn_decw_f16_d64_r1",
-    ),
-    (
-        false,
-        64,
-        2,
-        "et_attn_dec_f16_d64_r2",
-        "et_attn_decw_f16_d64_r2",
-    ),
-    (
-        false,
-        64,
-        4,
-        "et_attn_dec_f16_d64_r4",
-        "et_attn_decw_f16_d64_r4",
-    ),
-    (
-        false,
-        64,
-        8,
-        "et_attn_dec_f16_d64_r8",
-        "et_attn_decw_f16_d64_r8",
-    ),
-    (
-        false,
-        128,
-        1,
-        "et_attn_dec_f16_d128_r1",
-        "et_attn_decw_f16_d128_r1",
-    ),
-    (
-        false,
-        128,
-        2,
-        "et_attn_dec_f16_d128_r2",
-        "et_attn_decw_f16_d128_r2",
-    ),
-    (
-        false,
-        128,
-        4,
-        "et_attn_dec_f16_d128_r4",
-        "et_attn_decw_f16_d128_r4",
-    ),
-    (
-        false,
-        128,
-        8,
-        "et_attn_dec_f16_d128_r8",
-        "et_attn_decw_f16_d128_r8",
-    ),
-    (
-        false,
-        256,
-        1,
-        "et_attn_dec_f16_d256_r1",
-        "et_attn_decw_f16_d256_r1",
-    ),
-    (
-        false,
-        256,
-        2,
-        "et_attn_dec_f16_d256_r2",
-        "et_attn_decw_f16_d256_r2",
-    ),
-    (
-        false,
-        256,
-        4,
-        "et_attn_dec_f16_d256_r4",
-        "et_attn_decw_f16_d256_r4",
-    ),
+    dec!("bf16", 64, 1),
+    dec!("bf16", 64, 2),
+    dec!("bf16", 64, 4),
+    dec!("bf16", 64, 8),
+    dec!("bf16", 128, 1),
+    dec!("bf16", 128, 2),
+    dec!("bf16", 128, 4),
+    dec!("bf16", 128, 8),
+    dec!("bf16", 256, 1),
+    dec!("bf16", 256, 2),
+    dec!("bf16", 256, 4),
+    dec!("f16", 64, 1),
+    dec!("f16", 64, 2),
+    dec!("f16", 64, 4),
+    dec!("f16", 64, 8),
+    dec!("f16", 128, 1),
+    dec!("f16", 128, 2),
+    dec!("f16", 128, 4),
+    dec!("f16", 128, 8),
+    dec!("f16", 256, 1),
+    dec!("f16", 256, 2),
+    dec!("f16", 256, 4),
 ];
 
 /// The short-context decode kernel chosen for a problem: its two entry points, the rows a block
