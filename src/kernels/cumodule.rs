@@ -113,7 +113,7 @@ fn load_parts(device: Arc<DeviceState>, what: &str, parts: &[Part]) -> Result<Mo
     let (major, minor, sm_count) = capabilities(&device)?;
     if major < 8 {
         return Err(Error::cuda(format!(
-            "the {what} kernels need compute capability 8.0 or newer (bf16 tensor cores); cuda:{} is {major}.{minor}",
+            "the {what} kernels need compute capability 8.0 or newer; cuda:{} is {major}.{minor}",
             device.ordinal
         )));
     }

@@ -247,6 +247,9 @@ fn decode_rows_default_force_and_refuse() {
     assert_eq!(pick(&gemma), ("et_attn_decw_bf16_d256_r1", 1, 4));
     // Two new rows do not fit a one-row block's copies: the built-in choice stays.
     assert_eq!(pick(&two_tokens), ("et_attn_decw_bf16_d64_r8", 8, 1));
+    // Row groups that would take the grid past 65535 blocks along y: the built-in choice stays.
+    let many_heads = p(4 * 20_000, 20_000, 1, 64);
+    assert_eq!(pick(&many_heads), ("et_attn_decw_bf16_d64_r4", 4, 1));
     set_decode_rows(Some(2)).expect("2");
     assert_eq!(pick(&gemma), ("et_attn_decw_bf16_d256_r2", 2, 2));
     assert_eq!(pick(&two_tokens), ("et_attn_decw_bf16_d64_r2", 2, 4));
