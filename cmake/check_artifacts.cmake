@@ -1,18 +1,20 @@
 # Checks of the shipped library and of RUNPATHs, for ctest and the install test.
 #   cmake -DREADELF=readelf [-DLIB=<libexecutorch_cuda.so.N> -DSONAME=<name>] [-DMAX_BYTES=<n>]
 #         [-DRUNPATH_FILES=<a|b|...>] [-DFORBIDDEN=<text>] -P check_artifacts.cmake
-# LIB: smaller than MAX_BYTES (default 5.0 MB: 3.37 MB with the fused linear's 42 kernels in the
+# LIB: smaller than MAX_BYTES (default 5.5 MB: 3.37 MB with the fused linear's 42 kernels in the
 #      decode fatbin and the cuBLASLt GEMM, 3.75 MB once the short-context decode attention (12
 #      kernels) and head size 256 joined them, 4.20 MB with the cache-writing attention kernels
 #      (10) and et_kv_write_* (6), 4.52 MB with et_add_norm_* (2) and the two-row attention
-#      kernels (8), of which 0.50 MB is the symbol table that `cmake --install --strip` removes;
+#      kernels (8), 5.00 MB with the fused linear's add-norm variants, the cluster split and the
+#      one-row attention kernels (6), of which 0.51 MB is the symbol table that
+#      `cmake --install --strip` removes;
 #      a build with DWARF is about 12 MB), no DWARF (.debug_* sections), the
 #      SONAME, and only aoti_torch_*, et_cuda_* and cuModuleLoadData (served to the
 #      generated code, see src/shim/driver.rs) among its exported symbols.
 # RUNPATH_FILES: no empty RUNPATH entry (which searches the current folder) and
 #      no entry containing FORBIDDEN (e.g. the source or build folder).
 if(NOT DEFINED MAX_BYTES)
-  set(MAX_BYTES 5000000)
+  set(MAX_BYTES 5500000)
 endif()
 
 function(_readelf out)

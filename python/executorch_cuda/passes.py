@@ -91,15 +91,6 @@ def _unchanging(ep, n):
     return buf is None or buf not in set(sig.buffers_to_mutate.values())
 
 
-def _gemv_ok(ep, x, w, max_m=None):
-    """A bf16/fp16 linear over a 2-d weight of the program (``max_m`` is ignored: kept so
-    that old callers still work; the op handles every M)."""
-    xv, wv = _val(x), _val(w)
-    if xv is None or wv is None or not _unchanging(ep, w):
-        return False
-    return wv.dim() == 2 and wv.dtype in _LOW and xv.dtype == wv.dtype and xv.dim() >= 1
-
-
 _CACHE_WRITES = {
     aten.index_copy.default,
     aten.index_copy_.default,
@@ -179,27 +170,61 @@ def _sdpa_parts(n):
     return q, k, v, mask, dropout, causal, scale
 
 
-def _linear_node(g, ep, n, max_m):
-    """The et_linear node replacing linear/mm/addmm ``n`` (inserted before it), or None."""
-    lin = torch.ops.et_cuda.et_linear.default
-    x = w = b = None
+def _linear_parts(n):
+    """(x, w, bias, refusal) of linear/mm/addmm ``n`` read as ``x @ w^T + bias``: w is None when
+    ``n`` is no linear over a weight (an mm of two activations, say); refusal names an addmm the
+    op cannot take."""
     if n.target == aten.linear.default:
-        x, w = n.args[0], n.args[1]
-        b = n.args[2] if len(n.args) > 2 else n.kwargs.get("bias")
-    elif n.target == aten.mm.default:
-        x, w = n.args[0], _transposed_weight(n.args[1])
-    elif n.target == aten.addmm.default:
-        b, x, wt = n.args[:3]
-        w = _transposed_weight(wt)
-        if n.kwargs.get("beta", 1) != 1 or n.kwargs.get("alpha", 1) != 1 or _val(b) is None \
-                or _val(b).dim() != 1:
-            return None
-    else:
-        return None
-    if w is None or not _gemv_ok(ep, x, w, max_m) or (b is not None and not _unchanging(ep, b)):
-        return None
+        return n.args[0], n.args[1], n.args[2] if len(n.args) > 2 else n.kwargs.get("bias"), None
+    if n.target == aten.mm.default:
+        return n.args[0], _transposed_weight(n.args[1]), None, None
+    b, x, wt = n.args[:3]
+    w = _transposed_weight(wt)
+    if n.kwargs.get("beta", 1) != 1 or n.kwargs.get("alpha", 1) != 1:
+        return x, w, b, "addmm with beta or alpha other than 1"
+    if _val(b) is None or _val(b).dim() != 1:
+        return x, w, b, "addmm whose bias is not one row"
+    return x, w, b, None
+
+
+def _linear_refusal(ep, n, x, w):
+    """Why the fused linear does not take linear ``n`` over weight ``w`` (None: it does)."""
+    xv, wv = _val(x), _val(w)
+    if xv is None or wv is None:
+        return "no shape/dtype recorded on its input or weight"
+    if not _is_weight(ep, w):
+        return f"its weight ({w.name}) is not a parameter, buffer or constant of the program"
+    if not _unchanging(ep, w):
+        return f"its weight ({w.name}) is a buffer the program writes"
+    if wv.dim() != 2:
+        return f"its weight has {wv.dim()} dims, not 2"
+    if wv.dtype not in _LOW:
+        return f"{wv.dtype} weights (the kernels take bfloat16 and float16)"
+    if xv.dtype != wv.dtype:
+        return f"input {xv.dtype} and weight {wv.dtype} differ"
+    return None if xv.dim() >= 1 else "a 0-d input"
+
+
+def _linear_node(g, ep, n, max_m):
+    """(the et_linear node replacing linear/mm/addmm ``n``, inserted before it, or None; why
+    not, when ``n`` is a linear over a weight that stays as it is)."""
+    lin = torch.ops.et_cuda.et_linear.default
+    x, w, b, why = _linear_parts(n)
+    # An mm/addmm is a linear only over a weight of the program (not, say, q @ k^T).
+    if w is None or (n.target != aten.linear.default and not _is_weight(ep, w)):
+        return None, None
+    why = why or _linear_refusal(ep, n, x, w)
+    if why is None and b is not None and not _unchanging(ep, b):
+        why = f"its bias ({b.name}) is not a constant of the program"
+    if why is not None:
+        return None, why
     with g.inserting_before(n):
-        return g.call_function(lin, (x, w, b, None, None, 0, 0.0, 0.0, 0))
+        return g.call_function(lin, (x, w, b, None, None, 0, 0.0, 0.0, 0)), None
+
+
+#: Why the int4 weight-only linears stay as they are (``report["skipped_linear"]``).
+INT4_LEFT = ("int4 weight-only (aten._weight_int4pack_mm): stays with the library's int4 kernel; "
+             "the fused decode path takes bfloat16 and float16 weights")
 
 
 def _attention_node(gm, ep, n, pos_node, verdicts, index_cache, counts, rope):
@@ -236,13 +261,14 @@ def _attention_node(gm, ep, n, pos_node, verdicts, index_cache, counts, rope):
 def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=True, fuse=True,
             rope=True):
     """Rewrite ``gm`` (an exported program's graph module) in place; returns
-    ``{"linear": n, "gemv": n, "attention": n, "skipped_attention": [reasons], ...}`` with
+    ``{"linear": n, "gemv": n, "attention": n, "skipped_attention": [reasons],
+    "skipped_linear": [reasons], ...}`` (each reason "node: why") with
     the fusions' counts (``fuse.fuse``) when ``ep`` is given and ``fuse`` is true.
     ``max_m`` is accepted and ignored (the ops dispatch on M when they run)."""
     g = gm.graph
     counts = {"linear": 0, "attention": 0, "window": 0, "skipped_attention": [], "rope": 0,
               "rope_norm": 0, "rope_skipped": [], "rope_shared": 0, "rope_packed": 0,
-              "eager_attention": 0}
+              "eager_attention": 0, "skipped_linear": []}
     attn = torch.ops.et_cuda.et_attention.default
     rope_attn = torch.ops.et_cuda.et_attention_rope.default
     index_cache = {}
@@ -261,7 +287,11 @@ def rewrite(gm, ep=None, *, max_m=None, positions=None, linear=True, attention=T
             continue
         new = None
         if linear and n.target in (aten.linear.default, aten.mm.default, aten.addmm.default):
-            new = _linear_node(g, ep, n, max_m)
+            new, why = _linear_node(g, ep, n, max_m)
+            if why:
+                counts["skipped_linear"].append(f"{n.name}: {why}")
+        elif linear and n.target == aten._weight_int4pack_mm.default:
+            counts["skipped_linear"].append(f"{n.name}: {INT4_LEFT}")
         elif attention and n.target == aten.scaled_dot_product_attention.default:
             new, folded = _attention_node(gm, ep, n, pos_node, verdicts, index_cache, counts, rope)
         if new is not None:

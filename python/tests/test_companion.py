@@ -218,6 +218,50 @@ class Companion(unittest.TestCase):
         ep = torch.export.export(m, (x, d), strict=False)
         report = executorch_cuda.rewrite(ep.graph_module, ep, attention=False)
         self.assertEqual(report["linear"], 1, report)  # the parameter's linear only
+        self.assertEqual(len(report["skipped_linear"]), 1, report)
+        # It reads the in-place add's result, no constant: named with the reason.
+        self.assertIn("is not a parameter, buffer or constant of the program", report["skipped_linear"][0])
+
+    def test_linears_left_alone_are_named_with_the_reason(self):
+        import executorch_cuda
+
+        class Mixed(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.f32 = torch.nn.Linear(64, 32)
+                self.bf = torch.nn.Linear(64, 32, bias=False).to(torch.bfloat16)
+                # torchao's tile-packed int4 weight and its scales and zeros (N = 64, K = 256)
+                self.register_buffer("w4", torch.zeros(8, 2, 32, 4, dtype=torch.int32))
+                self.register_buffer("sz", torch.zeros(2, 64, 2, dtype=torch.bfloat16))
+
+            def forward(self, x, w_in):
+                xb = x.to(torch.bfloat16)
+                y4 = torch.ops.aten._weight_int4pack_mm(torch.zeros(1, 256, dtype=torch.bfloat16),
+                                                        self.w4, 128, self.sz)
+                # a weight that is an input of the program, and a product of two activations
+                y_in = F.linear(xb, w_in)
+                act = xb @ xb.t()
+                return self.f32(x), self.bf(xb), y4, y_in, act
+
+        x, w_in = torch.randn(1, 64), torch.randn(32, 64).to(torch.bfloat16)
+        f32 = "torch.float32 weights (the kernels take bfloat16 and float16)"
+        int4 = "int4 weight-only (aten._weight_int4pack_mm)"
+        given = "is not a parameter, buffer or constant of the program"
+        # As exported (aten.linear), then decomposed (t + mm/addmm: the products of two
+        # activations are no linears and are not named; nor is a weight the program is given).
+        for decompose, wants in ((False, [f32, given, int4]), (True, [f32, int4])):
+            ep = torch.export.export(Mixed(), (x, w_in), strict=False)
+            if decompose:
+                ep = ep.run_decompositions()
+            report = executorch_cuda.rewrite(ep.graph_module, ep, attention=False)
+            self.assertEqual(report["linear"], 1, report)  # the bf16 parameter's linear
+            why = "\n".join(report["skipped_linear"])
+            self.assertEqual(len(report["skipped_linear"]), len(wants), why)
+            for w in wants:
+                self.assertIn(w, why)
+            # the int4 product is still there, for the library's int4 kernel
+            targets = [n.target for n in ep.graph_module.graph.nodes]
+            self.assertIn(torch.ops.aten._weight_int4pack_mm.default, targets)
 
     def test_write_only_buffers_leave_and_read_ones_stay(self):
         from executorch_cuda.buffers import drop_write_only

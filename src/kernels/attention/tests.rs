@@ -250,8 +250,13 @@ fn decode_rows_default_force_and_refuse() {
     // Row groups that would take the grid past 65535 blocks along y: the built-in choice stays.
     let many_heads = p(4 * 20_000, 20_000, 1, 64);
     assert_eq!(pick(&many_heads), ("et_attn_decw_bf16_d64_r4", 4, 1));
+    // One-row kernels are built for bfloat16 only: float16 keeps the built-in choice.
+    let mut qwen16 = qwen.clone();
+    qwen16.dtype = dtype::FLOAT16;
+    assert_eq!(pick(&qwen16), ("et_attn_decw_f16_d128_r2", 2, 1));
     set_decode_rows(Some(2)).expect("2");
-    assert_eq!(pick(&gemma), ("et_attn_decw_bf16_d256_r2", 2, 2));
+    // No two-row kernel of D = 256 is built.
+    assert_eq!(pick(&gemma), ("et_attn_decw_bf16_d256_r4", 4, 1));
     assert_eq!(pick(&two_tokens), ("et_attn_decw_bf16_d64_r2", 2, 4));
     // Rows per block past the built-in choice change nothing.
     set_decode_rows(Some(8)).expect("8");
