@@ -65,7 +65,7 @@ def prepare(ep, *, positions=None, linear=True, attention=True, fuse=True, max_m
     CudaBackend map the new ops to the library's C shims. Returns ``(ep, report)``,
     report = ``{"linear": n, "attention": n, "rope": n, "gated_mlp": n, "merged": n, "norm": n,
     "residual": n, "add_norm": n, "add_norm_linear": n, "skipped_attention": [...], "rope_skipped": [...],
-    "patched": [...]}``
+    "skipped_linear": [...], "patched": [...]}`` (the skipped lists: "node: why")
     (``rope``: attentions with their RoPE and KV-cache write folded in; ``rope=False`` leaves
     those to the lowering). Every bf16/fp16 linear
     over a weight of the program is rewritten whatever the prefill bound (``max_m`` is
