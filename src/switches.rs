@@ -56,16 +56,13 @@ impl Switches {
         let off = |k: &str| var(k).is_some_and(|v| v == "0");
         let on = |k: &str| var(k).is_some_and(|v| v == "1");
         let path = |k: &str| var(k).filter(|v| !v.is_empty());
+        let number = |k: &str| var(k).and_then(|v| v.to_str().and_then(|v| v.parse::<u32>().ok()));
         Switches {
             pdl: !off(PDL),
             decode_attention: !off(ATTN_DECODE),
             fused_add_norm_linear: on(FUSED_ADD_NORM),
-            attn_splits: var(ATTN_SPLITS)
-                .and_then(|v| v.to_str().and_then(|v| v.parse::<u32>().ok()))
-                .filter(|n| (1..=8).contains(n)),
-            attn_rows: var(ATTN_ROWS)
-                .and_then(|v| v.to_str().and_then(|v| v.parse::<u32>().ok()))
-                .filter(|n| [1, 2, 4, 8].contains(n)),
+            attn_splits: number(ATTN_SPLITS).filter(|n| (1..=8).contains(n)),
+            attn_rows: number(ATTN_ROWS).filter(|n| [1, 2, 4, 8].contains(n)),
             kernels_ptx: path(KERNELS_PTX),
             decode_kernels_ptx: path(DECODE_KERNELS_PTX),
             verify_weights: on(VERIFY_WEIGHTS),

@@ -187,8 +187,8 @@ def _linear_parts(n):
     return x, w, b, None
 
 
-def _linear_refusal(ep, n, x, w):
-    """Why the fused linear does not take linear ``n`` over weight ``w`` (None: it does)."""
+def _linear_refusal(ep, x, w):
+    """Why the fused linear does not take a linear of ``x`` over weight ``w`` (None: it does)."""
     xv, wv = _val(x), _val(w)
     if xv is None or wv is None:
         return "no shape/dtype recorded on its input or weight"
@@ -213,7 +213,7 @@ def _linear_node(g, ep, n, max_m):
     # An mm/addmm is a linear only over a weight of the program (not, say, q @ k^T).
     if w is None or (n.target != aten.linear.default and not _is_weight(ep, w)):
         return None, None
-    why = why or _linear_refusal(ep, n, x, w)
+    why = why or _linear_refusal(ep, x, w)
     if why is None and b is not None and not _unchanging(ep, b):
         why = f"its bias ({b.name}) is not a constant of the program"
     if why is not None:

@@ -370,6 +370,9 @@ fn run(
     let nrows = p.b * p.hq * p.lq;
     let (part_o, part_ml) = split_workspaces(nrows, nsplit, p.d, dev)?;
     let combine = names(&p).1;
+    let _ctx = ContextGuard::device(module.device())?;
+    // The launch's kernel and grid; the short-context kernel's row groups are its own.
+    let shape = launch_shape(&p, &module, (rgroups, nsplit), r.is_some());
     let mut args = Args {
         q: q.data_ptr() as u64,
         qs: [q.strides[0], q.strides[1], q.strides[2], q.strides[3]],
@@ -389,7 +392,7 @@ fn run(
         lmax: p.lmax as i32,
         chunk: chunk as i32,
         nsplit: nsplit as i32,
-        rgroups: rgroups as i32,
+        rgroups: shape.rgroups as i32,
         scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
         out: out.data_ptr() as u64,
         part_o: part_o.as_ref().map_or(0, |t| t.data_ptr() as u64),
@@ -398,11 +401,7 @@ fn run(
         out_bthd: i32::from(layout == Layout::Bthd),
         ..Args::default()
     };
-    let _ctx = ContextGuard::device(module.device())?;
     let stream = cuda::stream::current(p.device).raw;
-    let shape = launch_shape(&p, &module, (rgroups, nsplit), r.is_some());
-    // The short-context kernel's row groups may be its own (rows per block as it chose).
-    args.rgroups = shape.rgroups as i32;
     let pdl = super::pdl_enabled();
     if let Some(r) = r {
         rope::fill(&mut args, r);

@@ -171,10 +171,7 @@ pub(super) fn decode_kernel(p: &Problem, nsplit: i64) -> Option<Decode> {
     } else {
         [2, 4, 8].into_iter().find(|&r| r >= rows)?
     };
-    let forced = match ROWS_FORCED.load(Ordering::Relaxed) {
-        0 => crate::switches::get().attn_rows,
-        n => Some(n),
-    };
+    let forced = forced_or(&ROWS_FORCED, crate::switches::get().attn_rows);
     // A forced R holds the step's new rows (the block keeps a copy of each) and leaves the grid
     // within 65535 blocks along y.
     let r = forced
@@ -214,12 +211,17 @@ pub fn set_decode_splits(n: Option<u32>) -> Result<()> {
 /// kernel itself lets one block in `DEC_KPB` (96) keys work, so a short context runs on one.
 /// `rgroups`: the blocks of a KV head's rows (each such group is one (batch, KV head) pair here).
 pub fn wanted_splits(p: &Problem, rgroups: i64) -> u32 {
-    match SPLITS.load(Ordering::Relaxed) {
-        0 => crate::switches::get().attn_splits.unwrap_or_else(|| {
-            let pairs = p.b.saturating_mul(p.hkv).saturating_mul(rgroups).max(1);
-            (32 / pairs).clamp(1, 8) as u32
-        }),
-        n => n,
+    forced_or(&SPLITS, crate::switches::get().attn_splits).unwrap_or_else(|| {
+        let pairs = p.b.saturating_mul(p.hkv).saturating_mul(rgroups).max(1);
+        (32 / pairs).clamp(1, 8) as u32
+    })
+}
+
+/// What a setter forced into `slot` (0: nothing), else the environment's value `env`.
+fn forced_or(slot: &AtomicU32, env: Option<u32>) -> Option<u32> {
+    match slot.load(Ordering::Relaxed) {
+        0 => env,
+        n => Some(n),
     }
 }
 
