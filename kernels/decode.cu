@@ -689,8 +689,10 @@ __device__ __forceinline__ void attn_decode(const AttnArgs& a) {
   constexpr int TILE = 32 / KL;        // keys per warp tile
   constexpr int KVEC = D / 8 / KL;     // 16-byte K vectors per lane
   // The first tile before the rows: up to four rows of D <= 128 (eight rows spill registers;
-  // D = 256 measured 4 % slower on Gemma-3-1B's shape, H100).
-  constexpr bool EARLY = R <= 4 && D <= 128;
+  // D = 256 measured 4 % slower on Gemma-3-1B's shape at four rows, H100), and one row at any D
+  // (Gemma-3-1B +10.4 % whole-program with one row a block against +7.0 % without it, H100:
+  // bench/results/2026-12-07-84cf497-attn-rows-ab.md).
+  constexpr bool EARLY = (R <= 4 && D <= 128) || R == 1;
   constexpr int NW = W && EARLY ? R : 1;  // new rows kept (Lq <= R)
   using V = typename VVec<DPL>::type;
   __shared__ __align__(16) float qs[R][D];
@@ -1181,6 +1183,25 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
   // The weights do not depend on the kernel before: their first batch is in flight first.
   if (jb < je) load_w(jb);
   pdl_wait();
+  // The epilogue's operands (bias, residual) in registers before the loop, in the same round
+  // trip as the first x loads, so that the block's end makes none after its reduction (H100,
+  // whole programs with graphs: Llama-3.2-1B +2.1 %, Qwen3-0.6B +1.4 %, Gemma-3-1B, whose
+  // linears add no residual, -0.5 %: bench/results/2026-12-07-84cf497-attn-rows-ab.md). Thread
+  // i takes the outputs i, i + 32 * NW, ... of the block's RT * MROWS * 8 (the loop at the end).
+  constexpr int EPI = (RT * MROWS * 8 + 32 * NW - 1) / (32 * NW);
+  const T* bias = reinterpret_cast<const T*>(a.bias);
+  const T* res = reinterpret_cast<const T*>(a.res);
+  float bv0[EPI], bv1[EPI], rv[EPI];
+#pragma unroll
+  for (int e = 0; e < EPI; ++e) {
+    const int i = threadIdx.x + e * 32 * NW;
+    const int t = i / (MROWS * 8), m = (i >> 3) % MROWS, r = i & 7;
+    const long long n = n0 + 8 * t + r;
+    const bool in = i < RT * MROWS * 8 && m < mcount && n < N;
+    bv0[e] = in && bias ? Ops<T>::to_f(bias[n]) : 0.f;
+    bv1[e] = ACT != 0 && in && bias ? Ops<T>::to_f(bias[N + n]) : 0.f;
+    rv[e] = in && res ? Ops<T>::to_f(res[(long long)(m0 + m) * a.sr + n]) : 0.f;
+  }
 
   const int mode = a.norm_mode;
   if (mode != 0 && !LATE) {
@@ -1341,10 +1362,11 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
     }
   }
   __syncthreads();
-  const T* bias = reinterpret_cast<const T*>(a.bias);
-  const T* res = reinterpret_cast<const T*>(a.res);
   T* y = reinterpret_cast<T*>(a.y);
-  for (int i = threadIdx.x; i < RT * MROWS * 8; i += 32 * NW) {
+#pragma unroll
+  for (int e = 0; e < EPI; ++e) {
+    const int i = threadIdx.x + e * 32 * NW;
+    if (i >= RT * MROWS * 8) break;
     const int t = i / (MROWS * 8), m = (i >> 3) % MROWS, r = i & 7;
     const long long n = n0 + 8 * t + r;
     if (m < mcount && n < N) {
@@ -1359,16 +1381,16 @@ __device__ __forceinline__ void linear_mma(const LinArgs& a) {
         rm = rsqrtf(q2 / (float)K + a.eps);
       }
       s *= rm;
-      if (bias) s += Ops<T>::to_f(bias[n]);
+      if (bias) s += bv0[e];
       if constexpr (ACT != 0) {
         float u = 0.f;
 #pragma unroll
         for (int q = 0; q < NW; ++q) u += red[q][RT + t][m][r];
         u *= rm;
-        if (bias) u += Ops<T>::to_f(bias[N + n]);
+        if (bias) u += bv1[e];
         s = rnd<T>(act_fn<ACT>(rnd<T>(s))) * rnd<T>(u);
       }
-      if (res) s = rnd<T>(s) + Ops<T>::to_f(res[(long long)(m0 + m) * a.sr + n]);
+      if (res) s = rnd<T>(s) + rv[e];
       y[(long long)(m0 + m) * N + n] = Ops<T>::from_f(s);
     }
   }
@@ -1627,15 +1649,18 @@ ATTN(et_attn_f16_d256, et_attn_combine_f16_d256, __half, 256)
 LIN_DT(bf16, __nv_bfloat16)
 LIN_DT(f16, __half)
 
-// et_add_rmsnorm followed by et_linear, in one kernel: et_lin_bf16_v<variant>_m8_a<act>_pre.
+// et_add_rmsnorm followed by et_linear, in one kernel: et_lin_bf16_v<variant>_m8_a<act>_pre. Half the
+// chunks a load batch of the plain kernels (U 4/2/2): with 8/4/4 ptxas spilled 112-164 bytes in the
+// v0 ones, and Gemma-3-1B with ET_CUDA_FUSED_ADD_NORM=1 ran 10.8 % slower than the two kernels,
+// 6.4 % with these (H100, bench/results/2026-12-07-84cf497-attn-rows-ab.md): still off by default.
 #define LIN_PRE(NAME, NW, RT, U, ACT, MINB)                                                     \
   extern "C" __global__ void __launch_bounds__(32 * NW, MINB) NAME(LinArgs a) {               \
     linear_mma<__nv_bfloat16, NW, RT, U, false, ACT, true>(a);                                  \
   }
 #define LIN_PRE_ACT(ACT)                                                                        \
-  LIN_PRE(et_lin_bf16_v0_m8_a##ACT##_pre, 8, 1, 8, ACT, 2)                                      \
-  LIN_PRE(et_lin_bf16_v1_m8_a##ACT##_pre, 8, 2, 4, ACT, 2)                                      \
-  LIN_PRE(et_lin_bf16_v2_m8_a##ACT##_pre, 8, 4, 4, ACT, 1)
+  LIN_PRE(et_lin_bf16_v0_m8_a##ACT##_pre, 8, 1, 4, ACT, 2)                                      \
+  LIN_PRE(et_lin_bf16_v1_m8_a##ACT##_pre, 8, 2, 2, ACT, 2)                                      \
+  LIN_PRE(et_lin_bf16_v2_m8_a##ACT##_pre, 8, 4, 2, ACT, 1)
 LIN_PRE_ACT(0)
 LIN_PRE_ACT(1)
 LIN_PRE_ACT(2)

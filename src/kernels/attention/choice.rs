@@ -151,10 +151,14 @@ pub fn set_decode_rows(n: Option<u32>) -> Result<()> {
 /// The short-context decode kernel for `p` when it takes it: one split (the whole cache in one
 /// kernel) and at most 8 rows per KV head (`Hq/Hkv * Lq`; 4 with D = 256, whose warps' partial
 /// outputs of 8 rows would not fit the block's 48 KB of shared memory); it reads a warp's whole
-/// tile of keys at once and splits the keys over its 8 warps. A block takes all of a KV head's
-/// rows (R: the smallest kernel that holds them; two rows take the two-row kernel, as the
-/// kernel's work grows with R whether the rows are used or not), or at most the rows that
-/// [`set_decode_rows`] or `ET_CUDA_ATTN_ROWS` ask for, the rest in further blocks.
+/// tile of keys at once and splits the keys over its 8 warps. A one-token step (Lq = 1) takes one
+/// row a block where that kernel is built (bf16): a KV head's g query rows in g blocks (H100,
+/// whole programs with graphs: Llama-3.2-1B +3.6 %, Qwen3-0.6B +2.4 %, Gemma-3-1B +10.4 %
+/// against one block a KV head, bench/results/2026-12-07-84cf497-attn-rows-ab.md). Otherwise a
+/// block takes all of a KV head's rows (R: the smallest kernel that holds them; two rows take
+/// the two-row kernel, as the kernel's work grows with R whether the rows are used or not).
+/// [`set_decode_rows`] or `ET_CUDA_ATTN_ROWS` ask for another R up to that one (one that is not
+/// built, holds fewer than Lq rows or is larger leaves the built-in choice).
 /// `ET_CUDA_ATTN_DECODE=0` (`crate::switches`) or [`set_decode_kernel`] turn it off (the benchmark's
 /// comparison row).
 pub(super) fn decode_kernel(p: &Problem, nsplit: i64) -> Option<Decode> {
@@ -171,14 +175,20 @@ pub(super) fn decode_kernel(p: &Problem, nsplit: i64) -> Option<Decode> {
     } else {
         [2, 4, 8].into_iter().find(|&r| r >= rows)?
     };
-    let forced = forced_or(&ROWS_FORCED, crate::switches::get().attn_rows);
-    // A forced R holds the step's new rows (the block keeps a copy of each) and leaves the grid
-    // within 65535 blocks along y.
-    let r = forced
-        .map(i64::from)
-        .filter(|&r| r < all && r >= p.lq && built(r).is_some())
-        .filter(|&r| p.hkv.saturating_mul((rows + r - 1) / r) <= 65535)
-        .unwrap_or(all);
+    // An R other than `all` holds the step's new rows (the block keeps a copy of each), is built
+    // and leaves the grid within 65535 blocks along y.
+    let fits = |r: i64| {
+        r <= all
+            && r >= p.lq
+            && built(r).is_some()
+            && p.hkv.saturating_mul((rows + r - 1) / r) <= 65535
+    };
+    let forced = forced_or(&ROWS_FORCED, crate::switches::get().attn_rows).map(i64::from);
+    let r = match forced {
+        Some(r) if fits(r) => r,
+        _ if p.lq == 1 && fits(1) => 1,
+        _ => all,
+    };
     let &(.., plain, writing) = built(r)?;
     Some(Decode {
         plain,

@@ -230,36 +230,42 @@ fn decode_rows_default_force_and_refuse() {
     let qwen = p(16, 8, 1, 128);
     let gemma = p(4, 1, 1, 256);
     let two_tokens = p(32, 8, 2, 64);
-    if crate::switches::get().attn_rows.is_none() {
-        // Every row of a KV head in one block, in the smallest kernel that holds them.
-        assert_eq!(pick(&llama), ("et_attn_decw_bf16_d64_r4", 4, 1));
-        assert_eq!(pick(&qwen), ("et_attn_decw_bf16_d128_r2", 2, 1));
-        assert_eq!(pick(&gemma), ("et_attn_decw_bf16_d256_r4", 4, 1));
+    // A one-token step: one row a block (bf16). Two tokens: every row of a KV head in one block,
+    // in the smallest kernel that holds them. Past 65535 blocks along y: one block a KV head.
+    let many_heads = p(4 * 20_000, 20_000, 1, 64);
+    let mut qwen16 = qwen.clone();
+    qwen16.dtype = dtype::FLOAT16;
+    let built_in = || {
+        assert_eq!(pick(&llama), ("et_attn_decw_bf16_d64_r1", 1, 4));
+        assert_eq!(pick(&qwen), ("et_attn_decw_bf16_d128_r1", 1, 2));
+        assert_eq!(pick(&gemma), ("et_attn_decw_bf16_d256_r1", 1, 4));
         assert_eq!(pick(&two_tokens), ("et_attn_decw_bf16_d64_r8", 8, 1));
+        assert_eq!(pick(&many_heads), ("et_attn_decw_bf16_d64_r4", 4, 1));
+        // One-row kernels are built for bfloat16 only.
+        assert_eq!(pick(&qwen16), ("et_attn_decw_f16_d128_r2", 2, 1));
+    };
+    if crate::switches::get().attn_rows.is_none() {
+        built_in();
     }
     for bad in [0, 3, 16] {
         let e = set_decode_rows(Some(bad)).expect_err("refused").to_string();
         assert!(e.contains(&format!("{bad} is not 1, 2, 4 or 8")), "{e}");
     }
     set_decode_rows(Some(1)).expect("1");
-    assert_eq!(pick(&llama), ("et_attn_decw_bf16_d64_r1", 1, 4));
-    assert_eq!(pick(&qwen), ("et_attn_decw_bf16_d128_r1", 1, 2));
-    assert_eq!(pick(&gemma), ("et_attn_decw_bf16_d256_r1", 1, 4));
-    // Two new rows do not fit a one-row block's copies: the built-in choice stays.
-    assert_eq!(pick(&two_tokens), ("et_attn_decw_bf16_d64_r8", 8, 1));
-    // Row groups that would take the grid past 65535 blocks along y: the built-in choice stays.
-    let many_heads = p(4 * 20_000, 20_000, 1, 64);
-    assert_eq!(pick(&many_heads), ("et_attn_decw_bf16_d64_r4", 4, 1));
-    // One-row kernels are built for bfloat16 only: float16 keeps the built-in choice.
-    let mut qwen16 = qwen.clone();
-    qwen16.dtype = dtype::FLOAT16;
-    assert_eq!(pick(&qwen16), ("et_attn_decw_f16_d128_r2", 2, 1));
-    set_decode_rows(Some(2)).expect("2");
-    // No two-row kernel of D = 256 is built.
+    built_in();
+    // The one-block choice asked for.
+    set_decode_rows(Some(4)).expect("4");
+    assert_eq!(pick(&llama), ("et_attn_decw_bf16_d64_r4", 4, 1));
     assert_eq!(pick(&gemma), ("et_attn_decw_bf16_d256_r4", 4, 1));
-    assert_eq!(pick(&two_tokens), ("et_attn_decw_bf16_d64_r2", 2, 4));
-    // Rows per block past the built-in choice change nothing.
-    set_decode_rows(Some(8)).expect("8");
+    assert_eq!(pick(&two_tokens), ("et_attn_decw_bf16_d64_r4", 4, 2));
+    set_decode_rows(Some(2)).expect("2");
     assert_eq!(pick(&qwen), ("et_attn_decw_bf16_d128_r2", 2, 1));
+    assert_eq!(pick(&two_tokens), ("et_attn_decw_bf16_d64_r2", 2, 4));
+    // No two-row kernel of D = 256 is built: the built-in choice.
+    assert_eq!(pick(&gemma), ("et_attn_decw_bf16_d256_r1", 1, 4));
+    // More rows a block than a KV head has: the built-in choice.
+    set_decode_rows(Some(8)).expect("8");
+    assert_eq!(pick(&qwen), ("et_attn_decw_bf16_d128_r1", 1, 2));
+    assert_eq!(pick(&two_tokens), ("et_attn_decw_bf16_d64_r8", 8, 1));
     set_decode_rows(None).expect("unset");
 }
