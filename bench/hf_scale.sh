@@ -5,7 +5,8 @@
 #   bash scripts/gpu.sh hf-scale [flags]        (runs this script with them)
 #   bash bench/hf_scale.sh [--models llama1b,qwen06b,gemma1b] [--variants base,companion]
 #                          [--max-t 128|512] [--max-cache 512] [--prompt 32] [--steps 64]
-#                          [--budget S] [--export-deadline S] [--ncu base,companion|none] [--ab VAR]
+#                          [--budget S] [--export-deadline S] [--ncu base,companion|none]
+#                          [--ab VAR | --ab VAR=VALUE]
 #                          [--dry-run]
 # Carried (git-ignored), as for bench/real_scale.sh: .dev/gpu.tar.xz (scripts/gpu_bundle.sh, packed:
 # et_cuda_run, libexecutorch_cuda.so.0) and .whl/models/sites/et15.tar.xz (tests/models/wheels.sh:
@@ -30,7 +31,9 @@
 #          variant in three modes: graphs (enable_cuda_graph_for_method=forward), graphs + shared stream
 #          (use_shared_cuda_stream=true too), plain; then per variant a 128-token prefill (plain, 3 rounds);
 #          with --ab VAR, then per variant graphs runs with VAR=0 and VAR=1 in turn, two of each (an A/B of
-#          one of the library's environment switches on the same programs; its table in the results file)
+#          one of the library's environment switches on the same programs; its table in the results file);
+#          --ab VAR=VALUE: the built-in setting (VAR unset) against VAR=VALUE, e.g. a variant decode image,
+#          --ab ET_CUDA_DECODE_KERNELS_PTX=.dev/variant.fatbin (carried beside the bundle)
 #   --export-deadline (430 s): exports still running are ended ("not exported"); the rest is timed
 #   then   ncu census of one decode step (plain, --generate 4) per program of the --ncu variants, while
 #          more than 60 s are left
@@ -91,7 +94,10 @@ done
 for v in ${VARIANTS//,/ }; do
   case "$v" in base | companion | companion_norope) VS="$VS $v" ;; *) die "--variants takes base,companion,companion_norope, not '$v'" ;; esac
 done
-[ -z "$AB" ] || [[ $AB =~ ^ET_CUDA_[A-Z0-9_]+$ ]] || die "--ab takes a switch of the library (ET_CUDA_...), not '$AB'"
+[ -z "$AB" ] || [[ $AB =~ ^ET_CUDA_[A-Z0-9_]+(=[^[:space:]]+)?$ ]] ||
+  die "--ab takes a switch of the library (ET_CUDA_..., or ET_CUDA_...=VALUE), not '$AB'"
+# The two sides of the A/B: VAR=0 and VAR=1, or the built-in setting and VAR=VALUE.
+if [[ $AB == *=* ]]; then AB_SIDES=("" "$AB"); else AB_SIDES=("$AB=0" "$AB=1"); fi
 [ "$NCU_VARIANTS" = none ] && NCU_VARIANTS=""
 for v in ${NCU_VARIANTS//,/ }; do [[ " $VS " == *" $v "* ]] || die "--ncu: '$v' is not among --variants"; done
 MS=${MS# } VS=${VS# }
@@ -103,7 +109,11 @@ if [ "$DRY" = 1 ]; then
   echo "plan: references: $MS (eager greedy tokens after a $PROMPT-token prompt, $STEPS new; torch.compile reduce-overhead)"
   echo "plan: per model, alone on the GPU: torch slot, then ours: $(for mo in $MODES; do for v in $VS; do printf '%s/%s ' $v $mo; done; done)then a $PREFILL-token prefill per variant"
   echo "plan: census: ${NCU_VARIANTS:-off}"
-  [ -n "$AB" ] && echo "plan: A/B of $AB: per model and variant, graphs with $AB=0 and =1 in turn, two runs each"
+  if [[ $AB == *=* ]]; then
+    echo "plan: A/B of $AB: per model and variant, graphs with the built-in setting and with $AB in turn, two runs each"
+  elif [ -n "$AB" ]; then
+    echo "plan: A/B of $AB: per model and variant, graphs with $AB=0 and =1 in turn, two runs each"
+  fi
   echo "plan: results into $OUT"
   exit 0
 fi
@@ -264,7 +274,7 @@ time_model() { # model: everything else stopped meanwhile
   if [ -n "$AB" ]; then
     local r val
     for v in $VS; do for r in 1 2; do for val in 0 1; do
-      run_ours "$m" "$v" graphs "_ab${val}_$r" "$AB=$val"
+      run_ours "$m" "$v" graphs "_ab${val}_$r" "${AB_SIDES[$val]}"
     done; done; done
   fi
   TIMED[$m]=1

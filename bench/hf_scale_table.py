@@ -233,13 +233,19 @@ class Report:
         L.append("")
 
     def ab_section(self):
-        """The --ab runs: per model and variant, graphs decode tok/s with the switch at 0 and at 1."""
+        """The --ab runs: per model and variant, graphs decode tok/s with the switch at 0 and at 1
+        (--ab VAR), or unset and at its value (--ab VAR=VALUE; a path shown by its file name)."""
         var = self.plan.get("ab")
         if not var or not self.ab:
             return
+        if "=" in var:
+            name, value = var.split("=", 1)
+            sides = ("built-in", f"{name}={os.path.basename(value) or value}")
+        else:
+            sides = (f"{var}=0", f"{var}=1")
         L = self.L
         L += [f"## A/B of `{var}` (graphs, the two settings in turn, two runs each)", "",
-              f"| model | variant | {var}=0 tok/s | {var}=1 tok/s | change (means) | tokens vs eager |",
+              f"| model | variant | {sides[0]} tok/s | {sides[1]} tok/s | change (means) | tokens vs eager |",
               "| --- | --- | ---: | ---: | ---: | --- |"]
         for m in self.plan["models"]:
             for v in self.plan["variants"]:
