@@ -129,6 +129,17 @@ static void test_null_arguments(bool have_device) {
   CHECK_FAILS(et_cuda_get_option_int("device_index", NULL), ET_CUDA_STATUS_INVALID_ARGUMENT, "out");
   CHECK_FAILS(et_cuda_get_option_str("enable_cuda_graph_for_method", NULL, sizeof buf), ET_CUDA_STATUS_INVALID_ARGUMENT,
               "buf");
+  /* The asynchronous sampler: argument checks before any driver call. */
+  uint64_t ticket = 0;
+  int64_t token = 0;
+  CHECK_FAILS(et_cuda_sample_async(&x, 6, 1, 0, 0.0, 1.0, 0, 0, NULL), ET_CUDA_STATUS_INVALID_ARGUMENT, "out_ticket");
+  CHECK_FAILS(et_cuda_sample_async(&x, 6, 1, -1, 0.0, 1.0, 0, 0, &ticket), ET_CUDA_STATUS_INVALID_ARGUMENT,
+              "negative");
+  CHECK_FAILS(et_cuda_sample_wait(0, 0, NULL), ET_CUDA_STATUS_INVALID_ARGUMENT, "out_token");
+  CHECK_FAILS(et_cuda_sample_wait(-1, 0, &token), ET_CUDA_STATUS_INVALID_ARGUMENT, "negative");
+  /* No asynchronous call has run in this process: no ticket to wait for. */
+  CHECK_FAILS(et_cuda_sample_wait(0, 0, &token), ET_CUDA_STATUS_INVALID_ARGUMENT, "et_cuda_sample_async");
+  CHECK(ET_CUDA_SAMPLED_TOKEN == INT64_MIN);
 
   /* Success clears the message. */
   OK(et_cuda_destroy(NULL));

@@ -11,6 +11,14 @@
 // Largest tensor rank accepted by the C API.
 #define ET_CUDA_MAX_DIMS 16
 
+// The value of an int64 input of one element (host memory) that asks an execute for the
+// token of its device's last `et_cuda_sample_async` instead (INT64_MIN: no token id is
+// negative). The execute copies that token on the device, in stream order. Only for an input
+// that reaches this backend's delegate as the caller's host tensor (as the token ids of a
+// CudaPartitioner program whose inputs are not planned in device memory do): an operator
+// outside the delegate, or a copy to the device before it, would read INT64_MIN itself.
+#define ET_CUDA_SAMPLED_TOKEN INT64_MIN
+
 // Opaque backend handle for one loaded method.
 //
 // Ownership: created by `et_cuda_init` and owned by the caller, who releases
@@ -445,6 +453,36 @@ EtCudaStatus et_cuda_sample(const void *logits,
                             uint64_t seed,
                             uint64_t step,
                             int64_t *out_token);
+
+// Queue the choice `et_cuda_sample` makes (the same rules and arguments) without a host wait,
+// and write its ticket to `*out_ticket` for `et_cuda_sample_wait`. After all work queued before
+// on the device's streams, the token goes to the device's feed and, asynchronously, to a
+// page-locked host slot. The next execute on the device whose int64 input of one element
+// holds `ET_CUDA_SAMPLED_TOKEN` reads the token from the feed, on the device: a token loop
+// can queue step n + 1 before step n's token reaches the host, so the device does not wait
+// for the host's launches. The first call on a device adds 8 page-locked slots and 8 events
+// to what `et_cuda_sample` keeps there (freed with it).
+//
+// # Safety
+// As `et_cuda_sample`, with `out_ticket` null or valid for a write of a `uint64_t`.
+EtCudaStatus et_cuda_sample_async(const void *logits,
+                                  int32_t dtype,
+                                  int64_t vocab,
+                                  int32_t device,
+                                  double temperature,
+                                  double top_p,
+                                  uint64_t seed,
+                                  uint64_t step,
+                                  uint64_t *out_ticket);
+
+// The token of `ticket` (from `et_cuda_sample_async` on `device`), once it has reached the
+// host (a host wait unless it already has): written to `*out_token`, -1 when sampling found no
+// weight. The last 8 tickets of a device can be waited for, each any number of times; an older
+// one, one not issued, or a device where no asynchronous call ran is `INVALID_ARGUMENT`.
+//
+// # Safety
+// `out_token` null or valid for a write of an `int64_t`.
+EtCudaStatus et_cuda_sample_wait(int32_t device, uint64_t ticket, int64_t *out_token);
 
 // The token `et_cuda_sample` would choose (the same rules, arguments and draws), from a row
 // of `vocab` logits of `dtype` (float32, bfloat16 or float16) in host memory, chosen on the

@@ -1,4 +1,4 @@
-//! GPU tests of the device-side next-token choice (`et_cuda_sample`,
+//! GPU tests of the device-side next-token choice (`et_cuda_sample`, `et_cuda_sample_async`,
 //! `kernels/sample.cu`) through the C ABI of the built cdylib: greedy against
 //! `torch.argmax`'s rule, sampling against a CPU model of the same algorithm
 //! (f32 weights, fixed-point masses, top-p threshold, pick in id order) over
@@ -428,3 +428,6 @@ fn draws_follow_the_distribution() {
 
 // Special rows, bad arguments, timing and memory (the tests keep their names: `include!`).
 include!("sample_gpu/edge_cases_timing_memory.rs");
+
+// et_cuda_sample_async and et_cuda_sample_wait against the waiting call, and the ticket ring.
+include!("sample_gpu/asynchronous.rs");

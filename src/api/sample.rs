@@ -71,6 +71,40 @@ pub unsafe fn sample(
     unsafe { sample::sample(p, dtype.code(), vocab, ordinal, &how.kernel()) }
 }
 
+/// The value of an int64 input of one element (in host memory) that asks an execute for the
+/// token of its device's last [`sample_async`] instead: the execute copies that token on the
+/// device, in stream order, so a token loop can queue step n + 1 before step n's token has
+/// reached the host. No token id is negative; an execute given this value when no
+/// asynchronous call has chosen a token on its device fails, naming the input.
+pub const SAMPLED_TOKEN: i64 = sample::SAMPLED_TOKEN;
+
+/// Queue the choice [`sample`] makes, without a host wait; the ticket for [`wait`]. The
+/// token goes to the device's feed (what the next execute reads for an input holding
+/// [`SAMPLED_TOKEN`]) and, asynchronously, to a page-locked host slot: one kernel and an
+/// 8-byte copy after all work queued before on the device's streams. The first such call
+/// on a device adds 8 page-locked slots and 8 events to what [`sample`] keeps there.
+///
+/// # Safety
+/// As [`sample`].
+pub unsafe fn sample_async(
+    logits: DevicePtr,
+    dtype: DType,
+    vocab: i64,
+    device: Device,
+    how: &Sampling,
+) -> Result<u64> {
+    let (p, ordinal) = (logits.as_raw().cast_const(), device.ordinal());
+    // SAFETY: forwarded contract.
+    unsafe { sample::sample_async(p, dtype.code(), vocab, ordinal, &how.kernel()) }
+}
+
+/// The token of `ticket` (from [`sample_async`] on `device`), waiting until it has reached
+/// the host; `None` when sampling found no weight. The last 8 tickets of a device can be
+/// waited for, each any number of times; an older or unissued one is an `InvalidArgument`.
+pub fn wait(device: Device, ticket: u64) -> Result<Option<i64>> {
+    sample::wait(device.ordinal(), ticket)
+}
+
 /// The token [`sample`] would choose, from a row of `vocab` logits of `dtype` in host memory,
 /// on the host (`kernels::sample::host`): for rows on the host, of any length. `None` when
 /// sampling finds no weight (every logit NaN or -inf). A raw entry point (the C API's).

@@ -51,6 +51,7 @@ impl CudaHandle {
             num_outputs: self.num_outputs,
         };
         let mut ctx = CopyCtx {
+            device: self.device.ordinal,
             stream: self.stream.raw(),
             staging: &mut st.staging,
             exec: st.executes,

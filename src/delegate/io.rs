@@ -6,6 +6,7 @@ use super::staging::{Staging, DIRECT_COPY_MIN};
 use crate::cuda::{self, copy, memory, PointerKind};
 use crate::dtype::{self, Code};
 use crate::error::{invalid, Result};
+use crate::kernels::sample;
 use crate::tensor::{self, Device, Memory, Tensor};
 use cudarc::driver::sys::CUstream;
 use std::ffi::c_void;
@@ -114,12 +115,16 @@ impl InputArg {
 
 /// Where copies of one execute go and how they are made.
 pub(crate) struct CopyCtx<'a> {
+    /// The method's device (its context current).
+    pub(crate) device: i32,
     pub(crate) stream: CUstream,
     pub(crate) staging: &'a mut Staging,
     pub(crate) exec: u64,
 }
 
 /// Enqueue the copy of `input` (`n` bytes, host or device memory) into the device memory at `dst`.
+/// An int64 host input of one element holding `SAMPLED_TOKEN` takes the token of the device's
+/// last asynchronous sampling call instead (`kernels::sample`), device to device.
 ///
 /// # Safety
 /// `input.data` must be readable for `n` bytes; `dst` must be device memory of at least `n` bytes.
@@ -134,6 +139,13 @@ pub(crate) unsafe fn copy_input(
         return Ok(());
     }
     let s = ctx.stream;
+    let host = !matches!(kind, PointerKind::Device(_));
+    // SAFETY: a host input has n readable bytes (caller's contract).
+    if host && unsafe { sample::asks_for_feed(input.dtype, n, input.data.cast()) } {
+        // The token of the device's last asynchronous sampling call, in stream order.
+        // SAFETY: `dst` has n = 8 writable device bytes of the method's device, current.
+        return unsafe { sample::copy_feed(ctx.device, dst as u64, s) };
+    }
     match kind {
         // SAFETY: `input.data` has n readable device bytes and `dst` n writable device bytes.
         PointerKind::Device(_) => unsafe {

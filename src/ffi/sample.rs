@@ -1,4 +1,5 @@
-//! The C API's token choice: `et_cuda_sample` (on the device), `et_cuda_sample_host`,
+//! The C API's token choice: `et_cuda_sample` (on the device), `et_cuda_sample_async` and
+//! `et_cuda_sample_wait` (on the device, without a wait), `et_cuda_sample_host`,
 //! `et_cuda_sample_release` and `et_cuda_sample_uniform`, over `crate::api::sample`.
 
 use super::types::*;
@@ -59,6 +60,81 @@ pub unsafe extern "C" fn et_cuda_sample(
                 Device::cuda(device)?,
             );
             sample::sample(logits, dtype, vocab, device, &how)
+        })
+    }
+}
+
+/// The value of an int64 input of one element (host memory) that asks an execute for the
+/// token of its device's last `et_cuda_sample_async` instead (INT64_MIN: no token id is
+/// negative). The execute copies that token on the device, in stream order. Only for an input
+/// that reaches this backend's delegate as the caller's host tensor (as the token ids of a
+/// CudaPartitioner program whose inputs are not planned in device memory do): an operator
+/// outside the delegate, or a copy to the device before it, would read INT64_MIN itself.
+pub const ET_CUDA_SAMPLED_TOKEN: i64 = i64::MIN;
+
+/// Queue the choice `et_cuda_sample` makes (the same rules and arguments) without a host wait,
+/// and write its ticket to `*out_ticket` for `et_cuda_sample_wait`. After all work queued before
+/// on the device's streams, the token goes to the device's feed and, asynchronously, to a
+/// page-locked host slot. The next execute on the device whose int64 input of one element
+/// holds `ET_CUDA_SAMPLED_TOKEN` reads the token from the feed, on the device: a token loop
+/// can queue step n + 1 before step n's token reaches the host, so the device does not wait
+/// for the host's launches. The first call on a device adds 8 page-locked slots and 8 events
+/// to what `et_cuda_sample` keeps there (freed with it).
+///
+/// # Safety
+/// As `et_cuda_sample`, with `out_ticket` null or valid for a write of a `uint64_t`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn et_cuda_sample_async(
+    logits: *const c_void,
+    dtype: i32,
+    vocab: i64,
+    device: i32,
+    temperature: f64,
+    top_p: f64,
+    seed: u64,
+    step: u64,
+    out_ticket: *mut u64,
+) -> EtCudaStatus {
+    let how = Sampling {
+        temperature,
+        top_p,
+        seed,
+        step,
+    };
+    guard::<EtCuda>("et_cuda_sample_async", || {
+        if out_ticket.is_null() {
+            return invalid("out_ticket is null");
+        }
+        let dtype = logits_dtype("sample", dtype)?;
+        let (logits, device) = (
+            DevicePtr::from_raw(logits.cast_mut()),
+            Device::cuda(device)?,
+        );
+        // SAFETY: forwarded contract.
+        let ticket = unsafe { sample::sample_async(logits, dtype, vocab, device, &how) }?;
+        // SAFETY: checked non-null; valid per the contract.
+        unsafe { write_out(out_ticket, ticket, "out_ticket") }
+    })
+}
+
+/// The token of `ticket` (from `et_cuda_sample_async` on `device`), once it has reached the
+/// host (a host wait unless it already has): written to `*out_token`, -1 when sampling found no
+/// weight. The last 8 tickets of a device can be waited for, each any number of times; an older
+/// one, one not issued, or a device where no asynchronous call ran is `INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `out_token` null or valid for a write of an `int64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn et_cuda_sample_wait(
+    device: i32,
+    ticket: u64,
+    out_token: *mut i64,
+) -> EtCudaStatus {
+    // SAFETY: forwarded contract (out_token for `pick`).
+    unsafe {
+        pick("et_cuda_sample_wait", out_token, || {
+            sample::wait(Device::cuda(device)?, ticket)
         })
     }
 }

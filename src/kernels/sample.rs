@@ -3,9 +3,14 @@
 //! kernel writes the token id straight into page-locked host memory, so the caller
 //! waits once and reads back 8 bytes instead of the row. Greedy spreads the row over
 //! many blocks (`et_argmax`, one launch); sampling is one block (`et_sample`).
-//! The C entry point is `et_cuda_sample` (`src/ffi/sample.rs` through `api::sample`).
+//! The C entry point is `et_cuda_sample` (`src/ffi/sample.rs` through `api::sample`);
+//! `et_cuda_sample_async` queues the same kernels without a wait (`ring`).
 
 pub mod host;
+mod ring;
+
+pub(crate) use ring::{asks_for_feed, copy_feed};
+pub use ring::{sample_async, wait, SAMPLED_TOKEN};
 
 use super::{param, Module, Resident};
 use crate::cuda::memory::{self, DeviceAlloc, PinnedBuffer};
@@ -20,7 +25,9 @@ static MODULES: Resident = Resident::new(&super::images::SAMPLE, "sampling");
 
 /// Per device: a page-locked slot for the token and the greedy kernel's device
 /// scratch. The lock also serialises the device's samplers, which share them: a
-/// call holds it from the launch until the kernel has finished.
+/// waiting call holds it from the launch until the kernel has finished; an asynchronous
+/// one while it queues (its kernels and copies are ordered on the legacy default stream,
+/// as every sampler launch is).
 ///
 /// Lifetime: made by the device's first sampling call, through the library's own
 /// allocators (pinned staging, the device's stream-ordered pool) and counted like
@@ -33,9 +40,12 @@ static SLOTS: Mutex<Vec<Option<Slot>>> = Mutex::new(Vec::new());
 struct Slot {
     token: PinnedBuffer,
     /// `SCRATCH_BYTES` of device memory from the pool: `et_argmax`'s blocks-done counter
-    /// (a u32 at offset 0, zeroed when allocated; each launch leaves it at 0) and its
-    /// per-block partials (8 bytes each, from `PARTIALS_AT`).
+    /// (a u32 at offset 0, zeroed when allocated; each launch leaves it at 0), the feed (the
+    /// last asynchronous call's token, an i64 at `FEED_AT`) and the per-block partials (8
+    /// bytes each, from `PARTIALS_AT`).
     scratch: DeviceAlloc,
+    /// The asynchronous calls' host copies (made by the first one).
+    ring: Option<ring::Ring>,
     device: Arc<cuda::DeviceState>,
 }
 
@@ -56,6 +66,11 @@ pub fn release(ordinal: i32) -> Result<()> {
     // The scratch's free is ordered on the legacy default stream.
     let _legacy = device.legacy_use();
     let _g = ContextGuard::device(&device)?;
+    if slot.ring.is_some() {
+        // Host copies of asynchronous calls may still be queued there: their pinned slots
+        // are freed below.
+        cuda::stream::synchronize(std::ptr::null_mut())?;
+    }
     drop(slot);
     Ok(())
 }
@@ -71,6 +86,8 @@ const MIN_CHUNK: i64 = 4 * ARGMAX_THREADS;
 /// Most `et_argmax` blocks: the partials the scratch holds.
 const MAX_BLOCKS: i64 = 1024;
 const PARTIALS_AT: usize = 256;
+/// The feed (`ring`): the token of the last asynchronous call, an i64 in the scratch.
+const FEED_AT: u64 = 8;
 const SCRATCH_BYTES: usize = PARTIALS_AT + 8 * MAX_BLOCKS as usize;
 
 /// Which kernel makes a greedy choice.
@@ -201,6 +218,46 @@ pub unsafe fn sample_with(
     how: &Sampling,
     greedy: Greedy,
 ) -> Result<Option<i64>> {
+    let m = checked(logits, dtype, vocab, ordinal, how)?;
+    let device = m.device().clone();
+    let _legacy = device.legacy_use();
+    let _g = ContextGuard::device(&device)?;
+    let mut slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+    // ordinal >= 0: checked by `checked`.
+    let slot = slot_of(&mut slots, ordinal as usize, &device)?;
+    let out = slot.token.ptr();
+    // SAFETY: the slot holds at least 8 bytes (PinnedBuffer's minimum is 256).
+    unsafe { out.cast::<i64>().write(i64::MIN) };
+    let row = Row {
+        logits,
+        dtype,
+        vocab,
+        out,
+    };
+    // SAFETY: the row is readable (caller's contract); the scratch is this device's, its
+    // launches ordered on the legacy stream.
+    unsafe { launch(&m, &row, how, greedy, slot.scratch.ptr())? };
+    cuda::stream::synchronize(std::ptr::null_mut())?;
+    // SAFETY: the kernel finished (the legacy stream is synchronised); the slot is ours
+    // while the lock is held.
+    let token = unsafe { out.cast::<i64>().read() };
+    match token {
+        -1 if how.temperature > 0.0 => Ok(None),
+        t if (0..vocab).contains(&t) => Ok(Some(t)),
+        t => Err(Error::cuda(format!(
+            "sample: the kernel returned token {t} for a row of {vocab}"
+        ))),
+    }
+}
+
+/// The checks of a device row and the device's sampling module.
+fn checked(
+    logits: *const c_void,
+    dtype: i32,
+    vocab: i64,
+    ordinal: i32,
+    how: &Sampling,
+) -> Result<Arc<Module>> {
     check_row(dtype, vocab)?;
     how.check()?;
     match cuda::pointer_kind(logits)? {
@@ -212,40 +269,26 @@ pub unsafe fn sample_with(
         }
         _ => return invalid("sample: the logits are not device memory".to_string()),
     }
-    let m = module(ordinal)?;
-    let device = m.device().clone();
-    let _legacy = device.legacy_use();
-    let _g = ContextGuard::device(&device)?;
-    let mut slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
-    // ordinal >= 0: checked by pointer_kind's match above.
-    let slot = slot_of(&mut slots, ordinal as usize, &device)?;
-    let out = slot.token.ptr();
-    // SAFETY: the slot holds at least 8 bytes (PinnedBuffer's minimum is 256).
-    unsafe { out.cast::<i64>().write(i64::MIN) };
-    let row = Row {
-        logits,
-        dtype,
-        vocab,
-        out,
-    };
+    module(ordinal)
+}
+
+/// Queue the kernel that chooses `row`'s token on the legacy default stream.
+///
+/// # Safety
+/// `row` as [`sample`]'s contract; `scratch` the device's, its launches ordered on that stream.
+unsafe fn launch(
+    m: &Module,
+    row: &Row,
+    how: &Sampling,
+    greedy: Greedy,
+    scratch: sys::CUdeviceptr,
+) -> Result<()> {
     if how.temperature == 0.0 && greedy == Greedy::Blocks {
-        // SAFETY: the row is readable (caller's contract); the scratch is this device's,
-        // ours while the lock is held.
-        unsafe { launch_argmax(&m, &row, slot.scratch.ptr())? };
+        // SAFETY: forwarded contract.
+        unsafe { launch_argmax(m, row, scratch) }
     } else {
-        // SAFETY: as above.
-        unsafe { launch_sample(&m, &row, how)? };
-    }
-    cuda::stream::synchronize(std::ptr::null_mut())?;
-    // SAFETY: the kernel finished (the legacy stream is synchronised); the slot is ours
-    // while the lock is held.
-    let token = unsafe { out.cast::<i64>().read() };
-    match token {
-        -1 if how.temperature > 0.0 => Ok(None),
-        t if (0..vocab).contains(&t) => Ok(Some(t)),
-        t => Err(Error::cuda(format!(
-            "sample: the kernel returned token {t} for a row of {vocab}"
-        ))),
+        // SAFETY: forwarded contract.
+        unsafe { launch_sample(m, row, how) }
     }
 }
 
@@ -285,6 +328,7 @@ fn slot_of<'a>(
         slots[i] = Some(Slot {
             token,
             scratch,
+            ring: None,
             device: device.clone(),
         });
     }

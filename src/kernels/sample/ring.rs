@@ -1,0 +1,230 @@
+//! Tokens chosen without a host wait (`et_cuda_sample_async` / `et_cuda_sample_wait`): each
+//! call's kernel writes its token into the device's feed (8 bytes of the sampler's device
+//! scratch, which the next execute reads for an input holding [`SAMPLED_TOKEN`]), and an
+//! asynchronous copy brings it to one of `RING` page-locked host slots, marked by an event.
+//! A call returns a ticket; waiting for the ticket reads its slot. So a token loop can queue
+//! step n + 1 (fed on the device by step n's token) before it reads step n's token on the
+//! host, and the device never idles while the host launches.
+
+use super::{checked, launch, slot_of, Greedy, Row, Sampling, FEED_AT, SLOTS};
+use crate::cuda::event::Event;
+use crate::cuda::memory::PinnedBuffer;
+use crate::cuda::{copy, ContextGuard, DeviceState};
+use crate::error::{invalid, Error, Result};
+use cudarc::driver::sys;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// The value of an int64 host input of one element that asks an execute for the token of
+/// the device's last asynchronous sampling call instead (copied device to device, in stream
+/// order). No token id is negative.
+pub const SAMPLED_TOKEN: i64 = i64::MIN;
+
+/// Tokens whose host copies are kept: a ticket can be waited for until `RING` later calls.
+pub(crate) const RING: usize = 8;
+
+/// One device's asynchronous tokens.
+pub(crate) struct Ring {
+    /// `RING` i64 slots, the host copies.
+    host: PinnedBuffer,
+    /// Marks the end of each slot's copy.
+    done: Vec<Event>,
+    /// Per slot: the ticket it holds and what its token is checked against (the row's
+    /// length, and whether -1, "no weight", is a possible answer).
+    held: [(u64, i64, bool); RING],
+    /// The next ticket.
+    next: u64,
+}
+
+impl Ring {
+    pub(crate) fn new(device: &Arc<DeviceState>) -> Result<Ring> {
+        let host = PinnedBuffer::new(device.clone(), RING * 8)?;
+        let done = (0..RING)
+            .map(|_| Event::new(device.clone()))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Ring {
+            host,
+            done,
+            held: [(u64::MAX, 0, false); RING],
+            next: 0,
+        })
+    }
+
+    /// After the kernel that writes the token to `feed` was queued on the legacy default
+    /// stream: queue its copy to the next host slot, mark it; the ticket.
+    ///
+    /// # Safety
+    /// `feed` is 8 bytes of device memory of the ring's device, written by the queued kernel.
+    pub(crate) unsafe fn issue(&mut self, feed: u64, vocab: i64, sampled: bool) -> Result<u64> {
+        let ticket = self.next;
+        let k = (ticket % RING as u64) as usize;
+        // SAFETY: slot k is within the buffer (RING i64s); its previous copy was waited for
+        // by whoever read it, or is older than the copy queued now in the same stream order.
+        let dst = unsafe { self.host.ptr().add(8 * k) };
+        // SAFETY: `feed` has 8 device bytes (caller's contract), `dst` 8 pinned bytes.
+        unsafe { copy::copy_dtoh_async(dst.cast(), feed, 8, std::ptr::null_mut())? };
+        self.done[k].record(std::ptr::null_mut())?;
+        self.held[k] = (ticket, vocab, sampled);
+        self.next += 1;
+        Ok(ticket)
+    }
+
+    /// The slot of `ticket`, or why it cannot be read.
+    fn slot(&self, ticket: u64) -> Result<usize> {
+        if ticket >= self.next {
+            return invalid(format!(
+                "sample_wait: ticket {ticket} was not issued (the next is {})",
+                self.next
+            ));
+        }
+        let k = (ticket % RING as u64) as usize;
+        if self.held[k].0 != ticket {
+            return invalid(format!(
+                "sample_wait: ticket {ticket} is gone: only the last {RING} tokens are kept (the next ticket is {})",
+                self.next
+            ));
+        }
+        Ok(k)
+    }
+
+    /// Wait for `ticket`'s token (a host wait, unless it already arrived): `None` when
+    /// sampling found no weight.
+    pub(crate) fn wait(&self, ticket: u64) -> Result<Option<i64>> {
+        let k = self.slot(ticket)?;
+        self.done[k].synchronize()?;
+        // SAFETY: slot k is within the buffer; its copy finished (the event passed).
+        let token = unsafe { self.host.ptr().add(8 * k).cast::<i64>().read() };
+        let (_, vocab, sampled) = self.held[k];
+        match token {
+            -1 if sampled => Ok(None),
+            t if (0..vocab).contains(&t) => Ok(Some(t)),
+            t => Err(Error::cuda(format!(
+                "sample: the kernel returned token {t} for a row of {vocab}"
+            ))),
+        }
+    }
+}
+
+/// Queue the choice [`super::sample`] makes, without a host wait: after all work queued before on
+/// the device's blocking streams, the token goes to the device's feed (read by the next
+/// execute whose int64 input of one element holds [`SAMPLED_TOKEN`]) and, asynchronously, to
+/// a page-locked host slot. The ticket, for [`wait`].
+///
+/// # Safety
+/// As [`super::sample`].
+pub unsafe fn sample_async(
+    logits: *const c_void,
+    dtype: i32,
+    vocab: i64,
+    ordinal: i32,
+    how: &Sampling,
+) -> Result<u64> {
+    let m = checked(logits, dtype, vocab, ordinal, how)?;
+    let device = m.device().clone();
+    let _legacy = device.legacy_use();
+    let _g = ContextGuard::device(&device)?;
+    let mut slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+    // ordinal >= 0: checked by `checked`.
+    slot_of(&mut slots, ordinal as usize, &device)?;
+    let slot = slots[ordinal as usize]
+        .as_mut()
+        .ok_or_else(|| Error::internal("sample: no result slot".to_string()))?;
+    if slot.ring.is_none() {
+        slot.ring = Some(Ring::new(&device)?);
+    }
+    let feed = slot.scratch.ptr() + FEED_AT;
+    let row = Row {
+        logits,
+        dtype,
+        vocab,
+        out: feed as *mut u8,
+    };
+    // SAFETY: the row is readable (caller's contract); the scratch (feed included) is this
+    // device's, its launches and copies ordered on the legacy stream.
+    unsafe { launch(&m, &row, how, Greedy::Blocks, slot.scratch.ptr())? };
+    let ring = slot
+        .ring
+        .as_mut()
+        .ok_or_else(|| Error::internal("sample: no ring".to_string()))?;
+    // SAFETY: the feed is 8 bytes of the device's scratch, written by the kernel just queued.
+    unsafe { ring.issue(feed, vocab, how.temperature > 0.0) }
+}
+
+/// The token of `ticket` (from [`sample_async`] on device `ordinal`), once it has reached
+/// the host: a host wait unless it already has. `None` when sampling found no weight. Only
+/// the last `RING` tickets of a device can be waited for.
+pub fn wait(ordinal: i32, ticket: u64) -> Result<Option<i64>> {
+    let i = usize::try_from(ordinal)
+        .map_err(|_| Error::invalid_argument(format!("device index {ordinal} is negative")))?;
+    let slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+    match slots.get(i).and_then(Option::as_ref).and_then(|s| s.ring.as_ref()) {
+        Some(ring) => ring.wait(ticket),
+        None => invalid(format!(
+            "sample_wait: no token was chosen on cuda:{ordinal} by et_cuda_sample_async (or the sampler was released since)"
+        )),
+    }
+}
+
+/// Queue the copy of device `ordinal`'s fed token (the last [`sample_async`]'s) to `dst` on
+/// `stream` (a blocking stream of the device: ordered after the sampler's kernel); an
+/// error naming the input when no asynchronous call has chosen one there.
+///
+/// # Safety
+/// `dst` is 8 writable bytes of device memory of `ordinal`; the device's context is current.
+pub(crate) unsafe fn copy_feed(ordinal: i32, dst: u64, stream: sys::CUstream) -> Result<()> {
+    let slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+    let slot = usize::try_from(ordinal)
+        .ok()
+        .and_then(|i| slots.get(i))
+        .and_then(Option::as_ref)
+        .filter(|s| s.ring.is_some())
+        .ok_or_else(|| no_feed(ordinal))?;
+    // The lock is held while queueing: a release cannot free the scratch before this copy
+    // is ordered before its free.
+    // SAFETY: the feed is 8 bytes of the device's live scratch; `dst` per the contract.
+    unsafe { copy::copy_dtod_async(dst, slot.scratch.ptr() + FEED_AT, 8, stream) }
+}
+
+/// Where the feed of an input holding [`SAMPLED_TOKEN`] is refused: no asynchronous call
+/// has chosen a token on the device (or the sampler was released since).
+pub(crate) fn no_feed(ordinal: i32) -> Error {
+    Error::invalid_argument(format!(
+        "holds ET_CUDA_SAMPLED_TOKEN ({SAMPLED_TOKEN}), the token of the last et_cuda_sample_async on cuda:{ordinal}, \
+         but none was chosen there (or the sampler was released since)"
+    ))
+}
+
+/// Whether an input of `dtype` and `n` bytes at host memory `data` asks for the fed token.
+///
+/// # Safety
+/// `data` readable for `n` bytes.
+pub(crate) unsafe fn asks_for_feed(dtype: i32, n: usize, data: *const u8) -> bool {
+    if dtype != crate::dtype::codes::INT64 || n != 8 || data.is_null() {
+        return false;
+    }
+    // SAFETY: 8 readable bytes (caller's contract); unaligned read of a host buffer.
+    unsafe { data.cast::<i64>().read_unaligned() == SAMPLED_TOKEN }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::codes;
+
+    #[test]
+    fn only_one_int64_holding_the_value_asks_for_the_feed() {
+        let asks = |dtype: i32, bytes: &[u8]| {
+            // SAFETY: `bytes` is readable for its length.
+            unsafe { asks_for_feed(dtype, bytes.len(), bytes.as_ptr()) }
+        };
+        let token = SAMPLED_TOKEN.to_le_bytes();
+        assert!(asks(codes::INT64, &token));
+        // The same bytes as another dtype (float64 -0.0), two elements, or another value.
+        assert!(!asks(codes::FLOAT64, &token));
+        assert!(!asks(codes::INT64, &[token, token].concat()));
+        assert!(!asks(codes::INT64, &(SAMPLED_TOKEN + 1).to_le_bytes()));
+        assert!(!asks(codes::INT64, &7i64.to_le_bytes()));
+        // SAFETY: a null pointer is refused before any read.
+        assert!(!unsafe { asks_for_feed(codes::INT64, 8, std::ptr::null()) });
+    }
+}
