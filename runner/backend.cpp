@@ -38,6 +38,8 @@ struct Extras {
   decltype(&::et_cuda_memcpy) memcpy = nullptr;
   decltype(&::et_cuda_is_device_pointer) is_device_pointer = nullptr;
   decltype(&::et_cuda_sample) sample = nullptr;
+  decltype(&::et_cuda_sample_async) sample_async = nullptr;
+  decltype(&::et_cuda_sample_wait) sample_wait = nullptr;
 
   bool has_memory() const {
     return alloc_device && free_device && memcpy && is_device_pointer && last_error;
@@ -149,7 +151,8 @@ void load_backend(const std::string& path) {
   g_backend_path = "(linked in)";
   g_extras = Extras{&::et_cuda_version, &::et_cuda_last_error,  &::et_cuda_stats,
                     &::et_cuda_alloc_device, &::et_cuda_free_device, &::et_cuda_memcpy,
-                    &::et_cuda_is_device_pointer, &::et_cuda_sample};
+                    &::et_cuda_is_device_pointer, &::et_cuda_sample,  &::et_cuda_sample_async,
+                    &::et_cuda_sample_wait};
 }
 #else
 void load_backend(const std::string& path) {
@@ -191,6 +194,8 @@ void load_backend(const std::string& path) {
   resolve(lib, "et_cuda_memcpy", g_extras.memcpy);
   resolve(lib, "et_cuda_is_device_pointer", g_extras.is_device_pointer);
   resolve(lib, "et_cuda_sample", g_extras.sample);
+  resolve(lib, "et_cuda_sample_async", g_extras.sample_async);
+  resolve(lib, "et_cuda_sample_wait", g_extras.sample_wait);
 }
 #endif
 
@@ -310,6 +315,28 @@ int64_t sample_on_device(const void* logits, int32_t dtype, int64_t vocab, int32
   int64_t token = -1;
   if (g_extras.sample(logits, dtype, vocab, device, temperature, top_p, seed, step, &token) != ET_CUDA_STATUS_OK) {
     fail("--generate", "sampling on the device failed: " + last_error());
+  }
+  return token;
+}
+
+bool can_sample_async() {
+  return can_sample_on_device() && g_extras.sample_async != nullptr && g_extras.sample_wait != nullptr;
+}
+
+uint64_t sample_async_on_device(const void* logits, int32_t dtype, int64_t vocab, int32_t device, double temperature,
+                                double top_p, uint64_t seed, uint64_t step) {
+  uint64_t ticket = 0;
+  if (g_extras.sample_async(logits, dtype, vocab, device, temperature, top_p, seed, step, &ticket) !=
+      ET_CUDA_STATUS_OK) {
+    fail("--generate", "sampling on the device failed: " + last_error());
+  }
+  return ticket;
+}
+
+int64_t sample_wait(int32_t device, uint64_t ticket) {
+  int64_t token = -1;
+  if (g_extras.sample_wait(device, ticket, &token) != ET_CUDA_STATUS_OK) {
+    fail("--generate", "waiting for a token chosen on the device failed: " + last_error());
   }
   return token;
 }

@@ -1,12 +1,14 @@
 #include "generate.h"
 
 #include "backend.h"
+#include "choose.h"
 #include "json.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 
 namespace et_cuda_run {
 
@@ -65,72 +67,6 @@ DecoderSignature check_decoder(const MethodMeta& meta, const std::string& model,
                     shape_str(ids.sizes()) + "), " + std::to_string(tokens) + " given");
   }
   return sig;
-}
-
-// The next token from the last row of output 0 (logits [.., T, V]). When the backend left
-// the logits on the device and can sample there (et_cuda_sample), the token is chosen on the
-// device and only its id comes back, unless the host was asked for (--sample-on-host) or the
-// row is longer than the device sampler takes (said once on stderr); otherwise only that row
-// is read (copied from the device when needed) and handed to the host sampler. Both draw the
-// same numbers (see sampling.h).
-int64_t next_token(const std::vector<EValue>& outputs, const std::string& model, const std::string& method,
-                   int32_t device_index, bool host_asked, Sampler& sampler, double& sampling_ms, bool& on_device) {
-  if (outputs.empty() || !outputs[0].isTensor()) fail(model, "--generate: '" + method + "' returned no logits tensor");
-  const auto& t = outputs[0].toTensor();
-  const DType* dtype = dtype_by_type(t.scalar_type());
-  if (dtype == nullptr || !is_floating(t.scalar_type()) || t.dim() < 1) {
-    fail(model, "--generate: '" + method + "' returned " + dtype_name(t.scalar_type()) + " " + shape_str(t.sizes()) +
-                    ", not float logits");
-  }
-  const auto vocab = static_cast<size_t>(t.size(t.dim() - 1));
-  const auto numel = static_cast<size_t>(t.numel());
-  if (vocab == 0 || numel < vocab) fail(model, "--generate: '" + method + "' returned empty logits");
-  const double t0 = steady_ms();
-  const auto* src = static_cast<const uint8_t*>(t.const_data_ptr()) + (numel - vocab) * dtype->size;
-  const bool device = is_device_pointer(t.const_data_ptr());
-  const auto type = t.scalar_type();
-  const bool kernel_dtype = type == ScalarType::Float || type == ScalarType::BFloat16 || type == ScalarType::Half;
-  int64_t token = -1;
-  const SampleAt at =
-      sample_at(device, kernel_dtype, can_sample_on_device(), host_asked, static_cast<int64_t>(vocab));
-  static bool said_too_long = false;
-  if (at == SampleAt::HostTooLong && !said_too_long) {
-    std::fprintf(stderr,
-                 "et_cuda_run: note: a row of %zu logits is longer than the device sampler takes (%lld): sampling on the "
-                 "host\n",
-                 vocab, static_cast<long long>(kMaxDeviceVocab));
-    said_too_long = true;
-  }
-  on_device = at == SampleAt::Device;
-  if (on_device) {
-    const SamplingParams& p = sampler.params();
-    const uint64_t step = sampler.greedy() ? 0 : sampler.take_step();
-    token = sample_on_device(src, static_cast<int32_t>(type), static_cast<int64_t>(vocab), device_index,
-                             p.temperature, p.top_p, p.seed, step);
-  } else {
-    std::vector<uint8_t> copy;
-    const uint8_t* row = src;
-    if (device) {
-      copy.resize(vocab * dtype->size);
-      copy_to_host(copy.data(), src, copy.size());
-      row = copy.data();
-    }
-    if (sampler.greedy() && kernel_dtype) {
-      // The same rule as argmax over doubles, read straight from the row.
-      token = argmax_row(row, vocab,
-                         type == ScalarType::Float      ? RowType::F32
-                         : type == ScalarType::BFloat16 ? RowType::BF16
-                                                        : RowType::F16);
-    } else {
-      std::vector<double> logits(vocab);
-      for (size_t v = 0; v < vocab; ++v) logits[v] = element(row + v * dtype->size, dtype->type);
-      token = sampler.pick(logits);
-    }
-  }
-  if (token == kNoSampler) fail(model, "--generate: " + host_sampler_problem());
-  if (token < 0) fail(model, "--generate: '" + method + "' returned logits that are all NaN or -inf: nothing to sample");
-  sampling_ms += steady_ms() - t0;
-  return token;
 }
 
 // get_max_seq_len, a constant method of ExecuTorch's LLM exports: 0 when the
@@ -192,6 +128,7 @@ GeneratePlan plan_generate(Module& module, const Args& a, const Manifest* manife
   p.sampling.top_p = a.top_p;
   p.sampling.seed = a.seed;
   p.sample_on_host = a.sample_on_host;
+  p.overlap = !a.no_overlap;
   const std::string bad_sampling = check_sampling(p.sampling);
   if (!bad_sampling.empty()) usage_error("--temperature/--top-p", bad_sampling);
   p.steps = a.generate;
@@ -257,10 +194,71 @@ struct GenerateRound {
   std::vector<int64_t> tokens;
   double sampling_ms = 0;
   bool on_device = false;  // where the last token was chosen
+  bool overlapped = false;  // steps queued before the previous token reached the host
   double start_ms = 0, first_token_ms = 0, end_ms = 0;
   bool have_stats = false;
   EtCudaStats s0{}, s1{};
 };
+
+// What the decode steps of one round share.
+struct DecodeSteps {
+  Module& module;
+  const std::string& model;
+  const GeneratePlan& p;
+  bool decode_pos;
+  Sampler& sampler;
+  GenerateRound& r;
+  const std::function<bool(int64_t)>& finished;  // whether the loop ends with a token (prints it)
+  int64_t position;                              // the next step's cache position
+
+  // The decode step at the next position on token `id`: its logits' last row.
+  LogitsRow run(int64_t id) {
+    std::vector<int64_t> ids{id}, pos{position++};
+    return logits_row(step(module, model, p.decode_method, decode_pos, ids, pos), model, p.decode_method,
+                      p.sample_on_host);
+  }
+};
+
+// The overlapped loop (after token i - 1 reached the host, chosen by et_cuda_sample_async):
+// step i is queued with its token id read on the device from step i - 1's choice
+// (ET_CUDA_SAMPLED_TOKEN), and its own choice queued, before step i - 1's token is waited for,
+// so the GPU runs step i while the host reads that token and launches the next. When the loop
+// stops at an end-of-sequence id or a stop string, the step queued after it is not used. Such a
+// token id must reach the backend's delegate as the runner's host tensor: the logits in device
+// memory say the program plans neither its outputs nor its inputs on the device. A step whose
+// logits the device sampler cannot take ends the overlap: its token is chosen on the host and
+// the caller's loop goes on waiting. Leaves `i` at the index of the next token to produce and
+// `done` when the loop ended.
+void overlapped_steps(DecodeSteps& d, long& i, bool& done) {
+  GenerateRound& r = d.r;
+  bool have_pending = false;
+  uint64_t pending = 0;
+  for (;; ++i) {
+    const bool fed = i < d.p.steps;
+    LogitsRow row;
+    if (fed) row = d.run(ET_CUDA_SAMPLED_TOKEN);
+    const bool queued = fed && row.at == SampleAt::Device;
+    const uint64_t next = queued ? queue_token(row, d.p.device, d.sampler, r.sampling_ms) : 0;
+    if (have_pending) {
+      const double t0 = steady_ms();
+      const int64_t token = sample_wait(d.p.device, pending);
+      r.sampling_ms += steady_ms() - t0;
+      r.tokens.push_back(checked_token(token, d.model, d.p.decode_method));
+      done = d.finished(token);
+      if (done) return;
+    }
+    if (!fed) return;
+    if (!queued) {
+      r.tokens.push_back(next_token(row, d.model, d.p.decode_method, d.p.device, d.sampler, r.sampling_ms, r.on_device));
+      done = d.finished(r.tokens.back());
+      r.overlapped = false;
+      ++i;
+      return;
+    }
+    pending = next;
+    have_pending = true;
+  }
+}
 
 // The prefill, then decode steps until p.steps tokens, an end-of-sequence id or a stop string;
 // in text mode the text on stdout as it comes and its "text:" line on `figures`.
@@ -274,7 +272,7 @@ GenerateRound generate_round(Module& module, const std::string& model, const Gen
   if (text && !stream.open(*p.tokenizer, p.stop, error)) fail("--tokenizer", error);
   // Whether generation ends with `token`: an end-of-sequence id, or a stop
   // string in the text; prints the token's text.
-  auto finished = [&](int64_t token) {
+  const std::function<bool(int64_t)> finished = [&](int64_t token) {
     if (!text) return false;
     const auto& eos = p.tokenizer->eos_ids();
     if (std::find(eos.begin(), eos.end(), static_cast<uint32_t>(token)) != eos.end()) {
@@ -290,17 +288,31 @@ GenerateRound generate_round(Module& module, const std::string& model, const Gen
   r.start_ms = steady_ms();
   std::vector<int64_t> ids = p.prompt, positions(p.prompt.size());
   for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int64_t>(i);
-  tokens.push_back(next_token(step(module, model, p.prefill_method, prefill_pos, ids, positions), model,
-                              p.prefill_method, p.device, p.sample_on_host, sampler, r.sampling_ms, r.on_device));
+  const LogitsRow first =
+      logits_row(step(module, model, p.prefill_method, prefill_pos, ids, positions), model, p.prefill_method,
+                 p.sample_on_host);
+  // Overlapped where the token is chosen on the device and the library can queue the choice:
+  // token 0 through et_cuda_sample_async too, so the device's feed holds it for step 1.
+  r.overlapped = p.overlap && first.at == SampleAt::Device && can_sample_async();
+  if (r.overlapped) {
+    r.on_device = true;
+    const uint64_t ticket = queue_token(first, p.device, sampler, r.sampling_ms);
+    const double t0 = steady_ms();
+    const int64_t token = sample_wait(p.device, ticket);
+    r.sampling_ms += steady_ms() - t0;
+    tokens.push_back(checked_token(token, model, p.prefill_method));
+  } else {
+    tokens.push_back(next_token(first, model, p.prefill_method, p.device, sampler, r.sampling_ms, r.on_device));
+  }
   r.first_token_ms = steady_ms();
   bool done = finished(tokens.back());
-
   r.have_stats = stats_snapshot(r.s0);
-  int64_t position = static_cast<int64_t>(p.prompt.size());
-  for (long i = 1; i < p.steps && !done; ++i) {
-    std::vector<int64_t> id{tokens.back()}, pos{position++};
-    tokens.push_back(next_token(step(module, model, p.decode_method, decode_pos, id, pos), model, p.decode_method,
-                                p.device, p.sample_on_host, sampler, r.sampling_ms, r.on_device));
+  DecodeSteps d{module, model, p, decode_pos, sampler, r, finished, static_cast<int64_t>(p.prompt.size())};
+  long i = 1;  // the index of the next token
+  if (r.overlapped && !done) overlapped_steps(d, i, done);
+  for (; i < p.steps && !done; ++i) {
+    const LogitsRow row = d.run(tokens.back());
+    tokens.push_back(next_token(row, model, p.decode_method, p.device, sampler, r.sampling_ms, r.on_device));
     done = finished(tokens.back());
   }
   r.end_ms = steady_ms();
@@ -354,7 +366,7 @@ bool report_round(const GeneratePlan& p, long round, const GenerateRound& r, FIL
     j.integer("new_tokens", static_cast<long long>(tokens.size())).num("ttft_ms", first_token_ms - start_ms);
     j.num("prefill_tok_s", prefill_s > 0 ? static_cast<double>(p.prompt.size()) / prefill_s : 0.0);
     j.num("decode_tok_s", rate_v).num("host_waits_per_token", waits_v);  // NaN: null
-    j.str("sampler", on_device ? "device" : "host");
+    j.str("sampler", on_device ? "device" : "host").boolean("overlap", r.overlapped);
     j.num("sampling_us_per_token", tokens.empty() ? 0.0 : sampling_ms * 1e3 / static_cast<double>(tokens.size()));
     j.ints("tokens", tokens);
     if (p.check) j.ints("expected", expected);
@@ -363,11 +375,12 @@ bool report_round(const GeneratePlan& p, long round, const GenerateRound& r, FIL
   } else {
     std::fprintf(
         figures, "%s: prefill=%s decode=%s prompt_tokens=%zu new_tokens=%zu ttft_ms=%.3f prefill_tok_s=%.1f "
-        "decode_tok_s=%s host_waits_per_token=%s sampler=%s sampling_us_per_token=%.1f rounds=%ld tokens=%s "
+        "decode_tok_s=%s host_waits_per_token=%s sampler=%s overlap=%s sampling_us_per_token=%.1f rounds=%ld "
+        "tokens=%s "
         "expected=%s %s\n",
         prefix.c_str(), p.prefill_method.c_str(), p.decode_method.c_str(), p.prompt.size(), tokens.size(),
         first_token_ms - start_ms, prefill_s > 0 ? static_cast<double>(p.prompt.size()) / prefill_s : 0.0,
-        decode_rate.c_str(), waits.c_str(), on_device ? "device" : "host",
+        decode_rate.c_str(), waits.c_str(), on_device ? "device" : "host", r.overlapped ? "yes" : "no",
         tokens.empty() ? 0.0 : sampling_ms * 1e3 / static_cast<double>(tokens.size()), p.rounds, join_ints(tokens).c_str(),
         p.check ? join_ints(expected).c_str() : "none", p.check ? (match ? "MATCH" : "MISMATCH") : "UNCHECKED");
   }
