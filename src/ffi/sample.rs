@@ -15,6 +15,19 @@ fn logits_dtype(who: &str, code: i32) -> Result<DType> {
     DType::try_from(code).map_err(|_| sample::unsupported_logits(who, code))
 }
 
+/// A device row's arguments as the safe API takes them.
+fn device_row(
+    logits: *const c_void,
+    dtype: i32,
+    device: i32,
+) -> Result<(DevicePtr, DType, Device)> {
+    Ok((
+        DevicePtr::from_raw(logits.cast_mut()),
+        logits_dtype("sample", dtype)?,
+        Device::cuda(device)?,
+    ))
+}
+
 /// Choose the next token from one row of `vocab` logits on the device and write its id to
 /// `*out_token` (-1 when sampling finds no weight: every logit NaN or -inf). `logits` is device
 /// memory of `device` holding `vocab` elements of `dtype` (`c10::ScalarType` code: 6 float32,
@@ -54,11 +67,7 @@ pub unsafe extern "C" fn et_cuda_sample(
     // SAFETY: forwarded contract (logits for `choose`, out_token for `pick`).
     unsafe {
         pick("et_cuda_sample", out_token, || {
-            let dtype = logits_dtype("sample", dtype)?;
-            let (logits, device) = (
-                DevicePtr::from_raw(logits.cast_mut()),
-                Device::cuda(device)?,
-            );
+            let (logits, dtype, device) = device_row(logits, dtype, device)?;
             sample::sample(logits, dtype, vocab, device, &how)
         })
     }
@@ -106,11 +115,7 @@ pub unsafe extern "C" fn et_cuda_sample_async(
         if out_ticket.is_null() {
             return invalid("out_ticket is null");
         }
-        let dtype = logits_dtype("sample", dtype)?;
-        let (logits, device) = (
-            DevicePtr::from_raw(logits.cast_mut()),
-            Device::cuda(device)?,
-        );
+        let (logits, dtype, device) = device_row(logits, dtype, device)?;
         // SAFETY: forwarded contract.
         let ticket = unsafe { sample::sample_async(logits, dtype, vocab, device, &how) }?;
         // SAFETY: checked non-null; valid per the contract.
