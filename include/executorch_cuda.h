@@ -11,12 +11,14 @@
 // Largest tensor rank accepted by the C API.
 #define ET_CUDA_MAX_DIMS 16
 
-// The value of an int64 input of one element (host memory) that asks an execute for the
-// token of its device's last `et_cuda_sample_async` instead (INT64_MIN: no token id is
-// negative). The execute copies that token on the device, in stream order. Only for an input
-// that reaches this backend's delegate as the caller's host tensor (as the token ids of a
-// CudaPartitioner program whose inputs are not planned in device memory do): an operator
-// outside the delegate, or a copy to the device before it, would read INT64_MIN itself.
+// The value of an int64 input of one element (host memory) that asks for the token of the
+// device's last `et_cuda_sample_async` instead (INT64_MIN: no token id is negative), copied on
+// the device in stream order. Two places see it: an execute's host input (a CudaPartitioner
+// program whose inputs are not planned in device memory: ExecuTorch 1.2), dtype-checked; and
+// the ordered host-to-device copy of ExecuTorch's `_h2d_copy` for an input planned in device
+// memory (ExecuTorch >= 1.4, through the adapter's device allocator), 8 bytes with this value,
+// only for the first such copy after each `et_cuda_sample_async`. An operator outside the
+// delegate that reads the token ids would see INT64_MIN itself.
 #define ET_CUDA_SAMPLED_TOKEN INT64_MIN
 
 // Opaque backend handle for one loaded method.

@@ -223,9 +223,10 @@ struct DecodeSteps {
 // step i is queued with its token id read on the device from step i - 1's choice
 // (ET_CUDA_SAMPLED_TOKEN), and its own choice queued, before step i - 1's token is waited for,
 // so the GPU runs step i while the host reads that token and launches the next. When the loop
-// stops at an end-of-sequence id or a stop string, the step queued after it is not used. Such a
-// token id must reach the backend's delegate as the runner's host tensor: the logits in device
-// memory say the program plans neither its outputs nor its inputs on the device. A step whose
+// stops at an end-of-sequence id or a stop string, the step queued after it is not used. The
+// library replaces that id where it copies the input to the device (ET_CUDA_SAMPLED_TOKEN in the
+// header says where: the delegate's host inputs, ExecuTorch's host-to-device input copy); an
+// operator outside the delegate reading the ids would see INT64_MIN (--no-overlap). A step whose
 // logits the device sampler cannot take ends the overlap: its token is chosen on the host and
 // the caller's loop goes on waiting. Leaves `i` at the index of the next token to produce and
 // `done` when the loop ended.

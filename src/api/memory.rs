@@ -6,6 +6,7 @@
 use super::{Device, DevicePtr, RawStream};
 use crate::cuda::{self, copy, memory, stream};
 use crate::error::Result;
+use crate::kernels::sample;
 use crate::stats::Stats;
 use std::ffi::c_void;
 
@@ -80,7 +81,8 @@ pub unsafe fn copy_blocking(dst: *mut c_void, src: *const c_void, nbytes: usize)
 }
 
 /// Copy host memory to device memory of `device`, ordered on its legacy default stream;
-/// returns once the source may be reused.
+/// returns once the source may be reused. 8 bytes holding `SAMPLED_TOKEN` right after an
+/// asynchronous token choice on the device take that token instead (`api::sample`).
 ///
 /// # Safety
 /// `src` must be readable host memory and `dst` device memory of `device`, `nbytes` each.
@@ -90,6 +92,12 @@ pub unsafe fn copy_host_to_device(
     nbytes: usize,
     device: Device,
 ) -> Result<()> {
+    // An input planned in device memory that asks for the device's fed token
+    // (`SAMPLED_TOKEN`, `kernels::sample`): its copy made on the device instead.
+    // SAFETY: forwarded contract.
+    if unsafe { sample::copy_armed_feed(device.ordinal(), dst.as_raw() as u64, src, nbytes)? } {
+        return Ok(());
+    }
     // SAFETY: forwarded contract.
     unsafe { copy::copy_htod_ordered(dst.as_raw(), src, nbytes, device.ordinal()) }
 }

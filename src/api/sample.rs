@@ -74,8 +74,10 @@ pub unsafe fn sample(
 /// The value of an int64 input of one element (in host memory) that asks an execute for the
 /// token of its device's last [`sample_async`] instead: the execute copies that token on the
 /// device, in stream order, so a token loop can queue step n + 1 before step n's token has
-/// reached the host. No token id is negative; an execute given this value when no
-/// asynchronous call has chosen a token on its device fails, naming the input.
+/// reached the host. No token id is negative; an execute given this value as a host input
+/// when no asynchronous call has chosen a token on its device fails. Also taken by
+/// [`super::memory::copy_host_to_device`] (ExecuTorch's `_h2d_copy` of an input planned in
+/// device memory), for the first such 8-byte copy after each [`sample_async`].
 pub const SAMPLED_TOKEN: i64 = sample::SAMPLED_TOKEN;
 
 /// Queue the choice [`sample`] makes, without a host wait; the ticket for [`wait`]. The

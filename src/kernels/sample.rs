@@ -9,7 +9,7 @@
 pub mod host;
 mod ring;
 
-pub(crate) use ring::{asks_for_feed, copy_feed};
+pub(crate) use ring::{asks_for_feed, copy_armed_feed, copy_feed};
 pub use ring::{sample_async, wait, SAMPLED_TOKEN};
 
 use super::{param, Module, Resident};

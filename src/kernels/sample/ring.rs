@@ -2,7 +2,10 @@
 //! call's kernel writes its token into the device's feed (8 bytes of the sampler's device
 //! scratch, which the next execute reads for an input holding [`SAMPLED_TOKEN`]), and an
 //! asynchronous copy brings it to one of `RING` page-locked host slots, marked by an event.
-//! A call returns a ticket; waiting for the ticket reads its slot. So a token loop can queue
+//! A call returns a ticket; waiting for the ticket reads its slot. The feed is read where an
+//! input reaches the device: an execute's host input (`delegate::io`, by dtype) and the
+//! ordered host-to-device copy of an input planned in device memory (`api::memory`, while
+//! armed). So a token loop can queue
 //! step n + 1 (fed on the device by step n's token) before it reads step n's token on the
 //! host, and the device never idles while the host launches.
 
@@ -34,6 +37,10 @@ pub(crate) struct Ring {
     held: [(u64, i64, bool); RING],
     /// The next ticket.
     next: u64,
+    /// Set by each call, cleared by the first ordered host-to-device copy that takes the feed
+    /// ([`copy_armed_feed`]): the only window where such a copy, which has no dtype, is read
+    /// as asking for it.
+    armed: bool,
 }
 
 impl Ring {
@@ -47,6 +54,7 @@ impl Ring {
             done,
             held: [(u64::MAX, 0, false); RING],
             next: 0,
+            armed: false,
         })
     }
 
@@ -66,6 +74,7 @@ impl Ring {
         self.done[k].record(std::ptr::null_mut())?;
         self.held[k] = (ticket, vocab, sampled);
         self.next += 1;
+        self.armed = true;
         Ok(ticket)
     }
 
@@ -183,6 +192,45 @@ pub(crate) unsafe fn copy_feed(ordinal: i32, dst: u64, stream: sys::CUstream) ->
     // is ordered before its free.
     // SAFETY: the feed is 8 bytes of the device's live scratch; `dst` per the contract.
     unsafe { copy::copy_dtod_async(dst, slot.scratch.ptr() + FEED_AT, 8, stream) }
+}
+
+/// An ordered host-to-device copy of `n` bytes from `src` to `dst` on device `ordinal` (what
+/// ExecuTorch's `_h2d_copy` of an input planned in device memory calls, through the adapter's
+/// device allocator): when its 8 bytes hold [`SAMPLED_TOKEN`] and the device's last
+/// asynchronous call is armed (no such copy took its token yet), queue the feed's copy to
+/// `dst` instead, on the legacy default stream where the sampler's kernel was queued, and
+/// disarm. Whether it did (false: copy the bytes as they are).
+///
+/// # Safety
+/// `src` readable for `n` bytes; `dst` device memory of `ordinal`, `n` bytes.
+pub(crate) unsafe fn copy_armed_feed(
+    ordinal: i32,
+    dst: u64,
+    src: *const c_void,
+    n: usize,
+) -> Result<bool> {
+    // SAFETY: forwarded contract.
+    if !unsafe { asks_for_feed(crate::dtype::codes::INT64, n, src.cast()) } {
+        return Ok(false);
+    }
+    let mut slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(slot) = usize::try_from(ordinal)
+        .ok()
+        .and_then(|i| slots.get_mut(i))
+        .and_then(Option::as_mut)
+    else {
+        return Ok(false);
+    };
+    let Some(ring) = slot.ring.as_mut().filter(|r| r.armed) else {
+        return Ok(false);
+    };
+    ring.armed = false;
+    let _legacy = slot.device.legacy_use();
+    let _g = ContextGuard::device(&slot.device)?;
+    // SAFETY: the feed is 8 bytes of the device's live scratch (the lock is held); `dst` has
+    // n = 8 bytes of the device (the contract).
+    unsafe { copy::copy_dtod_async(dst, slot.scratch.ptr() + FEED_AT, 8, std::ptr::null_mut())? };
+    Ok(true)
 }
 
 /// Where the feed of an input holding [`SAMPLED_TOKEN`] is refused: no asynchronous call
