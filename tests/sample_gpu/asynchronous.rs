@@ -20,7 +20,12 @@ fn queue(buf: &DevBuf, dtype: i32, vocab: usize, t: f64, top_p: f64, seed: u64, 
             &mut ticket,
         )
     };
-    assert_eq!(st, ET_CUDA_STATUS_OK, "et_cuda_sample_async: {}", last_error());
+    assert_eq!(
+        st,
+        ET_CUDA_STATUS_OK,
+        "et_cuda_sample_async: {}",
+        last_error()
+    );
     ticket
 }
 
@@ -51,7 +56,10 @@ fn asynchronous_choices_equal_waiting_ones() {
                     let want = device_sample(&buf, dtype, v.len(), t, top_p, 11, step);
                     let ticket = queue(&buf, dtype, v.len(), t, top_p, 11, step);
                     let got = wait_token(ticket).unwrap_or_else(|e| panic!("{name}: {e:?}"));
-                    assert_eq!(got, want, "{name} dtype {dtype} T={t} top_p={top_p} step {step}");
+                    assert_eq!(
+                        got, want,
+                        "{name} dtype {dtype} T={t} top_p={top_p} step {step}"
+                    );
                     cases += 1;
                 }
             }
