@@ -128,7 +128,7 @@ GeneratePlan plan_generate(Module& module, const Args& a, const Manifest* manife
   p.sampling.top_p = a.top_p;
   p.sampling.seed = a.seed;
   p.sample_on_host = a.sample_on_host;
-  p.overlap = !a.no_overlap;
+  p.overlap = a.overlap;
   const std::string bad_sampling = check_sampling(p.sampling);
   if (!bad_sampling.empty()) usage_error("--temperature/--top-p", bad_sampling);
   p.steps = a.generate;

@@ -139,13 +139,13 @@ EOF
   check "tiny_decoder: cases out of order (FAIL, no crash)" 1 'case0: max_abs_err=.* FAIL' -- \
     "$RUN" --manifest "$tmp/dec_reversed.json"
   check "tiny_decoder: --generate 8" 0 'generate: .*host_waits_per_token=1\.00 .*MATCH$' -- "$RUN" --manifest "$DEC" --generate 8
-  # The overlapped loop (et_cuda_sample_async) runs exactly where the token is chosen on the device.
-  check "tiny_decoder: --generate 8, overlap iff on the device" 0 '(sampler=device overlap=yes|sampler=host overlap=no) .*MATCH$' -- \
-    "$RUN" --manifest "$DEC" --generate 8
-  check "tiny_decoder: --generate 8 --no-overlap" 0 'overlap=no .*MATCH$' -- "$RUN" --manifest "$DEC" --generate 8 --no-overlap
+  # The overlapped loop (--overlap, et_cuda_sample_async) runs exactly where the token is chosen on the device.
+  check "tiny_decoder: --overlap iff on the device" 0 '(sampler=device overlap=yes|sampler=host overlap=no) .*MATCH$' -- \
+    "$RUN" --manifest "$DEC" --generate 8 --overlap
+  check "tiny_decoder: --generate 8, no overlap by default" 0 'overlap=no .*MATCH$' -- "$RUN" --manifest "$DEC" --generate 8
   sampled() { "$RUN" --manifest "$DEC" --generate 8 --temperature 0.8 --seed 3 "$@" 2>&1 | grep -oE ' tokens=[0-9,]+'; }
-  s_on=$(sampled) s_off=$(sampled --no-overlap)
-  echo "sampled tokens: overlap '$s_on', --no-overlap '$s_off'" >>"$LOG"
+  s_on=$(sampled --overlap) s_off=$(sampled)
+  echo "sampled tokens: --overlap '$s_on', without '$s_off'" >>"$LOG"
   check "tiny_decoder: sampled, overlap or not alike" 0 '' -- test -n "$s_on" -a "$s_on" = "$s_off"
   check "tiny_decoder: --generate 8, PyTorchObserver" 0 '^PyTorchObserver \{"prompt_tokens":5,"generated_tokens":8,' -- \
     "$RUN" --manifest "$DEC" --generate 8
