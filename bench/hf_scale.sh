@@ -6,7 +6,7 @@
 #   bash bench/hf_scale.sh [--models llama1b,qwen06b,gemma1b] [--variants base,companion]
 #                          [--max-t 128|512] [--max-cache 512] [--prompt 32] [--steps 64]
 #                          [--budget S] [--export-deadline S] [--ncu base,companion|none]
-#                          [--ab VAR | --ab VAR=VALUE]
+#                          [--ab VAR | --ab VAR=VALUE | --ab --RUNNER-FLAG]
 #                          [--dry-run]
 # Carried (git-ignored), as for bench/real_scale.sh: .dev/gpu.tar.xz (scripts/gpu_bundle.sh, packed:
 # et_cuda_run, libexecutorch_cuda.so.0) and .whl/models/sites/et15.tar.xz (tests/models/wheels.sh:
@@ -33,7 +33,8 @@
 #          with --ab VAR, then per variant graphs runs with VAR=0 and VAR=1 in turn, two of each (an A/B of
 #          one of the library's environment switches on the same programs; its table in the results file);
 #          --ab VAR=VALUE: the built-in setting (VAR unset) against VAR=VALUE, e.g. a variant decode image,
-#          --ab ET_CUDA_DECODE_KERNELS_PTX=.dev/variant.fatbin (carried beside the bundle)
+#          --ab ET_CUDA_DECODE_KERNELS_PTX=.dev/variant.fatbin (carried beside the bundle); --ab --FLAG:
+#          et_cuda_run without and with that flag of its own, e.g. --ab --overlap
 #   --export-deadline (430 s): exports still running are ended ("not exported"); the rest is timed
 #   then   ncu census of one decode step (plain, --generate 4) per program of the --ncu variants, while
 #          more than 60 s are left
@@ -94,10 +95,11 @@ done
 for v in ${VARIANTS//,/ }; do
   case "$v" in base | companion | companion_norope) VS="$VS $v" ;; *) die "--variants takes base,companion,companion_norope, not '$v'" ;; esac
 done
-[ -z "$AB" ] || [[ $AB =~ ^ET_CUDA_[A-Z0-9_]+(=[^[:space:]]+)?$ ]] ||
-  die "--ab takes a switch of the library (ET_CUDA_..., or ET_CUDA_...=VALUE), not '$AB'"
-# The two sides of the A/B: VAR=0 and VAR=1, or the built-in setting and VAR=VALUE.
-if [[ $AB == *=* ]]; then AB_SIDES=("" "$AB"); else AB_SIDES=("$AB=0" "$AB=1"); fi
+[ -z "$AB" ] || [[ $AB =~ ^ET_CUDA_[A-Z0-9_]+(=[^[:space:]]+)?$ || $AB =~ ^--[a-z][a-z0-9-]*$ ]] ||
+  die "--ab takes a switch of the library (ET_CUDA_..., or ET_CUDA_...=VALUE) or a flag of et_cuda_run (--overlap), not '$AB'"
+# The two sides of the A/B: VAR=0 and VAR=1, the built-in setting and VAR=VALUE, or et_cuda_run
+# without and with a flag.
+if [[ $AB == *=* || $AB == --* ]]; then AB_SIDES=("" "$AB"); else AB_SIDES=("$AB=0" "$AB=1"); fi
 [ "$NCU_VARIANTS" = none ] && NCU_VARIANTS=""
 for v in ${NCU_VARIANTS//,/ }; do [[ " $VS " == *" $v "* ]] || die "--ncu: '$v' is not among --variants"; done
 MS=${MS# } VS=${VS# }
@@ -109,7 +111,9 @@ if [ "$DRY" = 1 ]; then
   echo "plan: references: $MS (eager greedy tokens after a $PROMPT-token prompt, $STEPS new; torch.compile reduce-overhead)"
   echo "plan: per model, alone on the GPU: torch slot, then ours: $(for mo in $MODES; do for v in $VS; do printf '%s/%s ' $v $mo; done; done)then a $PREFILL-token prefill per variant"
   echo "plan: census: ${NCU_VARIANTS:-off}"
-  if [[ $AB == *=* ]]; then
+  if [[ $AB == --* ]]; then
+    echo "plan: A/B of et_cuda_run $AB: per model and variant, graphs without and with $AB in turn, two runs each"
+  elif [[ $AB == *=* ]]; then
     echo "plan: A/B of $AB: per model and variant, graphs with the built-in setting and with $AB in turn, two runs each"
   elif [ -n "$AB" ]; then
     echo "plan: A/B of $AB: per model and variant, graphs with $AB=0 and =1 in turn, two runs each"
@@ -225,9 +229,10 @@ torch_slot() { # model: the reference's timing (it is ready), alone on the GPU
   [ -f "$EX/ref_$m.done" ] || { say "torch slot $m: not done after $(($(now) - t0))s, ending it"; end_job "ref_$m"; }
   say "torch slot $m: $(grep -E '^ref ' "$W/logs/ref_$m.log" | tail -1 | cut -c1-250)"
 }
-run_ours() { # model variant mode [log name suffix, VAR=value]: the suffix and setting of an --ab run
+run_ours() { # model variant mode [log name suffix, VAR=value or --flag]: the suffix and setting of an --ab run
   local m=$1 v=$2 mode=$3 p=$EX/$1_$2 exp args t log=run_$1_$2_$3${4:-}
-  local envs=(${5:-})
+  local envs=() flags=()
+  if [[ ${5:-} == --* ]]; then flags=("$5"); elif [ -n "${5:-}" ]; then envs=("$5"); fi
   exported "${m}_$v" || return 0
   t=$(($(left) - 15))
   [ "$t" -ge 15 ] || { say "run ${m}_$v/$mode: skipped, ${t}s left"; return 0; }
@@ -239,6 +244,7 @@ run_ours() { # model variant mode [log name suffix, VAR=value]: the suffix and s
   esac
   exp=$(tokens_of "$EX/ref_$m.json")
   [ -n "$exp" ] && args+=(--expect-tokens "$exp")
+  args+=("${flags[@]}")
   env "${envs[@]}" "$PY" "$TABLE" run "$W/logs/$log.log" --timeout "$t" -- "$RUNNER" "${args[@]}"
   say "run ${m}_$v/$mode${5:+ $5} (rc $?): $("$PY" "$TABLE" brief "$W/logs/$log.log")"
 }

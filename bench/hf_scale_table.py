@@ -234,11 +234,14 @@ class Report:
 
     def ab_section(self):
         """The --ab runs: per model and variant, graphs decode tok/s with the switch at 0 and at 1
-        (--ab VAR), or unset and at its value (--ab VAR=VALUE; a path shown by its file name)."""
+        (--ab VAR), or unset and at its value (--ab VAR=VALUE; a path shown by its file name), or
+        without and with a flag of et_cuda_run (--ab --FLAG)."""
         var = self.plan.get("ab")
         if not var or not self.ab:
             return
-        if "=" in var:
+        if var.startswith("--"):
+            sides = ("without", var)
+        elif "=" in var:
             name, value = var.split("=", 1)
             sides = ("built-in", f"{name}={os.path.basename(value) or value}")
         else:

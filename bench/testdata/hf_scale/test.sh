@@ -152,6 +152,18 @@ has "${R5:-/dev/null}" "| model | variant | built-in tok/s | ET_CUDA_DECODE_KERN
 has "${R5:-/dev/null}" "| Qwen3-0.6B | companion | 1920.0, 1920.0 | 1728.0, 1728.0 | -10.0 % | MATCH |" "A/B VAR=VALUE row: the fake's 10 % with the value set"
 n=$(grep -c "^\[.*\] run hf_qwen06b_companion/graphs ET_CUDA_DECODE_KERNELS_PTX=/x/v.fatbin " "$T/w5/timeline.txt")
 [ "$n" = 2 ] && ok "2 runs with the value in the timeline" || bad "$n runs with the value in the timeline, not 2"
+# --ab --FLAG: et_cuda_run without and with a flag of its own (the fake is 10 % slower with it)
+bash "$S" --dry-run --ab --overlap >"$T/plan6" 2>&1 &&
+  has "$T/plan6" "plan: A/B of et_cuda_run --overlap: per model and variant, graphs without and with --overlap in turn, two runs each" "--ab --FLAG in the plan"
+bash "$S" --dry-run --ab "--Overlap" >"$T/err" 2>&1
+[ $? = 2 ] && ok "usage error: --ab --Overlap (not a flag's spelling)" || bad "no usage error for --ab --Overlap"
+run "$T/out6" "$T/w6" FAKE_AB_FLAG=--overlap -- --models llama1b --variants companion --ab --overlap ||
+  bad "--ab --FLAG run: exit status $?"
+R6=$(ls "$T"/out6/*-hf-scale.md 2>/dev/null | head -1)
+has "${R6:-/dev/null}" "| model | variant | without tok/s | --overlap tok/s | change (means) | tokens vs eager |" "A/B --FLAG header"
+has "${R6:-/dev/null}" "| Llama-1B | companion | 1920.0, 1920.0 | 1728.0, 1728.0 | -10.0 % | MATCH |" "A/B --FLAG row: the fake's 10 % with the flag"
+n=$(grep -c "^\[.*\] run hf_llama1b_companion/graphs --overlap " "$T/w6/timeline.txt")
+[ "$n" = 2 ] && ok "2 runs with the flag in the timeline" || bad "$n runs with the flag in the timeline, not 2"
 # The reference not ready when the model is timed (FAKE_READY_S=4): stopped meanwhile, timed after.
 has "$T/w4/timeline.txt" "timing hf_gemma1b: its reference is not ready, stopped meanwhile" "a reference not ready is stopped while ours run"
 has "${R4:-/dev/null}" "| torch.compile(mode=\"reduce-overhead\") | 580.0 |" "its torch slot still runs, after ours"

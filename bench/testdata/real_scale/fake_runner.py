@@ -33,6 +33,9 @@ if tag.startswith("hf_"):
     # an --ab switch (FAKE_AB_VAR names it) set and not 0: 10 % slower, so the A/B table has a change to show
     ab = os.environ.get("FAKE_AB_VAR")
     rate *= 0.9 if ab and os.environ.get(ab) not in (None, "0") else 1.0
+    # an --ab flag of et_cuda_run (FAKE_AB_FLAG names it) given: 10 % slower too
+    flag = os.environ.get("FAKE_AB_FLAG")
+    rate *= 0.9 if flag and flag in args else 1.0
 got = list(toks)
 if tag == os.environ.get("FAKE_RUNNER_MISMATCH") and len(got) > 5:
     got[5] = "99999"
