@@ -225,6 +225,11 @@ pub(crate) unsafe fn copy_armed_feed(
         return Ok(false);
     };
     ring.armed = false;
+    // The check the plain copy makes of its destination.
+    match crate::cuda::pointer_kind(dst as *const c_void)? {
+        crate::cuda::PointerKind::Device(o) if o == ordinal => {}
+        _ => return invalid(format!("dst is not device memory of cuda:{ordinal}")),
+    }
     let _legacy = slot.device.legacy_use();
     let _g = ContextGuard::device(&slot.device)?;
     // SAFETY: the feed is 8 bytes of the device's live scratch (the lock is held); `dst` has
