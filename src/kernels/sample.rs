@@ -306,7 +306,7 @@ fn slot_of<'a>(
     slots: &'a mut Vec<Option<Slot>>,
     i: usize,
     device: &Arc<cuda::DeviceState>,
-) -> Result<&'a Slot> {
+) -> Result<&'a mut Slot> {
     if slots.len() <= i {
         slots.resize_with(i + 1, || None);
     }
@@ -333,7 +333,7 @@ fn slot_of<'a>(
         });
     }
     slots[i]
-        .as_ref()
+        .as_mut()
         .ok_or_else(|| Error::internal("sample: no result slot".to_string()))
 }
 

@@ -17,8 +17,8 @@ mod strided;
 mod tests;
 
 pub(crate) use raw::{
-    copy_bytes, copy_bytes_blocking, copy_dtod_2d_async, copy_dtod_async, copy_dtoh_async,
-    copy_dtoh_drained, copy_dtoh_ordered, copy_htod_async, copy_htod_ordered,
+    check_device_pointer, copy_bytes, copy_bytes_blocking, copy_dtod_2d_async, copy_dtod_async,
+    copy_dtoh_async, copy_dtoh_drained, copy_dtoh_ordered, copy_htod_async, copy_htod_ordered,
 };
 pub(crate) use staged::StagedUpload;
 use strided::{for_each_offset, pitched, read_span, scatter_from_host, write_span};

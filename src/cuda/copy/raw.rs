@@ -265,7 +265,8 @@ fn ordered_device(ordinal: i32) -> Result<std::sync::Arc<crate::cuda::DeviceStat
     device(ordinal)
 }
 
-fn check_device_pointer(p: *const c_void, ordinal: i32, what: &str) -> Result<()> {
+/// Whether `p` is device memory of `ordinal`: an error naming `what` otherwise.
+pub(crate) fn check_device_pointer(p: *const c_void, ordinal: i32, what: &str) -> Result<()> {
     match pointer_kind(p)? {
         PointerKind::Device(o) if o == ordinal => Ok(()),
         PointerKind::Device(o) => invalid(format!(

@@ -9,7 +9,7 @@
 //! step n + 1 (fed on the device by step n's token) before it reads step n's token on the
 //! host, and the device never idles while the host launches.
 
-use super::{checked, launch, slot_of, Greedy, Row, Sampling, FEED_AT, SLOTS};
+use super::{checked, launch, slot_of, Greedy, Row, Sampling, Slot, FEED_AT, SLOTS};
 use crate::cuda::event::Event;
 use crate::cuda::memory::PinnedBuffer;
 use crate::cuda::{copy, ContextGuard, DeviceState};
@@ -134,13 +134,11 @@ pub unsafe fn sample_async(
     let _g = ContextGuard::device(&device)?;
     let mut slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
     // ordinal >= 0: checked by `checked`.
-    slot_of(&mut slots, ordinal as usize, &device)?;
-    let slot = slots[ordinal as usize]
-        .as_mut()
-        .ok_or_else(|| Error::internal("sample: no result slot".to_string()))?;
-    if slot.ring.is_none() {
-        slot.ring = Some(Ring::new(&device)?);
-    }
+    let slot = slot_of(&mut slots, ordinal as usize, &device)?;
+    let ring = match &mut slot.ring {
+        Some(ring) => ring,
+        empty => empty.insert(Ring::new(&device)?),
+    };
     let feed = slot.scratch.ptr() + FEED_AT;
     let row = Row {
         logits,
@@ -151,10 +149,6 @@ pub unsafe fn sample_async(
     // SAFETY: the row is readable (caller's contract); the scratch (feed included) is this
     // device's, its launches and copies ordered on the legacy stream.
     unsafe { launch(&m, &row, how, Greedy::Blocks, slot.scratch.ptr())? };
-    let ring = slot
-        .ring
-        .as_mut()
-        .ok_or_else(|| Error::internal("sample: no ring".to_string()))?;
     // SAFETY: the feed is 8 bytes of the device's scratch, written by the kernel just queued.
     unsafe { ring.issue(feed, vocab, how.temperature > 0.0) }
 }
@@ -163,10 +157,11 @@ pub unsafe fn sample_async(
 /// the host: a host wait unless it already has. `None` when sampling found no weight. Only
 /// the last `RING` tickets of a device can be waited for.
 pub fn wait(ordinal: i32, ticket: u64) -> Result<Option<i64>> {
-    let i = usize::try_from(ordinal)
-        .map_err(|_| Error::invalid_argument(format!("device index {ordinal} is negative")))?;
-    let slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
-    match slots.get(i).and_then(Option::as_ref).and_then(|s| s.ring.as_ref()) {
+    if ordinal < 0 {
+        return invalid(format!("device index {ordinal} is negative"));
+    }
+    let mut slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+    match ring_slot(&mut slots, ordinal).and_then(|s| s.ring.as_ref()) {
         Some(ring) => ring.wait(ticket),
         None => invalid(format!(
             "sample_wait: no token was chosen on cuda:{ordinal} by et_cuda_sample_async (or the sampler was released since)"
@@ -181,13 +176,8 @@ pub fn wait(ordinal: i32, ticket: u64) -> Result<Option<i64>> {
 /// # Safety
 /// `dst` is 8 writable bytes of device memory of `ordinal`; the device's context is current.
 pub(crate) unsafe fn copy_feed(ordinal: i32, dst: u64, stream: sys::CUstream) -> Result<()> {
-    let slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
-    let slot = usize::try_from(ordinal)
-        .ok()
-        .and_then(|i| slots.get(i))
-        .and_then(Option::as_ref)
-        .filter(|s| s.ring.is_some())
-        .ok_or_else(|| no_feed(ordinal))?;
+    let mut slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+    let slot = ring_slot(&mut slots, ordinal).ok_or_else(|| no_feed(ordinal))?;
     // The lock is held while queueing: a release cannot free the scratch before this copy
     // is ordered before its free.
     // SAFETY: the feed is 8 bytes of the device's live scratch; `dst` per the contract.
@@ -214,11 +204,7 @@ pub(crate) unsafe fn copy_armed_feed(
         return Ok(false);
     }
     let mut slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(slot) = usize::try_from(ordinal)
-        .ok()
-        .and_then(|i| slots.get_mut(i))
-        .and_then(Option::as_mut)
-    else {
+    let Some(slot) = ring_slot(&mut slots, ordinal) else {
         return Ok(false);
     };
     let Some(ring) = slot.ring.as_mut().filter(|r| r.armed) else {
@@ -226,16 +212,22 @@ pub(crate) unsafe fn copy_armed_feed(
     };
     ring.armed = false;
     // The check the plain copy makes of its destination.
-    match crate::cuda::pointer_kind(dst as *const c_void)? {
-        crate::cuda::PointerKind::Device(o) if o == ordinal => {}
-        _ => return invalid(format!("dst is not device memory of cuda:{ordinal}")),
-    }
+    copy::check_device_pointer(dst as *const c_void, ordinal, "dst")?;
     let _legacy = slot.device.legacy_use();
     let _g = ContextGuard::device(&slot.device)?;
     // SAFETY: the feed is 8 bytes of the device's live scratch (the lock is held); `dst` has
     // n = 8 bytes of the device (the contract).
     unsafe { copy::copy_dtod_async(dst, slot.scratch.ptr() + FEED_AT, 8, std::ptr::null_mut())? };
     Ok(true)
+}
+
+/// Device `ordinal`'s slot when an asynchronous call made its ring (and no release took it).
+fn ring_slot(slots: &mut [Option<Slot>], ordinal: i32) -> Option<&mut Slot> {
+    usize::try_from(ordinal)
+        .ok()
+        .and_then(|i| slots.get_mut(i))
+        .and_then(Option::as_mut)
+        .filter(|s| s.ring.is_some())
 }
 
 /// Where the feed of an input holding [`SAMPLED_TOKEN`] is refused: no asynchronous call
