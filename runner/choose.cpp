@@ -86,4 +86,12 @@ uint64_t queue_token(const LogitsRow& row, int32_t device_index, Sampler& sample
   return ticket;
 }
 
+int64_t wait_token(uint64_t ticket, int32_t device_index, const std::string& model, const std::string& method,
+                   double& sampling_ms) {
+  const double t0 = steady_ms();
+  const int64_t token = sample_wait(device_index, ticket);
+  sampling_ms += steady_ms() - t0;
+  return checked_token(token, model, method);
+}
+
 }  // namespace et_cuda_run

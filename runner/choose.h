@@ -42,4 +42,9 @@ int64_t next_token(const LogitsRow& row, const std::string& model, const std::st
 // ET_CUDA_SAMPLED_TOKEN as its token id reads.
 uint64_t queue_token(const LogitsRow& row, int32_t device_index, Sampler& sampler, double& sampling_ms);
 
+// The token of a queued choice once it reached the host (et_cuda_sample_wait), checked as
+// next_token's; adds the wait to `sampling_ms`.
+int64_t wait_token(uint64_t ticket, int32_t device_index, const std::string& model, const std::string& method,
+                   double& sampling_ms);
+
 }  // namespace et_cuda_run

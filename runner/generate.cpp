@@ -241,11 +241,8 @@ void overlapped_steps(DecodeSteps& d, long& i, bool& done) {
     const bool queued = fed && row.at == SampleAt::Device;
     const uint64_t next = queued ? queue_token(row, d.p.device, d.sampler, r.sampling_ms) : 0;
     if (have_pending) {
-      const double t0 = steady_ms();
-      const int64_t token = sample_wait(d.p.device, pending);
-      r.sampling_ms += steady_ms() - t0;
-      r.tokens.push_back(checked_token(token, d.model, d.p.decode_method));
-      done = d.finished(token);
+      r.tokens.push_back(wait_token(pending, d.p.device, d.model, d.p.decode_method, r.sampling_ms));
+      done = d.finished(r.tokens.back());
       if (done) return;
     }
     if (!fed) return;
@@ -298,10 +295,7 @@ GenerateRound generate_round(Module& module, const std::string& model, const Gen
   if (r.overlapped) {
     r.on_device = true;
     const uint64_t ticket = queue_token(first, p.device, sampler, r.sampling_ms);
-    const double t0 = steady_ms();
-    const int64_t token = sample_wait(p.device, ticket);
-    r.sampling_ms += steady_ms() - t0;
-    tokens.push_back(checked_token(token, model, p.prefill_method));
+    tokens.push_back(wait_token(ticket, p.device, model, p.prefill_method, r.sampling_ms));
   } else {
     tokens.push_back(next_token(first, model, p.prefill_method, p.device, sampler, r.sampling_ms, r.on_device));
   }
