@@ -218,6 +218,37 @@ pub unsafe fn sample_with(
     how: &Sampling,
     greedy: Greedy,
 ) -> Result<Option<i64>> {
+    on_slot(logits, dtype, vocab, ordinal, how, |m, _, slot| {
+        let out = slot.token.ptr();
+        // SAFETY: the slot holds at least 8 bytes (PinnedBuffer's minimum is 256).
+        unsafe { out.cast::<i64>().write(i64::MIN) };
+        let row = Row {
+            logits,
+            dtype,
+            vocab,
+            out,
+        };
+        // SAFETY: the row is readable (caller's contract); the scratch is this device's, its
+        // launches ordered on the legacy stream.
+        unsafe { launch(m, &row, how, greedy, slot.scratch.ptr())? };
+        cuda::stream::synchronize(std::ptr::null_mut())?;
+        // SAFETY: the kernel finished (the legacy stream is synchronised); the slot is ours
+        // while the lock is held.
+        let token = unsafe { out.cast::<i64>().read() };
+        token_of(token, vocab, how.temperature > 0.0)
+    })
+}
+
+/// A sampling call's common start, for `f`: the row's checks, the device's module, its legacy
+/// default stream and context held, and its slot (made by the first call) under the lock.
+fn on_slot<T>(
+    logits: *const c_void,
+    dtype: i32,
+    vocab: i64,
+    ordinal: i32,
+    how: &Sampling,
+    f: impl FnOnce(&Module, &Arc<cuda::DeviceState>, &mut Slot) -> Result<T>,
+) -> Result<T> {
     let m = checked(logits, dtype, vocab, ordinal, how)?;
     let device = m.device().clone();
     let _legacy = device.legacy_use();
@@ -225,24 +256,14 @@ pub unsafe fn sample_with(
     let mut slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
     // ordinal >= 0: checked by `checked`.
     let slot = slot_of(&mut slots, ordinal as usize, &device)?;
-    let out = slot.token.ptr();
-    // SAFETY: the slot holds at least 8 bytes (PinnedBuffer's minimum is 256).
-    unsafe { out.cast::<i64>().write(i64::MIN) };
-    let row = Row {
-        logits,
-        dtype,
-        vocab,
-        out,
-    };
-    // SAFETY: the row is readable (caller's contract); the scratch is this device's, its
-    // launches ordered on the legacy stream.
-    unsafe { launch(&m, &row, how, greedy, slot.scratch.ptr())? };
-    cuda::stream::synchronize(std::ptr::null_mut())?;
-    // SAFETY: the kernel finished (the legacy stream is synchronised); the slot is ours
-    // while the lock is held.
-    let token = unsafe { out.cast::<i64>().read() };
+    f(&m, &device, slot)
+}
+
+/// The token a kernel wrote for a row of `vocab` ids: `None` for -1 ("no weight") when
+/// sampling (greedy always finds one), an error for anything out of range.
+fn token_of(token: i64, vocab: i64, sampled: bool) -> Result<Option<i64>> {
     match token {
-        -1 if how.temperature > 0.0 => Ok(None),
+        -1 if sampled => Ok(None),
         t if (0..vocab).contains(&t) => Ok(Some(t)),
         t => Err(Error::cuda(format!(
             "sample: the kernel returned token {t} for a row of {vocab}"

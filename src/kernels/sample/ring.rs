@@ -9,7 +9,7 @@
 //! step n + 1 (fed on the device by step n's token) before it reads step n's token on the
 //! host, and the device never idles while the host launches.
 
-use super::{checked, launch, slot_of, Greedy, Row, Sampling, Slot, FEED_AT, SLOTS};
+use super::{launch, on_slot, token_of, Greedy, Row, Sampling, Slot, FEED_AT, SLOTS};
 use crate::cuda::event::Event;
 use crate::cuda::memory::PinnedBuffer;
 use crate::cuda::{copy, ContextGuard, DeviceState};
@@ -104,13 +104,7 @@ impl Ring {
         // SAFETY: slot k is within the buffer; its copy finished (the event passed).
         let token = unsafe { self.host.ptr().add(8 * k).cast::<i64>().read() };
         let (_, vocab, sampled) = self.held[k];
-        match token {
-            -1 if sampled => Ok(None),
-            t if (0..vocab).contains(&t) => Ok(Some(t)),
-            t => Err(Error::cuda(format!(
-                "sample: the kernel returned token {t} for a row of {vocab}"
-            ))),
-        }
+        token_of(token, vocab, sampled)
     }
 }
 
@@ -128,29 +122,24 @@ pub unsafe fn sample_async(
     ordinal: i32,
     how: &Sampling,
 ) -> Result<u64> {
-    let m = checked(logits, dtype, vocab, ordinal, how)?;
-    let device = m.device().clone();
-    let _legacy = device.legacy_use();
-    let _g = ContextGuard::device(&device)?;
-    let mut slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
-    // ordinal >= 0: checked by `checked`.
-    let slot = slot_of(&mut slots, ordinal as usize, &device)?;
-    let ring = match &mut slot.ring {
-        Some(ring) => ring,
-        empty => empty.insert(Ring::new(&device)?),
-    };
-    let feed = slot.scratch.ptr() + FEED_AT;
-    let row = Row {
-        logits,
-        dtype,
-        vocab,
-        out: feed as *mut u8,
-    };
-    // SAFETY: the row is readable (caller's contract); the scratch (feed included) is this
-    // device's, its launches and copies ordered on the legacy stream.
-    unsafe { launch(&m, &row, how, Greedy::Blocks, slot.scratch.ptr())? };
-    // SAFETY: the feed is 8 bytes of the device's scratch, written by the kernel just queued.
-    unsafe { ring.issue(feed, vocab, how.temperature > 0.0) }
+    on_slot(logits, dtype, vocab, ordinal, how, |m, device, slot| {
+        let ring = match &mut slot.ring {
+            Some(ring) => ring,
+            empty => empty.insert(Ring::new(device)?),
+        };
+        let feed = slot.scratch.ptr() + FEED_AT;
+        let row = Row {
+            logits,
+            dtype,
+            vocab,
+            out: feed as *mut u8,
+        };
+        // SAFETY: the row is readable (caller's contract); the scratch (feed included) is this
+        // device's, its launches and copies ordered on the legacy stream.
+        unsafe { launch(m, &row, how, Greedy::Blocks, slot.scratch.ptr())? };
+        // SAFETY: the feed is 8 bytes of the device's scratch, written by the kernel just queued.
+        unsafe { ring.issue(feed, vocab, how.temperature > 0.0) }
+    })
 }
 
 /// The token of `ticket` (from [`sample_async`] on device `ordinal`), once it has reached
