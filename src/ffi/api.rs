@@ -9,7 +9,7 @@ use super::{c_str, guard, guard_value, non_null, slice_from, slice_from_mut, wri
 use crate::api::{Blobs, InputArg, Method, OutputArg, OutputInfo};
 use crate::config::MethodConfig;
 use crate::error::{invalid, Error, Result};
-use std::ffi::{c_char, c_void, CString};
+use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -207,11 +207,12 @@ impl NamedData {
     /// The bytes under `key` (valid until `et_cuda_init` returns, per the callback's
     /// contract); `None` when the callback has no such key.
     fn get<'a>(&self, key: &str) -> Option<&'a [u8]> {
-        let k = CString::new(key).ok()?;
         let (mut p, mut n) = (std::ptr::null::<u8>(), 0usize);
         // SAFETY: the callback and its user pointer come from the caller (et_cuda_init's contract);
         // the key is NUL-terminated and the out-pointers are locals.
-        let rc = unsafe { (self.f)(self.user, k.as_ptr(), &mut p, &mut n) };
+        let rc = with_c_key(key, |k| unsafe {
+            (self.f)(self.user, k.as_ptr(), &mut p, &mut n)
+        })?;
         if rc != 0 {
             return None;
         }
@@ -222,13 +223,25 @@ impl NamedData {
 
     /// The library no longer reads the bytes of one lookup of `key`.
     fn release(&self, key: &str) {
-        let (Some(r), Ok(k)) = (self.release, CString::new(key)) else {
+        let Some(r) = self.release else {
             return;
         };
         // SAFETY: the callback and its user pointer come from the caller (et_cuda_init's
         // contract); the key is NUL-terminated and lives across the call.
-        unsafe { r(self.user, k.as_ptr()) };
+        with_c_key(key, |k| unsafe { r(self.user, k.as_ptr()) });
     }
+}
+
+/// `f` over `key` as a C string (`None` when the key holds a NUL byte): on the stack when it
+/// is short, as named-data keys are (a payload may name 2^20 of them, each looked up once).
+fn with_c_key<R>(key: &str, f: impl FnOnce(&CStr) -> R) -> Option<R> {
+    let mut buf = [0u8; 256];
+    if key.len() < buf.len() {
+        buf[..key.len()].copy_from_slice(key.as_bytes());
+        // Fails exactly when the key holds a NUL byte (the byte after it is one).
+        return CStr::from_bytes_with_nul(&buf[..=key.len()]).ok().map(f);
+    }
+    CString::new(key).ok().map(|k| f(&k))
 }
 
 /// Destroy a handle made by `et_cuda_init`: deletes its container and frees everything it owns,

@@ -22,13 +22,71 @@ const MAX_STRING: u32 = 1 << 16;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FqnEntry {
     pub(crate) fqn: String,
-    pub(crate) storage_key: String,
+    pub(crate) storage_key: std::sync::Arc<str>,
     pub(crate) storage_nbytes: u64,
     pub(crate) dtype: i32,
     pub(crate) device_type: i32,
     pub(crate) storage_offset: i64,
-    pub(crate) sizes: Vec<i64>,
-    pub(crate) strides: Vec<i64>,
+    pub(crate) sizes: Dims,
+    pub(crate) strides: Dims,
+}
+
+/// An entry's sizes or strides: held in the entry up to rank [`Dims::INLINE`] (every
+/// constant of a decoder), on the heap above it. A payload has up to 2^20 entries, and two
+/// heap vectors each made its load allocation-bound.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) enum Dims {
+    Inline { len: u8, dims: [i64; Dims::INLINE] },
+    Heap(Vec<i64>),
+}
+
+impl Dims {
+    pub(crate) const INLINE: usize = 4;
+
+    /// `n` values, each from `next` (its first error ends the read).
+    fn read(n: usize, mut next: impl FnMut() -> Result<i64>) -> Result<Dims> {
+        if n > Self::INLINE {
+            return (0..n)
+                .map(|_| next())
+                .collect::<Result<_>>()
+                .map(Dims::Heap);
+        }
+        let mut dims = [0; Self::INLINE];
+        for d in &mut dims[..n] {
+            *d = next()?;
+        }
+        Ok(Dims::Inline { len: n as u8, dims })
+    }
+}
+
+impl std::ops::Deref for Dims {
+    type Target = [i64];
+    fn deref(&self) -> &[i64] {
+        match self {
+            Dims::Inline { len, dims } => &dims[..*len as usize],
+            Dims::Heap(v) => v,
+        }
+    }
+}
+
+impl From<Vec<i64>> for Dims {
+    fn from(v: Vec<i64>) -> Dims {
+        if v.len() > Self::INLINE {
+            return Dims::Heap(v);
+        }
+        let mut dims = [0; Self::INLINE];
+        dims[..v.len()].copy_from_slice(&v);
+        Dims::Inline {
+            len: v.len() as u8,
+            dims,
+        }
+    }
+}
+
+impl std::fmt::Debug for Dims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
 }
 
 impl FqnEntry {
@@ -163,13 +221,16 @@ impl Reader<'_> {
     fn i64(&mut self, what: What<'_>) -> Result<i64> {
         Ok(self.u64(what)? as i64)
     }
-    fn string(&mut self, what: What<'_>) -> Result<String> {
+    fn str(&mut self, what: What<'_>) -> Result<&str> {
         let n = self.u32(what)?;
         if n > MAX_STRING {
             return Err(bad(format!("{} claims {n} bytes", what())));
         }
         let s = self.take(n as usize, what)?;
-        String::from_utf8(s.to_vec()).map_err(|_| bad(format!("{} is not UTF-8", what())))
+        std::str::from_utf8(s).map_err(|_| bad(format!("{} is not UTF-8", what())))
+    }
+    fn string(&mut self, what: What<'_>) -> Result<String> {
+        self.str(what).map(str::to_string)
     }
 }
 
@@ -243,7 +304,8 @@ fn parse_fqn(payload: &[u8]) -> Result<Payload> {
         Vec::with_capacity((n as usize).min(payload.len().saturating_sub(r.at) / MIN_ENTRY_BYTES));
     for i in 0..n {
         let fqn = r.string(&|| format!("entry {i}'s FQN"))?;
-        let storage_key = r.string(&|| format!("entry {i}'s storage key"))?;
+        let storage_key: std::sync::Arc<str> =
+            r.str(&|| format!("entry {i}'s storage key"))?.into();
         let storage_nbytes = r.u64(&|| format!("entry {i}'s byte count"))?;
         let dtype = r.i32(&|| format!("entry {i}'s dtype"))?;
         let device_type = r.i32(&|| format!("entry {i}'s device"))?;
@@ -261,12 +323,8 @@ fn parse_fqn(payload: &[u8]) -> Result<Payload> {
                 tensor::MAX_RANK
             )));
         }
-        let sizes = (0..ndim)
-            .map(|_| r.i64(&|| format!("entry {i}'s sizes")))
-            .collect::<Result<Vec<_>>>()?;
-        let strides = (0..ndim)
-            .map(|_| r.i64(&|| format!("entry {i}'s strides")))
-            .collect::<Result<Vec<_>>>()?;
+        let sizes = Dims::read(ndim as usize, || r.i64(&|| format!("entry {i}'s sizes")))?;
+        let strides = Dims::read(ndim as usize, || r.i64(&|| format!("entry {i}'s strides")))?;
         let e = FqnEntry {
             fqn,
             storage_key,
@@ -315,10 +373,10 @@ pub(crate) fn encode(so_key: &str, entries: &[FqnEntry]) -> Vec<u8> {
         o.extend(e.device_type.to_le_bytes());
         o.extend(e.storage_offset.to_le_bytes());
         o.extend((e.sizes.len() as u32).to_le_bytes());
-        for v in &e.sizes {
+        for v in e.sizes.iter() {
             o.extend(v.to_le_bytes());
         }
-        for v in &e.strides {
+        for v in e.strides.iter() {
             o.extend(v.to_le_bytes());
         }
     }

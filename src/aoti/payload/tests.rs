@@ -6,13 +6,13 @@ use super::*;
 pub(crate) fn entry(fqn: &str, n: u64) -> FqnEntry {
     FqnEntry {
         fqn: fqn.into(),
-        storage_key: format!("cuda_fqn_weight:cuda:{fqn}"),
+        storage_key: format!("cuda_fqn_weight:cuda:{fqn}").into(),
         storage_nbytes: n,
         dtype: 6,
         device_type: 1,
         storage_offset: 0,
-        sizes: vec![n as i64 / 4],
-        strides: vec![1],
+        sizes: vec![n as i64 / 4].into(),
+        strides: vec![1].into(),
     }
 }
 
@@ -101,12 +101,12 @@ fn per_fqn_metadata_is_checked_at_parse() {
     };
     // Rank: the tensor layer's limit, not the format's.
     let mut r16 = entry("w", 4);
-    r16.sizes = vec![1; crate::tensor::MAX_RANK];
-    r16.strides = vec![1; crate::tensor::MAX_RANK];
+    r16.sizes = vec![1; crate::tensor::MAX_RANK].into();
+    r16.strides = vec![1; crate::tensor::MAX_RANK].into();
     assert!(parse(&encode("k", &[r16.clone()]), "m").is_ok());
     let mut r17 = r16.clone();
-    r17.sizes.push(1);
-    r17.strides.push(1);
+    r17.sizes = vec![1; crate::tensor::MAX_RANK + 1].into();
+    r17.strides = vec![1; crate::tensor::MAX_RANK + 1].into();
     let e = err(&[r17]);
     assert!(
         e.contains("entry 0 (w) has rank 17, above the limit of 16"),
@@ -114,8 +114,8 @@ fn per_fqn_metadata_is_checked_at_parse() {
     );
     // Sizes whose bytes overflow isize, over a storage that holds the (expanded) view.
     let mut wide = entry("w", 4);
-    wide.sizes = vec![1 << 61];
-    wide.strides = vec![0];
+    wide.sizes = vec![1 << 61].into();
+    wide.strides = vec![0].into();
     let e = err(&[wide]);
     assert!(e.contains("entry 0") && e.contains("isize::MAX"), "{e}");
     let mut huge = entry("w", 4);
@@ -124,7 +124,7 @@ fn per_fqn_metadata_is_checked_at_parse() {
     assert!(e.contains("declares 18446744073709551615 bytes"), "{e}");
     // A view past the declared bytes, an unknown dtype, a device that is neither CPU nor CUDA.
     let mut past = entry("w", 8);
-    past.sizes = vec![3];
+    past.sizes = vec![3].into();
     let e = err(&[past]);
     assert!(
         e.contains("constant w") && e.contains("needs 12 bytes"),
@@ -163,7 +163,7 @@ fn duplicate_fqns_and_empty_keys_are_refused() {
         .to_string();
     assert!(e.contains("entry 0's FQN is empty"), "{e}");
     let mut nokey = entry("w", 8);
-    nokey.storage_key.clear();
+    nokey.storage_key = "".into();
     let e = parse(&encode("k", &[nokey]), "m").unwrap_err().to_string();
     assert!(e.contains("entry 0 (w) has an empty storage key"), "{e}");
     // Two constants may share one storage (tied weights): only FQNs must be unique.
@@ -186,4 +186,21 @@ fn fuzz_body_over_the_seeds() {
         n += 1;
     }
     assert!(n >= 3, "{n} seeds in {}", dir.display());
+}
+
+#[test]
+fn dims_are_inline_up_to_their_limit_and_round_trip_at_every_rank() {
+    for rank in 0..=crate::tensor::MAX_RANK {
+        let v: Vec<i64> = (0..rank as i64).map(|d| 3 - d).collect();
+        let dims = Dims::from(v.clone());
+        assert_eq!(&*dims, &v[..]);
+        assert_eq!(matches!(dims, Dims::Inline { .. }), rank <= Dims::INLINE);
+        let mut e = entry("w", 4);
+        (e.sizes, e.strides) = (vec![1; rank].into(), vec![0; rank].into());
+        let Payload::PerFqn { entries, .. } = parse(&encode("k", &[e.clone()]), "m").unwrap()
+        else {
+            panic!("rank {rank}: not a per-FQN payload");
+        };
+        assert_eq!(entries, [e], "rank {rank}");
+    }
 }

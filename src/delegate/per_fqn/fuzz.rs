@@ -39,8 +39,8 @@ pub(crate) fn fuzz_match(data: &[u8]) -> usize {
         if let Err(e) = Tensor::view(
             Arc::new(storage),
             m.entry.dtype,
-            m.entry.sizes.clone(),
-            m.entry.strides.clone(),
+            m.entry.sizes.to_vec(),
+            m.entry.strides.to_vec(),
             m.entry.storage_offset,
         ) {
             panic!(
@@ -73,7 +73,7 @@ fn fuzz_storages<'b>(next: &mut impl FnMut() -> u8, blob: &'b [u8]) -> Vec<(FqnE
         let strides: Vec<i64> = (0..rank).map(|_| val(next())).collect();
         let e = FqnEntry {
             fqn: format!("c{}", next() % 4),
-            storage_key: format!("s{}", next() % 4),
+            storage_key: format!("s{}", next() % 4).into(),
             storage_nbytes: match next() {
                 255 => u64::MAX,
                 254 => 1 << 62,
@@ -82,8 +82,8 @@ fn fuzz_storages<'b>(next: &mut impl FnMut() -> u8, blob: &'b [u8]) -> Vec<(FqnE
             dtype: [6, 15, 4, 11, 99, 12][(next() % 6) as usize],
             device_type: [1, 0, 13][(next() % 3) as usize],
             storage_offset: val(next()),
-            sizes,
-            strides,
+            sizes: sizes.into(),
+            strides: strides.into(),
         };
         let len = if next() & 1 == 0 {
             (e.storage_nbytes.min(255)) as usize

@@ -36,7 +36,7 @@ pub type NamedDataLookup<'a> = dyn Fn(&str) -> Option<&'a [u8]> + 'a;
 pub(crate) struct Source<'a> {
     pub(crate) lookup: &'a NamedDataLookup<'a>,
     pub(crate) release: Option<&'a dyn Fn(&str)>,
-    pub(crate) read: HashMap<String, &'a [u8]>,
+    pub(crate) read: HashMap<Arc<str>, &'a [u8]>,
     /// Nanoseconds spent in `lookup` so far (the upload's time excludes them).
     pub(crate) fetch_ns: std::cell::Cell<u64>,
 }
@@ -266,7 +266,7 @@ fn storage_groups<'m>(matched: &'m [Matched<'m>], ordinal: i32) -> Vec<Group<'m>
     let mut index: HashMap<(&'m str, bool), usize> = HashMap::with_capacity(matched.len());
     for (i, m) in matched.iter().enumerate() {
         let at = place(m, ordinal);
-        let key = m.entry.storage_key.as_str();
+        let key = &*m.entry.storage_key;
         // One device per load: the placement is the CPU or that device.
         let g = *index.entry((key, at == Device::Cpu)).or_insert_with(|| {
             groups.push(Group {
@@ -349,8 +349,8 @@ fn read_storages(
                 l.tensors[i] = Some(Tensor::view(
                     st,
                     m.entry.dtype,
-                    m.entry.sizes.clone(),
-                    m.entry.strides.clone(),
+                    m.entry.sizes.to_vec(),
+                    m.entry.strides.to_vec(),
                     m.entry.storage_offset,
                 )?);
             }

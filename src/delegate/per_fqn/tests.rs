@@ -64,8 +64,8 @@ fn mismatched_storages_are_clear_errors() {
     assert!(e.contains("dtype 5"), "{e}");
     // A view past the storage.
     let mut wide = entry("fc2.weight", 8);
-    wide.sizes = vec![3];
-    wide.strides = vec![1];
+    wide.sizes = vec![3].into();
+    wide.strides = vec![1].into();
     let e = err(&[(wide, &b[..])]);
     assert!(e.contains("needs 12 bytes"), "{e}");
     // A device type that is neither CPU nor CUDA.
@@ -75,8 +75,8 @@ fn mismatched_storages_are_clear_errors() {
     assert!(e.contains("device type 13"), "{e}");
     // Negative strides are refused, not wrapped.
     let mut neg = entry("fc2.weight", 8);
-    neg.sizes = vec![2];
-    neg.strides = vec![-1];
+    neg.sizes = vec![2].into();
+    neg.strides = vec![-1].into();
     let e = err(&[(neg, &b[..])]);
     assert!(e.contains("negative"), "{e}");
 }
@@ -119,15 +119,15 @@ fn the_matcher_uses_the_uploads_view_check() {
     let infos = vec![info("w", "w", 4, false)];
     let b = [0u8; 4];
     let mut r17 = entry("w", 4);
-    r17.sizes = vec![1; 17];
-    r17.strides = vec![1; 17];
+    r17.sizes = vec![1; 17].into();
+    r17.strides = vec![1; 17].into();
     let e = match_storages(&infos, &[(r17, &b[..])])
         .unwrap_err()
         .to_string();
     assert!(e.contains("rank 17 is above the limit of 16"), "{e}");
     let mut wide = entry("w", 4);
-    wide.sizes = vec![1 << 61];
-    wide.strides = vec![0];
+    wide.sizes = vec![1 << 61].into();
+    wide.strides = vec![0].into();
     let e = match_storages(&infos, &[(wide, &b[..])])
         .unwrap_err()
         .to_string();
@@ -184,7 +184,7 @@ fn source_releases_each_lookup_after_use_and_never_read_bytes() {
     let held = Source {
         lookup: &lookup,
         release: None,
-        read: HashMap::from([("b".to_string(), &b[..])]),
+        read: HashMap::from([("b".into(), &b[..])]),
         fetch_ns: Default::default(),
     };
     let before = lookups.borrow().len();
@@ -226,7 +226,7 @@ fn matching_and_grouping_are_linear() {
         let mut storages = Vec::with_capacity(N);
         for i in 0..N {
             let mut e = entry(&format!("c{i}"), 4);
-            e.storage_key = format!("s{}", i / 4);
+            e.storage_key = format!("s{}", i / 4).into();
             e.device_type = if i % 8 < 4 { 1 } else { 0 };
             storages.push((e, &bytes[..]));
         }
