@@ -19,6 +19,9 @@
 #   SITE=<dir>                 where the wheels go (default /tmp/site, shared with bench/run.sh)
 #   UPSTREAM_BACKEND_LIB=<so>  upstream ExecuTorch's C++ CUDA backend as a shared library
 #   EXTRA_MANIFESTS="a b"      more manifests (e.g. the model suite's); "generate" ones also get --generate
+#   SITE15=<dir>               an ExecuTorch >= 1.4 site (default: .whl/models/sites/et15.tar.xz unpacked, when
+#                              carried): exports tiny_decoder_dev, the decoder with its IO planned in device memory,
+#                              for the overlapped token loop's checks (SKIPPED in the table without one)
 set -uo pipefail
 BUNDLE=$(cd "${1:-.dev/gpu}" && pwd) || { echo "no bundle at ${1:-.dev/gpu}" >&2; exit 1; }
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -76,6 +79,17 @@ if [ ! -f "$MODELS/dyn_mlp/manifest.json" ] || [ ! -f "$MODELS/tiny_decoder/mani
 fi
 DYN=$MODELS/dyn_mlp/manifest.json
 DEC=$MODELS/tiny_decoder/manifest.json
+DEV=$MODELS/tiny_decoder_dev/manifest.json
+ET15_TAR=$HERE/../../.whl/models/sites/et15.tar.xz
+if [ -z "${SITE15:-}" ] && [ -f "$ET15_TAR" ]; then
+  SITE15=/tmp/et_cuda_runner_check_et15
+  [ -d "$SITE15/executorch" ] || { mkdir -p "$SITE15" && tar -xJf "$ET15_TAR" -C "$SITE15"; } >>"$LOG" 2>&1
+fi
+if [ -n "${SITE15:-}" ] && [ ! -f "$DEV" ]; then
+  echo "exporting tiny_decoder_dev with the ExecuTorch of $SITE15"
+  PYTHONPATH=$SITE15${PYTHONPATH:+:$PYTHONPATH} timeout -k 5 300 python3 "$HERE/export_checks.py" "$MODELS" tiny_decoder_dev \
+    >>"$LOG" 2>&1 || echo "export_checks.py tiny_decoder_dev failed (see $LOG)"
+fi
 
 # ------------------------------------------------------------------ 2. our backend
 check "version (driver and devices)" 0 'CUDA driver: [0-9]+\.[0-9]+ \(libcuda\.so\.1\), [1-9][0-9]* device' -- "$RUN" --version
@@ -162,6 +176,28 @@ EOF
 else
   rows+=("tiny_decoder                                 MISSING (export failed, see the log)")
   failed=$((failed + 1))
+fi
+
+# The decoder planned in device memory (ExecuTorch >= 1.4): token ids through _h2d_copy, logits on the
+# device, so --overlap queues step n+1 (its input the fed token) before it waits for token n.
+if [ -f "$DEV" ]; then
+  G=(--option enable_cuda_graph_for_method=forward)
+  check "tiny_decoder_dev: --generate 8" 0 'sampler=device overlap=no .*MATCH$' -- "$RUN" --manifest "$DEV" --generate 8
+  check "tiny_decoder_dev: --overlap" 0 'sampler=device overlap=yes .*MATCH$' -- "$RUN" --manifest "$DEV" --generate 8 --overlap
+  check "tiny_decoder_dev: --overlap, graphs" 0 'overlap=yes .*MATCH$' -- \
+    "$RUN" --manifest "$DEV" --generate 8 --overlap "${G[@]}"
+  check "tiny_decoder_dev: --overlap, graphs, shared" 0 'overlap=yes .*MATCH$' -- \
+    "$RUN" --manifest "$DEV" --generate 8 --overlap "${G[@]}" --option use_shared_cuda_stream=true
+  sampled_dev() { "$RUN" --manifest "$DEV" --generate 8 --temperature 0.8 --seed 3 "${G[@]}" "$@" 2>&1 | grep -oE ' tokens=[0-9,]+'; }
+  d_on=$(sampled_dev --overlap) d_off=$(sampled_dev)
+  echo "tiny_decoder_dev sampled tokens: --overlap '$d_on', without '$d_off'" >>"$LOG"
+  check "tiny_decoder_dev: sampled, overlap or not" 0 '' -- test -n "$d_on" -a "$d_on" = "$d_off"
+elif [ -n "${SITE15:-}" ]; then
+  rows+=("tiny_decoder_dev                             MISSING (export failed, see the log)")
+  failed=$((failed + 1))
+else
+  rows+=("tiny_decoder_dev                             SKIPPED (no SITE15: no ExecuTorch >= 1.4 site)")
+  echo "tiny_decoder_dev: SKIPPED (no SITE15, no $ET15_TAR)"
 fi
 
 for m in ${EXTRA_MANIFESTS:-}; do

@@ -1,7 +1,7 @@
 """Programs for the runner's GPU checks (runner/gpu/check.sh), exported with
 ExecuTorch's CudaPartitioner (PyTorch 2.11 + ExecuTorch 1.2 on the GPU machine).
 
-  python3 export_checks.py OUTDIR [dyn_mlp] [tiny_decoder]
+  python3 export_checks.py OUTDIR [dyn_mlp] [tiny_decoder] [tiny_decoder_dev]
 
 dyn_mlp:      Linear(64,128) -> ReLU -> Linear(128,10), float32, with a dynamic
               batch Dim("b", 1..64); four cases of batch 4, 7, 33, 1.
@@ -11,6 +11,12 @@ tiny_decoder: a one-layer attention decoder with its KV cache in registered
               float32 [1, T, 64], T dynamic in 1..16, cache of 32 positions.
               Cases: prefill of a 5-token prompt, then two single-token steps
               (state carries); "generate": the prompt and eager's 8 greedy tokens.
+tiny_decoder_dev: the same decoder, weights and cases, with its inputs and outputs
+              planned in device memory (ExecuTorch >= 1.4 only, so not in the
+              default set: tests/models/decode_llama.py's --device-logits
+              configuration). The token ids reach the delegate through
+              ExecuTorch's _h2d_copy and the logits stay on the device, so the
+              runner picks tokens there and --overlap feeds them back.
 References: eager PyTorch on the CPU in float32, from the same weights (fixed
 seeds). Each program is written to OUTDIR/<name>/ with a manifest.json in the
 format of runner/README.md.
@@ -24,6 +30,8 @@ import traceback
 
 import torch
 from torch.export import Dim
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "models"))
 
 DT = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16", torch.int64: "int64"}
 
@@ -74,7 +82,7 @@ def spec(t, f):
     return {"dtype": DT[t.dtype], "sizes": list(t.shape), "file": f}
 
 
-def lower(module, example, dynamic_shapes):
+def lower(module, example, dynamic_shapes, config=None):
     from executorch.backends.cuda.cuda_backend import CudaBackend
     from executorch.backends.cuda.cuda_partitioner import CudaPartitioner
     from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
@@ -82,7 +90,7 @@ def lower(module, example, dynamic_shapes):
     ep = torch.export.export(module, example, dynamic_shapes=dynamic_shapes, strict=True)
     part = [CudaPartitioner([CudaBackend.generate_method_name_compile_spec("forward")])]
     edge = to_edge_transform_and_lower(ep, partitioner=part, compile_config=EdgeCompileConfig(_check_ir_validity=False))
-    return edge.to_executorch()
+    return edge.to_executorch(config) if config is not None else edge.to_executorch()
 
 
 def write(out, name, program, cases, extra):
@@ -119,13 +127,13 @@ def dyn_mlp(out):
           {"reference": "eager-cpu-fp32", "tolerance": {"atol": 1e-4, "rtol": 1e-4}})
 
 
-def tiny_decoder(out, new_tokens=8):
+def tiny_decoder(out, new_tokens=8, name="tiny_decoder", config=None):
     torch.manual_seed(2)
     m = TinyDecoder().eval()
     prompt = [3, 17, 42, 5, 9]
     t = Dim("t", min=1, max=16)
     example = (torch.tensor([prompt]), torch.arange(len(prompt)))
-    program = lower(copy.deepcopy(m), example, {"input_ids": {1: t}, "cache_position": {0: t}})
+    program = lower(copy.deepcopy(m), example, {"input_ids": {1: t}, "cache_position": {0: t}}, config)
 
     # Eager, state carried: the cases (prefill, two steps) and the greedy tokens.
     ref = copy.deepcopy(m)
@@ -145,14 +153,22 @@ def tiny_decoder(out, new_tokens=8):
         "generate": {"prefill_method": "forward", "decode_method": "forward", "prompt_ids": prompt,
                      "tokens": tokens, "max_seq_len": 32},
     }
-    write(out, "tiny_decoder", program, cases, extra)
+    write(out, name, program, cases, extra)
+
+
+def tiny_decoder_dev(out):
+    from decode_llama import backend_config
+    from executorch.exir.passes.propagate_device_config import PropagateDeviceConfig  # noqa: F401 (>= 1.4)
+
+    tiny_decoder(out, name="tiny_decoder_dev", config=backend_config(device_logits=True))
 
 
 def main():
     out = sys.argv[1]
     want = set(sys.argv[2:]) or {"dyn_mlp", "tiny_decoder"}
     report = {}
-    for name, fn in (("dyn_mlp", dyn_mlp), ("tiny_decoder", tiny_decoder)):
+    programs = (("dyn_mlp", dyn_mlp), ("tiny_decoder", tiny_decoder), ("tiny_decoder_dev", tiny_decoder_dev))
+    for name, fn in programs:
         if name not in want:
             continue
         t0 = time.time()
