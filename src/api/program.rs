@@ -7,7 +7,7 @@ use crate::aoti::payload::{self, Payload};
 use crate::delegate::{InitParams, Source, Weights};
 use crate::error::Result;
 use crate::MethodConfig;
-use std::collections::hash_map::{Entry, HashMap};
+use std::collections::HashMap;
 
 pub use crate::delegate::NamedDataLookup;
 
@@ -75,26 +75,11 @@ pub(crate) fn init_params<'a>(
             ),
             Payload::PerFqn { so_key, entries } => {
                 let so = fetch(lookup, &so_key, &|| "the .so".into())?;
-                let mut read =
-                    HashMap::with_capacity(if release.is_none() { entries.len() } else { 0 });
-                if release.is_none() {
-                    // Held until the load ends anyway: read and checked before any device work,
-                    // each key once (a hash map: a payload may name 2^20 storages).
-                    for e in &entries {
-                        if let Entry::Vacant(slot) = read.entry(e.storage_key.clone()) {
-                            let what = || format!("the weights of {}", e.fqn);
-                            let bytes = fetch(lookup, &e.storage_key, &what)?;
-                            e.check_storage(bytes.len(), &|| {
-                                format!("{} (named data {:?})", what(), e.storage_key)
-                            })?;
-                            slot.insert(bytes);
-                        }
-                    }
-                }
                 let source = Source {
                     lookup,
                     release,
-                    read,
+                    // Read (without `release`) once the .so passed its checks: CudaHandle::init.
+                    read: HashMap::new(),
                     fetch_ns: Default::default(),
                 };
                 (so, Weights::PerFqn { entries, source }, Some(so_key), None)

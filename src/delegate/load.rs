@@ -61,8 +61,17 @@ fn verify_key(key: Option<&str>, suffix: &str, bytes: &[u8], what: &str) -> Resu
     Ok(())
 }
 
+/// Per-FQN storages without a release callback are held until the load ends anyway: read
+/// and checked once the .so passed its checks, before any device work.
+fn read_held_storages(w: &mut Weights<'_>) -> Result<()> {
+    match w {
+        Weights::PerFqn { entries, source } => source.read_all(entries),
+        Weights::Blob(_) => Ok(()),
+    }
+}
+
 impl CudaHandle {
-    pub(crate) fn init(p: InitParams<'_>) -> Result<CudaHandle> {
+    pub(crate) fn init(mut p: InitParams<'_>) -> Result<CudaHandle> {
         p.config.validate()?;
         if p.so.is_empty() {
             return Err(Error::invalid_program("the .so blob is empty"));
@@ -80,6 +89,7 @@ impl CudaHandle {
         })?;
         let digest = aoti::loader::sha256(p.so);
         let elf = aoti::elf::validate(p.so)?;
+        read_held_storages(&mut p.weights)?;
         let cfg = p.config;
         // The CUDA check comes before dlopen: without a driver the .so cannot run, and
         // opening it may need a newer C library than a CPU-only machine has.

@@ -249,6 +249,50 @@ fn matching_and_grouping_are_linear() {
     assert!(sizes.iter().all(|&s| s == 4));
 }
 
+/// Issue 31: without a release callback every storage is read before any device work, each
+/// key once (2^19 entries over 2^18 keys here: the read used to compare each key with every
+/// key read before it), and a storage of the wrong size is refused naming its entry. On a
+/// thread with a deadline, as above.
+#[test]
+fn reading_every_storage_is_linear_and_reads_each_key_once() {
+    const N: usize = 1 << 19;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let bytes = [0u8; 4];
+        let entries: Vec<FqnEntry> = (0..N)
+            .map(|i| {
+                let mut e = entry(&format!("c{i}"), 4);
+                e.storage_key = format!("s{}", i / 2).into();
+                e
+            })
+            .collect();
+        let calls = std::cell::Cell::new(0usize);
+        let lookup = |k: &str| -> Option<&[u8]> {
+            calls.set(calls.get() + 1);
+            (k != "s7").then_some(&bytes[..])
+        };
+        let mut s = Source {
+            lookup: &lookup,
+            release: None,
+            read: HashMap::new(),
+            fetch_ns: Default::default(),
+        };
+        s.read_all(&entries[16..]).unwrap();
+        let (read, looked_up) = (s.read.len(), calls.get());
+        // Entry 14 names storage s7, which the program lacks.
+        let missing = s.read_all(&entries).unwrap_err().to_string();
+        let _ = tx.send((read, looked_up, missing));
+    });
+    let (read, looked_up, missing) = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("reading 2^19 storages did not finish in 120 s");
+    assert_eq!((read, looked_up), ((N - 16) / 2, (N - 16) / 2));
+    assert!(
+        missing.contains("no named data \"s7\" (the weights of c14)"),
+        "{missing}"
+    );
+}
+
 /// One storage key read for constants on the CPU and on the device is two groups.
 #[test]
 fn a_storage_on_both_sides_is_two_groups() {
