@@ -66,30 +66,38 @@ echo "bundle $BUNDLE, models $MODELS, out $OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$LOG" 2>&1
 
 # ------------------------------------------------------------------ 1. programs
-if [ ! -f "$MODELS/dyn_mlp/manifest.json" ] || [ ! -f "$MODELS/tiny_decoder/manifest.json" ]; then
-  if [ ! -f "$SITE/executorch/exir/__init__.py" ] && compgen -G "$BUNDLE/whl/*.whl" >/dev/null; then
-    PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" "$BUNDLE"/whl/*.whl \
-      >>"$LOG" 2>&1 || echo "pip install of the bundle's wheels failed (see $LOG)"
-  fi
-  chmod +x "$SITE/executorch/data/bin/flatc" 2>/dev/null
-  export FLATC_EXECUTABLE=$SITE/executorch/data/bin/flatc
-  echo "exporting the check programs into $MODELS"
-  PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH} timeout -k 5 300 python3 "$HERE/export_checks.py" "$MODELS" >>"$LOG" 2>&1 ||
-    echo "export_checks.py failed for some program (see $LOG)"
-fi
-DYN=$MODELS/dyn_mlp/manifest.json
-DEC=$MODELS/tiny_decoder/manifest.json
-DEV=$MODELS/tiny_decoder_dev/manifest.json
 ET15_TAR=$HERE/../../.whl/models/sites/et15.tar.xz
 if [ -z "${SITE15:-}" ] && [ -f "$ET15_TAR" ]; then
   SITE15=/tmp/et_cuda_runner_check_et15
   [ -d "$SITE15/executorch" ] || { mkdir -p "$SITE15" && tar -xJf "$ET15_TAR" -C "$SITE15"; } >>"$LOG" 2>&1
 fi
-if [ -n "${SITE15:-}" ] && [ ! -f "$DEV" ]; then
-  echo "exporting tiny_decoder_dev with the ExecuTorch of $SITE15"
-  PYTHONPATH=$SITE15${PYTHONPATH:+:$PYTHONPATH} timeout -k 5 300 python3 "$HERE/export_checks.py" "$MODELS" tiny_decoder_dev \
-    >>"$LOG" 2>&1 || echo "export_checks.py tiny_decoder_dev failed (see $LOG)"
+# export_with SITE [NAME...]: export_checks.py's programs with the ExecuTorch installed in SITE
+export_with() {
+  local site=$1 flatc=$1/executorch/data/bin/flatc
+  shift
+  echo "exporting ${*:-the check programs} into $MODELS with the ExecuTorch of $site"
+  chmod +x "$flatc" 2>/dev/null
+  [ -x "$flatc" ] || flatc=''
+  env ${flatc:+FLATC_EXECUTABLE=$flatc} PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" \
+    timeout -k 5 300 python3 "$HERE/export_checks.py" "$MODELS" "$@" >>"$LOG" 2>&1 ||
+    echo "export_checks.py failed for ${*:-some program} (see $LOG)"
+}
+if [ ! -f "$MODELS/dyn_mlp/manifest.json" ] || [ ! -f "$MODELS/tiny_decoder/manifest.json" ]; then
+  if [ ! -f "$SITE/executorch/exir/__init__.py" ] && compgen -G "$BUNDLE/whl/*.whl" >/dev/null; then
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" "$BUNDLE"/whl/*.whl \
+      >>"$LOG" 2>&1 || echo "pip install of the bundle's wheels failed (see $LOG)"
+  fi
+  # Without the bundle's ExecuTorch 1.2, the >= 1.4 site exports them (host IO, as 1.2 plans it).
+  if [ -f "$SITE/executorch/exir/__init__.py" ] || [ -z "${SITE15:-}" ]; then
+    export_with "$SITE" dyn_mlp tiny_decoder
+  else
+    export_with "$SITE15" dyn_mlp tiny_decoder
+  fi
 fi
+DYN=$MODELS/dyn_mlp/manifest.json
+DEC=$MODELS/tiny_decoder/manifest.json
+DEV=$MODELS/tiny_decoder_dev/manifest.json
+[ -n "${SITE15:-}" ] && [ ! -f "$DEV" ] && export_with "$SITE15" tiny_decoder_dev
 
 # ------------------------------------------------------------------ 2. our backend
 check "version (driver and devices)" 0 'CUDA driver: [0-9]+\.[0-9]+ \(libcuda\.so\.1\), [1-9][0-9]* device' -- "$RUN" --version

@@ -212,16 +212,25 @@ fn the_first_item_of_an_fqn_is_matched() {
     assert_eq!(m[1].1[0], 3);
 }
 
+/// `f` on a thread of its own, waited for with a deadline (wall time, generous: a busy
+/// machine), so that a quadratic path fails its test instead of hanging it.
+fn within_deadline<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(120))
+        .unwrap_or_else(|_| panic!("{what} did not finish in 120 s"))
+}
+
 /// Issue 31: 2^18 constants, listed in the opposite order of their entries, are matched
 /// and grouped by storage in linear time (the matcher used to scan the entries for each
-/// constant, and the grouping its groups for each match: 2^35 comparisons). The work runs
-/// on a thread with a deadline (wall time, generous: a busy machine) so that a quadratic
-/// path fails instead of hanging.
+/// constant, and the grouping its groups for each match: 2^35 comparisons), within a
+/// deadline.
 #[test]
 fn matching_and_grouping_are_linear() {
     const N: usize = 1 << 18;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    let (matched, groups, sizes) = within_deadline("matching 2^18 constants", || {
         let bytes = [0u8; 4];
         let mut storages = Vec::with_capacity(N);
         for i in 0..N {
@@ -238,11 +247,8 @@ fn matching_and_grouping_are_linear() {
         let matched: Vec<Matched<'_>> = m.into_iter().map(|(m, _)| m).collect();
         let groups = storage_groups(&matched, 0);
         let sizes: Vec<usize> = groups.iter().map(|g| g.members.len()).collect();
-        let _ = tx.send((matched.len(), groups.len(), sizes));
+        (matched.len(), groups.len(), sizes)
     });
-    let (matched, groups, sizes) = rx
-        .recv_timeout(std::time::Duration::from_secs(120))
-        .expect("matching 2^18 constants did not finish in 120 s");
     assert_eq!(matched, N);
     // Four constants per storage key, all on one side (CPU or CUDA).
     assert_eq!(groups, N / 4);
@@ -252,12 +258,11 @@ fn matching_and_grouping_are_linear() {
 /// Issue 31: without a release callback every storage is read before any device work, each
 /// key once (2^17 entries over 2^16 keys here, small enough for the Valgrind pass: the read
 /// used to compare each key with every key read before it, 2^31 comparisons), and a missing
-/// storage is refused naming its entry. On a thread with a deadline, as above.
+/// storage is refused naming its entry; within a deadline.
 #[test]
 fn reading_every_storage_is_linear_and_reads_each_key_once() {
     const N: usize = 1 << 17;
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    let (read, looked_up, missing) = within_deadline("reading 2^17 storages", || {
         let bytes = [0u8; 4];
         let entries: Vec<FqnEntry> = (0..N)
             .map(|i| {
@@ -281,11 +286,8 @@ fn reading_every_storage_is_linear_and_reads_each_key_once() {
         let (read, looked_up) = (s.read.len(), calls.get());
         // Entry 14 names storage s7, which the program lacks.
         let missing = s.read_all(&entries).unwrap_err().to_string();
-        let _ = tx.send((read, looked_up, missing));
+        (read, looked_up, missing)
     });
-    let (read, looked_up, missing) = rx
-        .recv_timeout(std::time::Duration::from_secs(120))
-        .expect("reading 2^17 storages did not finish in 120 s");
     assert_eq!((read, looked_up), ((N - 16) / 2, (N - 16) / 2));
     assert!(
         missing.contains("no named data \"s7\" (the weights of c14)"),
