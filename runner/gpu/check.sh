@@ -30,6 +30,7 @@ MODELS=${MODELS:-/tmp/et_cuda_runner_check/models}
 SITE=${SITE:-/tmp/site}
 RUN=$BUNDLE/et_cuda_run
 FX=$BUNDLE/fixtures
+[ -d "$FX" ] || FX=$(cd "$HERE/../../tests/fixtures" && pwd) # the repository's own, where the bundle has none
 LOG=$OUT/runner_check.log
 TABLE=$OUT/runner_check.txt
 mkdir -p "$OUT" "$MODELS"
