@@ -140,6 +140,16 @@ has "${R4:-/dev/null}" "| Gemma-3-1B | companion | 1920.0, 1920.0 | 1728.0, 1728
 has "${R4:-/dev/null}" "--ab ET_CUDA_FUSED_ADD_NORM" "A/B in the command line"
 n=$(grep -c "^\[.*\] run hf_gemma1b_companion/graphs ET_CUDA_FUSED_ADD_NORM=[01] " "$T/w4/timeline.txt")
 [ "$n" = 4 ] && ok "4 A/B runs in the timeline" || bad "$n A/B runs in the timeline, not 4"
+# ab_results N HEADER ROW RUNS COUNT WHAT: out<N>'s results file has the A/B table's HEADER and
+# ROW (the fake is 10 % slower with the setting), and w<N>'s timeline COUNT lines matching RUNS
+ab_results() {
+  local r k
+  r=$(ls "$T/out$1"/*-hf-scale.md 2>/dev/null | head -1)
+  has "${r:-/dev/null}" "$2" "$6 header"
+  has "${r:-/dev/null}" "$3" "$6 row: the fake's 10 % with the setting"
+  k=$(grep -c -- "$4" "$T/w$1/timeline.txt")
+  [ "$k" = "$5" ] && ok "$6: $5 runs in the timeline" || bad "$6: $k runs in the timeline, not $5"
+}
 # --ab VAR=VALUE: the built-in setting against VAR=VALUE (a variant decode image, shown by its name)
 bash "$S" --dry-run --ab ET_CUDA_DECODE_KERNELS_PTX=/x/v.fatbin >"$T/plan5" 2>&1 &&
   has "$T/plan5" "plan: A/B of ET_CUDA_DECODE_KERNELS_PTX=/x/v.fatbin: per model and variant, graphs with the built-in setting and with ET_CUDA_DECODE_KERNELS_PTX=/x/v.fatbin in turn" "--ab VAR=VALUE in the plan"
@@ -147,11 +157,9 @@ bash "$S" --dry-run --ab "ET_CUDA_X=a b" >"$T/err" 2>&1
 [ $? = 2 ] && ok "usage error: --ab with a space in its value" || bad "no usage error for --ab 'ET_CUDA_X=a b'"
 run "$T/out5" "$T/w5" FAKE_AB_VAR=ET_CUDA_DECODE_KERNELS_PTX -- --models qwen06b --variants companion --ab ET_CUDA_DECODE_KERNELS_PTX=/x/v.fatbin ||
   bad "--ab VAR=VALUE run: exit status $?"
-R5=$(ls "$T"/out5/*-hf-scale.md 2>/dev/null | head -1)
-has "${R5:-/dev/null}" "| model | variant | built-in tok/s | ET_CUDA_DECODE_KERNELS_PTX=v.fatbin tok/s | change (means) | tokens vs eager |" "A/B VAR=VALUE header"
-has "${R5:-/dev/null}" "| Qwen3-0.6B | companion | 1920.0, 1920.0 | 1728.0, 1728.0 | -10.0 % | MATCH |" "A/B VAR=VALUE row: the fake's 10 % with the value set"
-n=$(grep -c "^\[.*\] run hf_qwen06b_companion/graphs ET_CUDA_DECODE_KERNELS_PTX=/x/v.fatbin " "$T/w5/timeline.txt")
-[ "$n" = 2 ] && ok "2 runs with the value in the timeline" || bad "$n runs with the value in the timeline, not 2"
+ab_results 5 "| model | variant | built-in tok/s | ET_CUDA_DECODE_KERNELS_PTX=v.fatbin tok/s | change (means) | tokens vs eager |" \
+  "| Qwen3-0.6B | companion | 1920.0, 1920.0 | 1728.0, 1728.0 | -10.0 % | MATCH |" \
+  "^\[.*\] run hf_qwen06b_companion/graphs ET_CUDA_DECODE_KERNELS_PTX=/x/v.fatbin " 2 "A/B VAR=VALUE"
 # --ab --FLAG: et_cuda_run without and with a flag of its own (the fake is 10 % slower with it)
 bash "$S" --dry-run --ab --overlap >"$T/plan6" 2>&1 &&
   has "$T/plan6" "plan: A/B of et_cuda_run --overlap: per model and variant, graphs without and with --overlap in turn, two runs each" "--ab --FLAG in the plan"
@@ -159,11 +167,9 @@ bash "$S" --dry-run --ab "--Overlap" >"$T/err" 2>&1
 [ $? = 2 ] && ok "usage error: --ab --Overlap (not a flag's spelling)" || bad "no usage error for --ab --Overlap"
 run "$T/out6" "$T/w6" FAKE_AB_FLAG=--overlap -- --models llama1b --variants companion --ab --overlap ||
   bad "--ab --FLAG run: exit status $?"
-R6=$(ls "$T"/out6/*-hf-scale.md 2>/dev/null | head -1)
-has "${R6:-/dev/null}" "| model | variant | without tok/s | --overlap tok/s | change (means) | tokens vs eager |" "A/B --FLAG header"
-has "${R6:-/dev/null}" "| Llama-1B | companion | 1920.0, 1920.0 | 1728.0, 1728.0 | -10.0 % | MATCH |" "A/B --FLAG row: the fake's 10 % with the flag"
-n=$(grep -c "^\[.*\] run hf_llama1b_companion/graphs --overlap " "$T/w6/timeline.txt")
-[ "$n" = 2 ] && ok "2 runs with the flag in the timeline" || bad "$n runs with the flag in the timeline, not 2"
+ab_results 6 "| model | variant | without tok/s | --overlap tok/s | change (means) | tokens vs eager |" \
+  "| Llama-1B | companion | 1920.0, 1920.0 | 1728.0, 1728.0 | -10.0 % | MATCH |" \
+  "^\[.*\] run hf_llama1b_companion/graphs --overlap " 2 "A/B --FLAG"
 # The reference not ready when the model is timed (FAKE_READY_S=4): stopped meanwhile, timed after.
 has "$T/w4/timeline.txt" "timing hf_gemma1b: its reference is not ready, stopped meanwhile" "a reference not ready is stopped while ours run"
 has "${R4:-/dev/null}" "| torch.compile(mode=\"reduce-overhead\") | 580.0 |" "its torch slot still runs, after ours"
