@@ -139,6 +139,10 @@ static void test_null_arguments(bool have_device) {
   CHECK_FAILS(et_cuda_sample_wait(-1, 0, &token), ET_CUDA_STATUS_INVALID_ARGUMENT, "negative");
   /* No asynchronous call has run in this process: no ticket to wait for. */
   CHECK_FAILS(et_cuda_sample_wait(0, 0, &token), ET_CUDA_STATUS_INVALID_ARGUMENT, "et_cuda_sample_async");
+  bool fed = true;
+  CHECK_FAILS(et_cuda_sample_fed(0, 0, NULL), ET_CUDA_STATUS_INVALID_ARGUMENT, "out_fed");
+  CHECK_FAILS(et_cuda_sample_fed(-1, 0, &fed), ET_CUDA_STATUS_INVALID_ARGUMENT, "negative");
+  CHECK_FAILS(et_cuda_sample_fed(0, 0, &fed), ET_CUDA_STATUS_INVALID_ARGUMENT, "et_cuda_sample_async");
   CHECK(ET_CUDA_SAMPLED_TOKEN == INT64_MIN);
 
   /* Success clears the message. */

@@ -486,6 +486,19 @@ EtCudaStatus et_cuda_sample_async(const void *logits,
 // `out_token` null or valid for a write of an `int64_t`.
 EtCudaStatus et_cuda_sample_wait(int32_t device, uint64_t ticket, int64_t *out_token);
 
+// Whether an input took the token of `ticket` (from `et_cuda_sample_async` on `device`) from
+// the device's feed, written to `*out_fed`: an execute's host input holding
+// `ET_CUDA_SAMPLED_TOKEN`, or ExecuTorch's host-to-device copy of one planned in device
+// memory, after that call and before the next. A token loop that queued a step fed with
+// `ET_CUDA_SAMPLED_TOKEN` can so check that the step's token ids reached the device through
+// this library: false means something else read them (and saw INT64_MIN). The last 8
+// tickets of a device can be asked about; an older one, one not issued, or a device where no
+// asynchronous call ran is `INVALID_ARGUMENT`.
+//
+// # Safety
+// `out_fed` null or valid for a write of a `bool`.
+EtCudaStatus et_cuda_sample_fed(int32_t device, uint64_t ticket, bool *out_fed);
+
 // The token `et_cuda_sample` would choose (the same rules, arguments and draws), from a row
 // of `vocab` logits of `dtype` (float32, bfloat16 or float16) in host memory, chosen on the
 // host: no device, no driver needed, any `vocab` >= 1. `*out_token` is -1 when sampling finds

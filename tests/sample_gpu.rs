@@ -429,5 +429,5 @@ fn draws_follow_the_distribution() {
 // Special rows, bad arguments, timing and memory (the tests keep their names: `include!`).
 include!("sample_gpu/edge_cases_timing_memory.rs");
 
-// et_cuda_sample_async and et_cuda_sample_wait against the waiting call, and the ticket ring.
+// et_cuda_sample_async, et_cuda_sample_wait and et_cuda_sample_fed against the waiting call, the ticket ring and the feed.
 include!("sample_gpu/asynchronous.rs");

@@ -107,6 +107,16 @@ pub fn wait(device: Device, ticket: u64) -> Result<Option<i64>> {
     sample::wait(device.ordinal(), ticket)
 }
 
+/// Whether an input took the token of `ticket` (from [`sample_async`] on `device`) from the
+/// device's feed: an execute's host input holding [`SAMPLED_TOKEN`], or the ordered
+/// host-to-device copy of one planned in device memory, after that call and before the next.
+/// A token loop that queued a step fed with [`SAMPLED_TOKEN`] can so check that the step's
+/// token ids reached the device through this library (false: something else read them, and
+/// saw `SAMPLED_TOKEN` itself). The last 8 tickets of a device can be asked about.
+pub fn fed(device: Device, ticket: u64) -> Result<bool> {
+    sample::fed(device.ordinal(), ticket)
+}
+
 /// The token [`sample`] would choose, from a row of `vocab` logits of `dtype` in host memory,
 /// on the host (`kernels::sample::host`): for rows on the host, of any length. `None` when
 /// sampling finds no weight (every logit NaN or -inf). A raw entry point (the C API's).

@@ -1,5 +1,5 @@
-//! The C API's token choice: `et_cuda_sample` (on the device), `et_cuda_sample_async` and
-//! `et_cuda_sample_wait` (on the device, without a wait), `et_cuda_sample_host`,
+//! The C API's token choice: `et_cuda_sample` (on the device), `et_cuda_sample_async`,
+//! `et_cuda_sample_wait` and `et_cuda_sample_fed` (on the device, without a wait), `et_cuda_sample_host`,
 //! `et_cuda_sample_release` and `et_cuda_sample_uniform`, over `crate::api::sample`.
 
 use super::types::*;
@@ -144,6 +144,33 @@ pub unsafe extern "C" fn et_cuda_sample_wait(
             sample::wait(Device::cuda(device)?, ticket)
         })
     }
+}
+
+/// Whether an input took the token of `ticket` (from `et_cuda_sample_async` on `device`) from
+/// the device's feed, written to `*out_fed`: an execute's host input holding
+/// `ET_CUDA_SAMPLED_TOKEN`, or ExecuTorch's host-to-device copy of one planned in device
+/// memory, after that call and before the next. A token loop that queued a step fed with
+/// `ET_CUDA_SAMPLED_TOKEN` can so check that the step's token ids reached the device through
+/// this library: false means something else read them (and saw INT64_MIN). The last 8
+/// tickets of a device can be asked about; an older one, one not issued, or a device where no
+/// asynchronous call ran is `INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `out_fed` null or valid for a write of a `bool`.
+#[no_mangle]
+pub unsafe extern "C" fn et_cuda_sample_fed(
+    device: i32,
+    ticket: u64,
+    out_fed: *mut bool,
+) -> EtCudaStatus {
+    guard::<EtCuda>("et_cuda_sample_fed", || {
+        if out_fed.is_null() {
+            return invalid("out_fed is null");
+        }
+        let fed = sample::fed(Device::cuda(device)?, ticket)?;
+        // SAFETY: checked non-null; valid per the contract.
+        unsafe { write_out(out_fed, fed, "out_fed") }
+    })
 }
 
 /// The token `et_cuda_sample` would choose (the same rules, arguments and draws), from a row

@@ -10,7 +10,7 @@ pub mod host;
 mod ring;
 
 pub(crate) use ring::{asks_for_feed, copy_armed_feed, copy_feed};
-pub use ring::{sample_async, wait, SAMPLED_TOKEN};
+pub use ring::{fed, sample_async, wait, SAMPLED_TOKEN};
 
 use super::{param, Module, Resident};
 use crate::cuda::memory::{self, DeviceAlloc, PinnedBuffer};

@@ -89,3 +89,52 @@ fn asynchronous_choices_equal_waiting_ones() {
     let (_, msg) = wait_token(tickets[11] + 1).expect_err("a ticket not issued");
     assert!(msg.contains("was not issued"), "{msg}");
 }
+
+type FedFn = unsafe extern "C" fn(i32, u64, *mut bool) -> i32;
+type CopyInFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize, i32) -> i32;
+
+/// `et_cuda_sample_fed` on cuda:0.
+fn fed(ticket: u64) -> Result<bool, (i32, String)> {
+    let f = sym::<FedFn>("et_cuda_sample_fed");
+    let mut out = false;
+    // SAFETY: out-pointer to a local.
+    match unsafe { f(0, ticket, &mut out) } {
+        ET_CUDA_STATUS_OK => Ok(out),
+        st => Err((st, last_error())),
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA device: run with --include-ignored on a GPU machine"]
+fn the_fed_token_is_reported_taken_once_a_copy_took_it() {
+    require_gpu("the_fed_token_is_reported_taken_once_a_copy_took_it");
+    let copy_in = sym::<CopyInFn>("et_cuda_copy_host_to_device");
+    let v = logits(4_096, 7, 3.0);
+    let (bytes, _) = encode(&v, BF16);
+    let buf = DevBuf::from_host(&bytes);
+    let dst = DevBuf::from_host(&[0u8; 8]);
+    let asks = i64::MIN.to_le_bytes();
+    // An ordered host-to-device copy of ET_CUDA_SAMPLED_TOKEN (ExecuTorch's `_h2d_copy` of an
+    // input planned in device memory) takes the token once: the ticket is fed from then on,
+    // the next such copy copies the bytes as they are, and a new call is not fed until a copy
+    // takes its token.
+    for step in 0..3 {
+        let ticket = queue(&buf, BF16, v.len(), 0.0, 1.0, 0, step);
+        assert_eq!(fed(ticket), Ok(false), "step {step}: fed before any copy");
+        for (n, want_taken) in [(0, true), (1, false)] {
+            // SAFETY: dst has 8 device bytes of cuda:0, `asks` 8 host bytes.
+            let st = unsafe { copy_in(dst.ptr(), asks.as_ptr().cast(), 8, 0) };
+            assert_eq!(st, ET_CUDA_STATUS_OK, "{}", last_error());
+            let got = i64::from_le_bytes(to_host(dst.ptr(), 8).try_into().expect("8 bytes"));
+            let want = if want_taken {
+                wait_token(ticket).expect("token")
+            } else {
+                i64::MIN
+            };
+            assert_eq!(got, want, "step {step}, copy {n}");
+            assert_eq!(fed(ticket), Ok(true), "step {step}, copy {n}: fed");
+        }
+    }
+    let (_, msg) = fed(u64::MAX - 1).expect_err("a ticket not issued");
+    assert!(msg.contains("was not issued"), "{msg}");
+}

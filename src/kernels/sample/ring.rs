@@ -32,9 +32,19 @@ pub(crate) struct Ring {
     host: PinnedBuffer,
     /// Marks the end of each slot's copy.
     done: Vec<Event>,
+    /// Which ticket each slot holds, and whether the feed was taken.
+    book: Book,
+}
+
+/// A ring's tickets, without the device: what each slot holds and checks, the next ticket,
+/// whether the last call's token may still be taken by a host-to-device copy (`armed`), and
+/// whether an input took each ticket's token from the feed (`fed`).
+pub(crate) struct Book {
     /// Per slot: the ticket it holds and what its token is checked against (the row's
     /// length, and whether -1, "no weight", is a possible answer).
     held: [(u64, i64, bool); RING],
+    /// Per slot: whether an input took that ticket's token from the feed.
+    fed: [bool; RING],
     /// The next ticket.
     next: u64,
     /// Set by each call, cleared by the first ordered host-to-device copy that takes the feed
@@ -43,39 +53,32 @@ pub(crate) struct Ring {
     armed: bool,
 }
 
-impl Ring {
-    pub(crate) fn new(device: &Arc<DeviceState>) -> Result<Ring> {
-        let host = PinnedBuffer::new(device.clone(), RING * 8)?;
-        let done = (0..RING)
-            .map(|_| Event::new(device.clone()))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Ring {
-            host,
-            done,
+impl Book {
+    pub(crate) fn new() -> Book {
+        Book {
             held: [(u64::MAX, 0, false); RING],
+            fed: [false; RING],
             next: 0,
             armed: false,
-        })
+        }
     }
 
-    /// After the kernel that writes the token to `feed` was queued on the legacy default
-    /// stream: queue its copy to the next host slot, mark it; the ticket.
-    ///
-    /// # Safety
-    /// `feed` is 8 bytes of device memory of the ring's device, written by the queued kernel.
-    pub(crate) unsafe fn issue(&mut self, feed: u64, vocab: i64, sampled: bool) -> Result<u64> {
+    /// A new ticket for a token checked against `vocab` (and -1 when `sampled`), and its slot.
+    fn issue(&mut self, vocab: i64, sampled: bool) -> (u64, usize) {
         let ticket = self.next;
         let k = (ticket % RING as u64) as usize;
-        // SAFETY: slot k is within the buffer (RING i64s); its previous copy was waited for
-        // by whoever read it, or is older than the copy queued now in the same stream order.
-        let dst = unsafe { self.host.ptr().add(8 * k) };
-        // SAFETY: `feed` has 8 device bytes (caller's contract), `dst` 8 pinned bytes.
-        unsafe { copy::copy_dtoh_async(dst.cast(), feed, 8, std::ptr::null_mut())? };
-        self.done[k].record(std::ptr::null_mut())?;
         self.held[k] = (ticket, vocab, sampled);
+        self.fed[k] = false;
         self.next += 1;
         self.armed = true;
-        Ok(ticket)
+        (ticket, k)
+    }
+
+    /// An input took the feed: the token of the last ticket.
+    fn mark_fed(&mut self) {
+        if let Some(last) = self.next.checked_sub(1) {
+            self.fed[(last % RING as u64) as usize] = true;
+        }
     }
 
     /// The slot of `ticket`, or why it cannot be read.
@@ -96,14 +99,49 @@ impl Ring {
         Ok(k)
     }
 
+    /// Whether an input took `ticket`'s token from the feed.
+    fn fed(&self, ticket: u64) -> Result<bool> {
+        Ok(self.fed[self.slot(ticket)?])
+    }
+}
+
+impl Ring {
+    pub(crate) fn new(device: &Arc<DeviceState>) -> Result<Ring> {
+        let host = PinnedBuffer::new(device.clone(), RING * 8)?;
+        let done = (0..RING)
+            .map(|_| Event::new(device.clone()))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Ring {
+            host,
+            done,
+            book: Book::new(),
+        })
+    }
+
+    /// After the kernel that writes the token to `feed` was queued on the legacy default
+    /// stream: queue its copy to the next host slot, mark it; the ticket.
+    ///
+    /// # Safety
+    /// `feed` is 8 bytes of device memory of the ring's device, written by the queued kernel.
+    pub(crate) unsafe fn issue(&mut self, feed: u64, vocab: i64, sampled: bool) -> Result<u64> {
+        let k = (self.book.next % RING as u64) as usize;
+        // SAFETY: slot k is within the buffer (RING i64s); its previous copy was waited for
+        // by whoever read it, or is older than the copy queued now in the same stream order.
+        let dst = unsafe { self.host.ptr().add(8 * k) };
+        // SAFETY: `feed` has 8 device bytes (caller's contract), `dst` 8 pinned bytes.
+        unsafe { copy::copy_dtoh_async(dst.cast(), feed, 8, std::ptr::null_mut())? };
+        self.done[k].record(std::ptr::null_mut())?;
+        Ok(self.book.issue(vocab, sampled).0)
+    }
+
     /// Wait for `ticket`'s token (a host wait, unless it already arrived): `None` when
     /// sampling found no weight.
     pub(crate) fn wait(&self, ticket: u64) -> Result<Option<i64>> {
-        let k = self.slot(ticket)?;
+        let k = self.book.slot(ticket)?;
         self.done[k].synchronize()?;
         // SAFETY: slot k is within the buffer; its copy finished (the event passed).
         let token = unsafe { self.host.ptr().add(8 * k).cast::<i64>().read() };
-        let (_, vocab, sampled) = self.held[k];
+        let (_, vocab, sampled) = self.book.held[k];
         token_of(token, vocab, sampled)
     }
 }
@@ -158,6 +196,24 @@ pub fn wait(ordinal: i32, ticket: u64) -> Result<Option<i64>> {
     }
 }
 
+/// Whether an input took the token of `ticket` (from [`sample_async`] on device `ordinal`)
+/// from the feed: an execute's host input holding [`SAMPLED_TOKEN`] ([`copy_feed`]) or an
+/// ordered host-to-device copy ([`copy_armed_feed`]) since that call and before the next. A
+/// token loop that queued a step fed with it can tell that the step's token ids reached the
+/// device through the library. Only the last `RING` tickets of a device can be asked about.
+pub fn fed(ordinal: i32, ticket: u64) -> Result<bool> {
+    if ordinal < 0 {
+        return invalid(format!("device index {ordinal} is negative"));
+    }
+    let mut slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
+    match ring_slot(&mut slots, ordinal).and_then(|s| s.ring.as_ref()) {
+        Some(ring) => ring.book.fed(ticket),
+        None => invalid(format!(
+            "sample_fed: no token was chosen on cuda:{ordinal} by et_cuda_sample_async (or the sampler was released since)"
+        )),
+    }
+}
+
 /// Queue the copy of device `ordinal`'s fed token (the last [`sample_async`]'s) to `dst` on
 /// `stream` (a blocking stream of the device: ordered after the sampler's kernel); an
 /// error naming the input when no asynchronous call has chosen one there.
@@ -170,7 +226,11 @@ pub(crate) unsafe fn copy_feed(ordinal: i32, dst: u64, stream: sys::CUstream) ->
     // The lock is held while queueing: a release cannot free the scratch before this copy
     // is ordered before its free.
     // SAFETY: the feed is 8 bytes of the device's live scratch; `dst` per the contract.
-    unsafe { copy::copy_dtod_async(dst, slot.scratch.ptr() + FEED_AT, 8, stream) }
+    unsafe { copy::copy_dtod_async(dst, slot.scratch.ptr() + FEED_AT, 8, stream)? };
+    if let Some(ring) = slot.ring.as_mut() {
+        ring.book.mark_fed();
+    }
+    Ok(())
 }
 
 /// An ordered host-to-device copy of `n` bytes from `src` to `dst` on device `ordinal` (what
@@ -196,10 +256,10 @@ pub(crate) unsafe fn copy_armed_feed(
     let Some(slot) = ring_slot(&mut slots, ordinal) else {
         return Ok(false);
     };
-    let Some(ring) = slot.ring.as_mut().filter(|r| r.armed) else {
+    let Some(ring) = slot.ring.as_mut().filter(|r| r.book.armed) else {
         return Ok(false);
     };
-    ring.armed = false;
+    ring.book.armed = false;
     // The check the plain copy makes of its destination.
     copy::check_device_pointer(dst as *const c_void, ordinal, "dst")?;
     let _legacy = slot.device.legacy_use();
@@ -207,6 +267,7 @@ pub(crate) unsafe fn copy_armed_feed(
     // SAFETY: the feed is 8 bytes of the device's live scratch (the lock is held); `dst` has
     // n = 8 bytes of the device (the contract).
     unsafe { copy::copy_dtod_async(dst, slot.scratch.ptr() + FEED_AT, 8, std::ptr::null_mut())? };
+    ring.book.mark_fed();
     Ok(true)
 }
 
@@ -260,5 +321,38 @@ mod tests {
         assert!(!asks(codes::INT64, &7i64.to_le_bytes()));
         // SAFETY: a null pointer is refused before any read.
         assert!(!unsafe { asks_for_feed(codes::INT64, 8, std::ptr::null()) });
+    }
+
+    #[test]
+    fn a_ticket_is_fed_only_when_an_input_took_its_token() {
+        let mut book = Book::new();
+        // Nothing issued: nothing to mark, nothing to ask about.
+        book.mark_fed();
+        assert!(book.fed(0).is_err());
+        let (t0, _) = book.issue(10, false);
+        assert!(book.armed);
+        assert_eq!(book.fed(t0).ok(), Some(false));
+        book.mark_fed();
+        assert_eq!(book.fed(t0).ok(), Some(true));
+        // The next call's token is not fed until an input takes it; the earlier one stays fed.
+        let (t1, _) = book.issue(10, false);
+        assert_eq!(book.fed(t1).ok(), Some(false));
+        assert_eq!(book.fed(t0).ok(), Some(true));
+        book.mark_fed();
+        assert_eq!(book.fed(t1).ok(), Some(true));
+        // A slot reused by a later ticket starts unfed; the ticket it replaced is gone.
+        for _ in 0..RING {
+            book.issue(10, false);
+        }
+        let reused = book.next - 1;
+        assert_eq!(reused % RING as u64, t1 % RING as u64);
+        assert_eq!(book.fed(reused).ok(), Some(false));
+        let gone = book.fed(t1).expect_err("an overwritten ticket");
+        assert!(gone.to_string().contains("is gone"), "{gone}");
+        let unissued = book.fed(book.next).expect_err("a ticket not issued");
+        assert!(
+            unissued.to_string().contains("was not issued"),
+            "{unissued}"
+        );
     }
 }
