@@ -34,7 +34,7 @@
 #          one of the library's environment switches on the same programs; its table in the results file);
 #          --ab VAR=VALUE: the built-in setting (VAR unset) against VAR=VALUE, e.g. a variant decode image,
 #          --ab ET_CUDA_DECODE_KERNELS_PTX=.dev/variant.fatbin (carried beside the bundle); --ab --FLAG:
-#          et_cuda_run without and with that flag of its own, e.g. --ab --overlap
+#          et_cuda_run without and with that flag of its own, e.g. --ab --no-overlap
 #   --export-deadline (430 s): exports still running are ended ("not exported"); the rest is timed
 #   then   ncu census of one decode step (plain, --generate 4) per program of the --ncu variants, while
 #          more than 60 s are left
@@ -96,7 +96,7 @@ for v in ${VARIANTS//,/ }; do
   case "$v" in base | companion | companion_norope) VS="$VS $v" ;; *) die "--variants takes base,companion,companion_norope, not '$v'" ;; esac
 done
 [ -z "$AB" ] || [[ $AB =~ ^ET_CUDA_[A-Z0-9_]+(=[^[:space:]]+)?$ || $AB =~ ^--[a-z][a-z0-9-]*$ ]] ||
-  die "--ab takes a switch of the library (ET_CUDA_..., or ET_CUDA_...=VALUE) or a flag of et_cuda_run (--overlap), not '$AB'"
+  die "--ab takes a switch of the library (ET_CUDA_..., or ET_CUDA_...=VALUE) or a flag of et_cuda_run (--no-overlap), not '$AB'"
 # The two sides of the A/B: VAR=0 and VAR=1, the built-in setting and VAR=VALUE, or et_cuda_run
 # without and with a flag.
 if [[ $AB == *=* || $AB == --* ]]; then AB_SIDES=("" "$AB"); else AB_SIDES=("$AB=0" "$AB=1"); fi

@@ -198,11 +198,11 @@ Text generation (the token loop with a tokenizer.json: text on stdout, figures o
   --sample-on-host       copy each row of logits to the host and choose there (same algorithm and
                          draws as on the device; the default with another backend, and for a
                          row longer than the device sampler takes: 2^22 logits)
-  --overlap              where the token is chosen on the device, queue step i + 1 with its id read
-                         on the device from step i's choice before that token reaches the host
-                         (et_cuda_sample_async), instead of waiting for each token first; the
-                         "generate" line says overlap=yes|no. Opt-in: not yet confirmed on a GPU for
-                         programs that plan their inputs in device memory (runner/README.md)
+  --no-overlap           wait for each token on the host before queueing the next step (by default,
+                         where the token is chosen on the device, step i + 1 is queued with its id
+                         read on the device from step i's choice before that token reaches the host:
+                         et_cuda_sample_async; the "generate" line says overlap=yes|no)
+  --overlap              the default, said explicitly (not with --no-overlap)
   --stop STRING          stop when the text contains STRING (not printed); repeatable
                            --stop "User:" --stop $'\n\n'   (bash: $'..' for a newline)
   --model_path FILE      the same as MODEL.pte (the spellings of ExecuTorch's LLM runner)
@@ -288,6 +288,7 @@ void declare(CLI::App& app, Args& a, Raw& r, bool& have_prefill, bool& have_deco
   each("--stop", a.stop);
   app.add_flag("--sample-on-host", a.sample_on_host);
   app.add_flag("--overlap", a.overlap);
+  app.add_flag("--no-overlap", a.no_overlap);
   app.add_option("--generate-rounds", r.generate_rounds);
   app.add_option("--prompt-ids", r.prompt_ids);
   app.add_option("--expect-tokens", r.expect_tokens);
@@ -341,7 +342,9 @@ void check_rules(Args& a, bool have_prefill, bool have_decode) {
                           !a.stop.empty() || !a.tokenizer.empty();
   a.generating = a.generate > 0 || a.have_prompt;
   const bool generating = a.generating;
+  if (a.overlap && a.no_overlap) usage_error("--overlap/--no-overlap", "give one of them");
   if (a.overlap && !generating) usage_error("--overlap", "only with a token loop: --generate N or --prompt TEXT");
+  if (a.no_overlap && !generating) usage_error("--no-overlap", "only with a token loop: --generate N or --prompt TEXT");
   if (text_flags && !generating) {
     usage_error("--tokenizer/--seq_len/--temperature/--top-p/--seed/--stop",
                 "only with a token loop: --prompt TEXT, --generate N or --max-new-tokens N");

@@ -46,7 +46,8 @@ struct Args {
   bool have_seed = false;
   std::vector<std::string> stop;
   bool sample_on_host = false;  // --sample-on-host: logits copied back, token chosen on the host
-  bool overlap = false;  // --overlap: queue each step before the previous token reaches the host
+  bool overlap = false;     // --overlap: the default (queue each step before the previous token reaches the host)
+  bool no_overlap = false;  // --no-overlap: each step waits for the previous token on the host
 };
 
 // Parses argv; a wrong command line is a usage error (exit status 2).

@@ -40,6 +40,7 @@ struct Extras {
   decltype(&::et_cuda_sample) sample = nullptr;
   decltype(&::et_cuda_sample_async) sample_async = nullptr;
   decltype(&::et_cuda_sample_wait) sample_wait = nullptr;
+  decltype(&::et_cuda_sample_fed) sample_fed = nullptr;
 
   bool has_memory() const {
     return alloc_device && free_device && memcpy && is_device_pointer && last_error;
@@ -152,7 +153,7 @@ void load_backend(const std::string& path) {
   g_extras = Extras{&::et_cuda_version, &::et_cuda_last_error,  &::et_cuda_stats,
                     &::et_cuda_alloc_device, &::et_cuda_free_device, &::et_cuda_memcpy,
                     &::et_cuda_is_device_pointer, &::et_cuda_sample,  &::et_cuda_sample_async,
-                    &::et_cuda_sample_wait};
+                    &::et_cuda_sample_wait,       &::et_cuda_sample_fed};
 }
 #else
 void load_backend(const std::string& path) {
@@ -196,6 +197,7 @@ void load_backend(const std::string& path) {
   resolve(lib, "et_cuda_sample", g_extras.sample);
   resolve(lib, "et_cuda_sample_async", g_extras.sample_async);
   resolve(lib, "et_cuda_sample_wait", g_extras.sample_wait);
+  resolve(lib, "et_cuda_sample_fed", g_extras.sample_fed);
 }
 #endif
 
@@ -320,7 +322,8 @@ int64_t sample_on_device(const void* logits, int32_t dtype, int64_t vocab, int32
 }
 
 bool can_sample_async() {
-  return can_sample_on_device() && g_extras.sample_async != nullptr && g_extras.sample_wait != nullptr;
+  return can_sample_on_device() && g_extras.sample_async != nullptr && g_extras.sample_wait != nullptr &&
+         g_extras.sample_fed != nullptr;
 }
 
 uint64_t sample_async_on_device(const void* logits, int32_t dtype, int64_t vocab, int32_t device, double temperature,
@@ -339,6 +342,14 @@ int64_t sample_wait(int32_t device, uint64_t ticket) {
     fail("--generate", "waiting for a token chosen on the device failed: " + last_error());
   }
   return token;
+}
+
+bool sample_fed(int32_t device, uint64_t ticket) {
+  bool fed = false;
+  if (g_extras.sample_fed(device, ticket, &fed) != ET_CUDA_STATUS_OK) {
+    fail("--generate", "asking whether a step took the token chosen on the device failed: " + last_error());
+  }
+  return fed;
 }
 
 bool is_device_pointer(const void* p) {

@@ -66,7 +66,7 @@ bool can_sample_on_device();
 // -1: nothing to sample.
 int64_t sample_on_device(const void* logits, int32_t dtype, int64_t vocab, int32_t device, double temperature,
                          double top_p, uint64_t seed, uint64_t step);
-// Whether the backend library also has et_cuda_sample_async and et_cuda_sample_wait.
+// Whether the backend library also has et_cuda_sample_async, et_cuda_sample_wait and et_cuda_sample_fed.
 bool can_sample_async();
 // The same choice queued without a host wait (et_cuda_sample_async): its ticket. The token also
 // becomes the device's feed: the next execute given ET_CUDA_SAMPLED_TOKEN as its token id reads it.
@@ -74,6 +74,8 @@ uint64_t sample_async_on_device(const void* logits, int32_t dtype, int64_t vocab
                                 double temperature, double top_p, uint64_t seed, uint64_t step);
 // The token of a ticket once it reached the host (et_cuda_sample_wait); -1: nothing to sample.
 int64_t sample_wait(int32_t device, uint64_t ticket);
+// Whether an execute's input took the ticket's token from the device's feed (et_cuda_sample_fed).
+bool sample_fed(int32_t device, uint64_t ticket);
 
 // ---------------------------------------------------------------- options
 

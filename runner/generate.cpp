@@ -128,7 +128,7 @@ GeneratePlan plan_generate(Module& module, const Args& a, const Manifest* manife
   p.sampling.top_p = a.top_p;
   p.sampling.seed = a.seed;
   p.sample_on_host = a.sample_on_host;
-  p.overlap = a.overlap;
+  p.overlap = !a.no_overlap;
   const std::string bad_sampling = check_sampling(p.sampling);
   if (!bad_sampling.empty()) usage_error("--temperature/--top-p", bad_sampling);
   p.steps = a.generate;
@@ -228,16 +228,26 @@ struct DecodeSteps {
 // header says where: the delegate's host inputs, ExecuTorch's host-to-device input copy); an
 // operator outside the delegate reading the ids would see INT64_MIN (--no-overlap). A step whose
 // logits the device sampler cannot take ends the overlap: its token is chosen on the host and
-// the caller's loop goes on waiting. Leaves `i` at the index of the next token to produce and
-// `done` when the loop ended.
-void overlapped_steps(DecodeSteps& d, long& i, bool& done) {
+// the caller's loop goes on waiting. `feeding`: the ticket of token i - 1 (it is in the device's
+// feed). After each fed step the library is asked whether an input took that token
+// (et_cuda_sample_fed): if not, the step's token ids reached an operator outside the delegate,
+// which saw ET_CUDA_SAMPLED_TOKEN, and the loop stops with an error naming --no-overlap.
+// Leaves `i` at the index of the next token to produce and `done` when the loop ended.
+void overlapped_steps(DecodeSteps& d, uint64_t feeding, long& i, bool& done) {
   GenerateRound& r = d.r;
   bool have_pending = false;
   uint64_t pending = 0;
   for (;; ++i) {
     const bool fed = i < d.p.steps;
     LogitsRow row;
-    if (fed) row = d.run(ET_CUDA_SAMPLED_TOKEN);
+    if (fed) {
+      row = d.run(ET_CUDA_SAMPLED_TOKEN);
+      if (!sample_fed(d.p.device, feeding)) {
+        fail(d.model, "--generate: decode step " + std::to_string(i) + " of '" + d.p.decode_method +
+                          "' did not take its token id from the device (an operator outside the CUDA delegate read "
+                          "the ids and saw ET_CUDA_SAMPLED_TOKEN): run with --no-overlap");
+      }
+    }
     const bool queued = fed && row.at == SampleAt::Device;
     const uint64_t next = queued ? queue_token(row, d.p.device, d.sampler, r.sampling_ms) : 0;
     if (have_pending) {
@@ -253,7 +263,7 @@ void overlapped_steps(DecodeSteps& d, long& i, bool& done) {
       ++i;
       return;
     }
-    pending = next;
+    pending = feeding = next;
     have_pending = true;
   }
 }
@@ -292,9 +302,10 @@ GenerateRound generate_round(Module& module, const std::string& model, const Gen
   // Overlapped where the token is chosen on the device and the library can queue the choice:
   // token 0 through et_cuda_sample_async too, so the device's feed holds it for step 1.
   r.overlapped = p.overlap && first.at == SampleAt::Device && can_sample_async();
+  uint64_t ticket = 0;  // token 0's, in the device's feed for step 1 when overlapped
   if (r.overlapped) {
     r.on_device = true;
-    const uint64_t ticket = queue_token(first, p.device, sampler, r.sampling_ms);
+    ticket = queue_token(first, p.device, sampler, r.sampling_ms);
     tokens.push_back(wait_token(ticket, p.device, model, p.prefill_method, r.sampling_ms));
   } else {
     tokens.push_back(next_token(first, model, p.prefill_method, p.device, sampler, r.sampling_ms, r.on_device));
@@ -304,7 +315,7 @@ GenerateRound generate_round(Module& module, const std::string& model, const Gen
   r.have_stats = stats_snapshot(r.s0);
   DecodeSteps d{module, model, p, decode_pos, sampler, r, finished, static_cast<int64_t>(p.prompt.size())};
   long i = 1;  // the index of the next token
-  if (r.overlapped && !done) overlapped_steps(d, i, done);
+  if (r.overlapped && !done) overlapped_steps(d, ticket, i, done);
   for (; i < p.steps && !done; ++i) {
     const LogitsRow row = d.run(tokens.back());
     tokens.push_back(next_token(row, model, p.decode_method, p.device, sampler, r.sampling_ms, r.on_device));

@@ -30,8 +30,8 @@ struct GeneratePlan {
   int32_t device = 0;       // the methods' CUDA device (--option device_index), where the logits are
   bool sample_on_host = false;  // --sample-on-host: logits on the device are copied and sampled on the host
   // Where the token is chosen on the device: queue step i + 1, fed on the device with step i's
-  // token, before step i's token reaches the host (et_cuda_sample_async): --overlap.
-  bool overlap = false;
+  // token, before step i's token reaches the host (et_cuda_sample_async); --no-overlap: off.
+  bool overlap = true;
   // Text mode (--tokenizer): the new tokens are printed as text on stdout,
   // the figures go to stderr, and the loop stops at an end-of-sequence id or
   // a stop string.

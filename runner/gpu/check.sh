@@ -162,13 +162,13 @@ EOF
   check "tiny_decoder: cases out of order (FAIL, no crash)" 1 'case0: max_abs_err=.* FAIL' -- \
     "$RUN" --manifest "$tmp/dec_reversed.json"
   check "tiny_decoder: --generate 8" 0 'generate: .*host_waits_per_token=1\.00 .*MATCH$' -- "$RUN" --manifest "$DEC" --generate 8
-  # The overlapped loop (--overlap, et_cuda_sample_async) runs exactly where the token is chosen on the device.
-  check "tiny_decoder: --overlap iff on the device" 0 '(sampler=device overlap=yes|sampler=host overlap=no) .*MATCH$' -- \
-    "$RUN" --manifest "$DEC" --generate 8 --overlap
-  check "tiny_decoder: --generate 8, no overlap by default" 0 'overlap=no .*MATCH$' -- "$RUN" --manifest "$DEC" --generate 8
+  # The overlapped loop (the default, et_cuda_sample_async) runs exactly where the token is chosen on the device.
+  check "tiny_decoder: overlap iff on the device" 0 '(sampler=device overlap=yes|sampler=host overlap=no) .*MATCH$' -- \
+    "$RUN" --manifest "$DEC" --generate 8
+  check "tiny_decoder: --generate 8 --no-overlap" 0 'overlap=no .*MATCH$' -- "$RUN" --manifest "$DEC" --generate 8 --no-overlap
   sampled() { "$RUN" --manifest "$DEC" --generate 8 --temperature 0.8 --seed 3 "$@" 2>&1 | grep -oE ' tokens=[0-9,]+'; }
-  s_on=$(sampled --overlap) s_off=$(sampled)
-  echo "sampled tokens: --overlap '$s_on', without '$s_off'" >>"$LOG"
+  s_on=$(sampled) s_off=$(sampled --no-overlap)
+  echo "sampled tokens: overlapped '$s_on', --no-overlap '$s_off'" >>"$LOG"
   check "tiny_decoder: sampled, overlap or not alike" 0 '' -- test -n "$s_on" -a "$s_on" = "$s_off"
   check "tiny_decoder: --generate 8, PyTorchObserver" 0 '^PyTorchObserver \{"prompt_tokens":5,"generated_tokens":8,' -- \
     "$RUN" --manifest "$DEC" --generate 8
@@ -188,18 +188,19 @@ else
 fi
 
 # The decoder planned in device memory (ExecuTorch >= 1.4): token ids through _h2d_copy, logits on the
-# device, so --overlap queues step n+1 (its input the fed token) before it waits for token n.
+# device, so the overlapped loop (the default) queues step n+1 (its input the fed token) before it waits for token n.
 if [ -f "$DEV" ]; then
   G=(--option enable_cuda_graph_for_method=forward)
-  check "tiny_decoder_dev: --generate 8" 0 'sampler=device overlap=no .*MATCH$' -- "$RUN" --manifest "$DEV" --generate 8
-  check "tiny_decoder_dev: --overlap" 0 'sampler=device overlap=yes .*MATCH$' -- "$RUN" --manifest "$DEV" --generate 8 --overlap
-  check "tiny_decoder_dev: --overlap, graphs" 0 'overlap=yes .*MATCH$' -- \
-    "$RUN" --manifest "$DEV" --generate 8 --overlap "${G[@]}"
-  check "tiny_decoder_dev: --overlap, graphs, shared" 0 'overlap=yes .*MATCH$' -- \
-    "$RUN" --manifest "$DEV" --generate 8 --overlap "${G[@]}" --option use_shared_cuda_stream=true
+  check "tiny_decoder_dev: --generate 8 --no-overlap" 0 'sampler=device overlap=no .*MATCH$' -- \
+    "$RUN" --manifest "$DEV" --generate 8 --no-overlap
+  check "tiny_decoder_dev: overlap (default)" 0 'sampler=device overlap=yes .*MATCH$' -- "$RUN" --manifest "$DEV" --generate 8
+  check "tiny_decoder_dev: overlap, graphs" 0 'overlap=yes .*MATCH$' -- \
+    "$RUN" --manifest "$DEV" --generate 8 "${G[@]}"
+  check "tiny_decoder_dev: overlap, graphs, shared" 0 'overlap=yes .*MATCH$' -- \
+    "$RUN" --manifest "$DEV" --generate 8 "${G[@]}" --option use_shared_cuda_stream=true
   sampled_dev() { "$RUN" --manifest "$DEV" --generate 8 --temperature 0.8 --seed 3 "${G[@]}" "$@" 2>&1 | grep -oE ' tokens=[0-9,]+'; }
-  d_on=$(sampled_dev --overlap) d_off=$(sampled_dev)
-  echo "tiny_decoder_dev sampled tokens: --overlap '$d_on', without '$d_off'" >>"$LOG"
+  d_on=$(sampled_dev) d_off=$(sampled_dev --no-overlap)
+  echo "tiny_decoder_dev sampled tokens: overlapped '$d_on', --no-overlap '$d_off'" >>"$LOG"
   check "tiny_decoder_dev: sampled, overlap or not" 0 '' -- test -n "$d_on" -a "$d_on" = "$d_off"
 elif [ -n "${SITE15:-}" ]; then
   rows+=("tiny_decoder_dev                             MISSING (export failed, see the log)")

@@ -161,15 +161,15 @@ ab_results 5 "| model | variant | built-in tok/s | ET_CUDA_DECODE_KERNELS_PTX=v.
   "| Qwen3-0.6B | companion | 1920.0, 1920.0 | 1728.0, 1728.0 | -10.0 % | MATCH |" \
   "^\[.*\] run hf_qwen06b_companion/graphs ET_CUDA_DECODE_KERNELS_PTX=/x/v.fatbin " 2 "A/B VAR=VALUE"
 # --ab --FLAG: et_cuda_run without and with a flag of its own (the fake is 10 % slower with it)
-bash "$S" --dry-run --ab --overlap >"$T/plan6" 2>&1 &&
-  has "$T/plan6" "plan: A/B of et_cuda_run --overlap: per model and variant, graphs without and with --overlap in turn, two runs each" "--ab --FLAG in the plan"
+bash "$S" --dry-run --ab --no-overlap >"$T/plan6" 2>&1 &&
+  has "$T/plan6" "plan: A/B of et_cuda_run --no-overlap: per model and variant, graphs without and with --no-overlap in turn, two runs each" "--ab --FLAG in the plan"
 bash "$S" --dry-run --ab "--Overlap" >"$T/err" 2>&1
 [ $? = 2 ] && ok "usage error: --ab --Overlap (not a flag's spelling)" || bad "no usage error for --ab --Overlap"
-run "$T/out6" "$T/w6" FAKE_AB_FLAG=--overlap -- --models llama1b --variants companion --ab --overlap ||
+run "$T/out6" "$T/w6" FAKE_AB_FLAG=--no-overlap -- --models llama1b --variants companion --ab --no-overlap ||
   bad "--ab --FLAG run: exit status $?"
-ab_results 6 "| model | variant | without tok/s | --overlap tok/s | change (means) | tokens vs eager |" \
+ab_results 6 "| model | variant | without tok/s | --no-overlap tok/s | change (means) | tokens vs eager |" \
   "| Llama-1B | companion | 1920.0, 1920.0 | 1728.0, 1728.0 | -10.0 % | MATCH |" \
-  "^\[.*\] run hf_llama1b_companion/graphs --overlap " 2 "A/B --FLAG"
+  "^\[.*\] run hf_llama1b_companion/graphs --no-overlap " 2 "A/B --FLAG"
 # The reference not ready when the model is timed (FAKE_READY_S=4): stopped meanwhile, timed after.
 has "$T/w4/timeline.txt" "timing hf_gemma1b: its reference is not ready, stopped meanwhile" "a reference not ready is stopped while ours run"
 has "${R4:-/dev/null}" "| torch.compile(mode=\"reduce-overhead\") | 580.0 |" "its torch slot still runs, after ours"
