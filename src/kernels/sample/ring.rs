@@ -81,18 +81,18 @@ impl Book {
         }
     }
 
-    /// The slot of `ticket`, or why it cannot be read.
-    fn slot(&self, ticket: u64) -> Result<usize> {
+    /// The slot of `ticket`, or why `who` cannot read it.
+    fn slot(&self, who: &str, ticket: u64) -> Result<usize> {
         if ticket >= self.next {
             return invalid(format!(
-                "sample_wait: ticket {ticket} was not issued (the next is {})",
+                "{who}: ticket {ticket} was not issued (the next is {})",
                 self.next
             ));
         }
         let k = (ticket % RING as u64) as usize;
         if self.held[k].0 != ticket {
             return invalid(format!(
-                "sample_wait: ticket {ticket} is gone: only the last {RING} tokens are kept (the next ticket is {})",
+                "{who}: ticket {ticket} is gone: only the last {RING} tokens are kept (the next ticket is {})",
                 self.next
             ));
         }
@@ -100,8 +100,8 @@ impl Book {
     }
 
     /// Whether an input took `ticket`'s token from the feed.
-    fn fed(&self, ticket: u64) -> Result<bool> {
-        Ok(self.fed[self.slot(ticket)?])
+    fn fed(&self, who: &str, ticket: u64) -> Result<bool> {
+        Ok(self.fed[self.slot(who, ticket)?])
     }
 }
 
@@ -137,7 +137,7 @@ impl Ring {
     /// Wait for `ticket`'s token (a host wait, unless it already arrived): `None` when
     /// sampling found no weight.
     pub(crate) fn wait(&self, ticket: u64) -> Result<Option<i64>> {
-        let k = self.book.slot(ticket)?;
+        let k = self.book.slot("sample_wait", ticket)?;
         self.done[k].synchronize()?;
         // SAFETY: slot k is within the buffer; its copy finished (the event passed).
         let token = unsafe { self.host.ptr().add(8 * k).cast::<i64>().read() };
@@ -184,16 +184,7 @@ pub unsafe fn sample_async(
 /// the host: a host wait unless it already has. `None` when sampling found no weight. Only
 /// the last `RING` tickets of a device can be waited for.
 pub fn wait(ordinal: i32, ticket: u64) -> Result<Option<i64>> {
-    if ordinal < 0 {
-        return invalid(format!("device index {ordinal} is negative"));
-    }
-    let mut slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
-    match ring_slot(&mut slots, ordinal).and_then(|s| s.ring.as_ref()) {
-        Some(ring) => ring.wait(ticket),
-        None => invalid(format!(
-            "sample_wait: no token was chosen on cuda:{ordinal} by et_cuda_sample_async (or the sampler was released since)"
-        )),
-    }
+    on_ring(ordinal, "sample_wait", |ring| ring.wait(ticket))
 }
 
 /// Whether an input took the token of `ticket` (from [`sample_async`] on device `ordinal`)
@@ -202,14 +193,21 @@ pub fn wait(ordinal: i32, ticket: u64) -> Result<Option<i64>> {
 /// token loop that queued a step fed with it can tell that the step's token ids reached the
 /// device through the library. Only the last `RING` tickets of a device can be asked about.
 pub fn fed(ordinal: i32, ticket: u64) -> Result<bool> {
+    on_ring(ordinal, "sample_fed", |ring| {
+        ring.book.fed("sample_fed", ticket)
+    })
+}
+
+/// `f` on device `ordinal`'s ring, under the samplers' lock; `who` names the call in errors.
+fn on_ring<R>(ordinal: i32, who: &str, f: impl FnOnce(&Ring) -> Result<R>) -> Result<R> {
     if ordinal < 0 {
         return invalid(format!("device index {ordinal} is negative"));
     }
     let mut slots = SLOTS.lock().unwrap_or_else(|p| p.into_inner());
     match ring_slot(&mut slots, ordinal).and_then(|s| s.ring.as_ref()) {
-        Some(ring) => ring.book.fed(ticket),
+        Some(ring) => f(ring),
         None => invalid(format!(
-            "sample_fed: no token was chosen on cuda:{ordinal} by et_cuda_sample_async (or the sampler was released since)"
+            "{who}: no token was chosen on cuda:{ordinal} by et_cuda_sample_async (or the sampler was released since)"
         )),
     }
 }
@@ -328,28 +326,28 @@ mod tests {
         let mut book = Book::new();
         // Nothing issued: nothing to mark, nothing to ask about.
         book.mark_fed();
-        assert!(book.fed(0).is_err());
+        assert!(book.fed("t", 0).is_err());
         let (t0, _) = book.issue(10, false);
         assert!(book.armed);
-        assert_eq!(book.fed(t0).ok(), Some(false));
+        assert_eq!(book.fed("t", t0).ok(), Some(false));
         book.mark_fed();
-        assert_eq!(book.fed(t0).ok(), Some(true));
+        assert_eq!(book.fed("t", t0).ok(), Some(true));
         // The next call's token is not fed until an input takes it; the earlier one stays fed.
         let (t1, _) = book.issue(10, false);
-        assert_eq!(book.fed(t1).ok(), Some(false));
-        assert_eq!(book.fed(t0).ok(), Some(true));
+        assert_eq!(book.fed("t", t1).ok(), Some(false));
+        assert_eq!(book.fed("t", t0).ok(), Some(true));
         book.mark_fed();
-        assert_eq!(book.fed(t1).ok(), Some(true));
+        assert_eq!(book.fed("t", t1).ok(), Some(true));
         // A slot reused by a later ticket starts unfed; the ticket it replaced is gone.
         for _ in 0..RING {
             book.issue(10, false);
         }
         let reused = book.next - 1;
         assert_eq!(reused % RING as u64, t1 % RING as u64);
-        assert_eq!(book.fed(reused).ok(), Some(false));
-        let gone = book.fed(t1).expect_err("an overwritten ticket");
+        assert_eq!(book.fed("t", reused).ok(), Some(false));
+        let gone = book.fed("t", t1).expect_err("an overwritten ticket");
         assert!(gone.to_string().contains("is gone"), "{gone}");
-        let unissued = book.fed(book.next).expect_err("a ticket not issued");
+        let unissued = book.fed("t", book.next).expect_err("a ticket not issued");
         assert!(
             unissued.to_string().contains("was not issued"),
             "{unissued}"
