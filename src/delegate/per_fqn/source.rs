@@ -3,6 +3,7 @@
 
 use crate::aoti::payload::FqnEntry;
 use crate::error::{Error, Result};
+use std::cell::Cell;
 use std::collections::hash_map::{Entry, HashMap};
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ pub(crate) struct Source<'a> {
     pub(crate) release: Option<&'a dyn Fn(&str)>,
     pub(crate) read: HashMap<Arc<str>, &'a [u8]>,
     /// Nanoseconds spent in `lookup` so far (the upload's time excludes them).
-    pub(crate) fetch_ns: std::cell::Cell<u64>,
+    pub(crate) fetch_ns: Cell<u64>,
 }
 
 /// The bytes under `key` from `lookup` (an error naming the key and `what` when there are
@@ -44,6 +45,19 @@ pub(crate) fn fetch<'a>(
         ))
     })?;
     Ok((bytes, ns))
+}
+
+/// The bytes of storage `key` from `lookup` ([`fetch`]), the lookup's time added to `fetch_ns`
+/// (a [`Source`]'s fields).
+fn fetch_counted<'a>(
+    lookup: &NamedDataLookup<'a>,
+    fetch_ns: &Cell<u64>,
+    key: &str,
+    what: &dyn Fn() -> String,
+) -> Result<&'a [u8]> {
+    let (bytes, ns) = fetch(lookup, key, what)?;
+    fetch_ns.set(fetch_ns.get() + ns);
+    Ok(bytes)
 }
 
 /// A user callback is about to run: this thread must hold no library lock (the callback
@@ -78,18 +92,14 @@ impl Source<'_> {
         if let Some(bytes) = self.read.get(key) {
             return f(bytes);
         }
-        let (bytes, ns) = fetch(self.lookup, key, what)?;
-        self.fetch_ns.set(self.fetch_ns.get() + ns);
-        let r = f(bytes);
+        let r = f(fetch_counted(self.lookup, &self.fetch_ns, key, what)?);
         if let Some(release) = self.release {
             no_lock_held("named-data release")?;
             release(key);
         }
         r
     }
-}
 
-impl Source<'_> {
     /// Without `release`, every storage `entries` name, each key read and checked once (a
     /// hash map: a payload may name 2^20 storages), into `read`; with it, nothing (each
     /// storage is read when it is loaded).
@@ -101,8 +111,7 @@ impl Source<'_> {
         for e in entries {
             if let Entry::Vacant(slot) = self.read.entry(e.storage_key.clone()) {
                 let what = || format!("the weights of {}", e.fqn);
-                let (bytes, ns) = fetch(self.lookup, &e.storage_key, &what)?;
-                self.fetch_ns.set(self.fetch_ns.get() + ns);
+                let bytes = fetch_counted(self.lookup, &self.fetch_ns, &e.storage_key, &what)?;
                 e.check_storage(bytes.len(), &|| {
                     format!("{} (named data {:?})", what(), e.storage_key)
                 })?;

@@ -53,6 +53,11 @@ pub(crate) struct Book {
     armed: bool,
 }
 
+/// The slot that holds `ticket` (tickets go round the `RING` slots).
+fn slot_of(ticket: u64) -> usize {
+    (ticket % RING as u64) as usize
+}
+
 impl Book {
     pub(crate) fn new() -> Book {
         Book {
@@ -63,21 +68,26 @@ impl Book {
         }
     }
 
-    /// A new ticket for a token checked against `vocab` (and -1 when `sampled`), and its slot.
-    fn issue(&mut self, vocab: i64, sampled: bool) -> (u64, usize) {
-        let ticket = self.next;
-        let k = (ticket % RING as u64) as usize;
+    /// The slot the next ticket takes.
+    fn next_slot(&self) -> usize {
+        slot_of(self.next)
+    }
+
+    /// A new ticket (in [`Book::next_slot`]) for a token checked against `vocab` (and -1 when
+    /// `sampled`).
+    fn issue(&mut self, vocab: i64, sampled: bool) -> u64 {
+        let (ticket, k) = (self.next, self.next_slot());
         self.held[k] = (ticket, vocab, sampled);
         self.fed[k] = false;
         self.next += 1;
         self.armed = true;
-        (ticket, k)
+        ticket
     }
 
     /// An input took the feed: the token of the last ticket.
     fn mark_fed(&mut self) {
         if let Some(last) = self.next.checked_sub(1) {
-            self.fed[(last % RING as u64) as usize] = true;
+            self.fed[slot_of(last)] = true;
         }
     }
 
@@ -89,7 +99,7 @@ impl Book {
                 self.next
             ));
         }
-        let k = (ticket % RING as u64) as usize;
+        let k = slot_of(ticket);
         if self.held[k].0 != ticket {
             return invalid(format!(
                 "{who}: ticket {ticket} is gone: only the last {RING} tokens are kept (the next ticket is {})",
@@ -124,14 +134,14 @@ impl Ring {
     /// # Safety
     /// `feed` is 8 bytes of device memory of the ring's device, written by the queued kernel.
     pub(crate) unsafe fn issue(&mut self, feed: u64, vocab: i64, sampled: bool) -> Result<u64> {
-        let k = (self.book.next % RING as u64) as usize;
+        let k = self.book.next_slot();
         // SAFETY: slot k is within the buffer (RING i64s); its previous copy was waited for
         // by whoever read it, or is older than the copy queued now in the same stream order.
         let dst = unsafe { self.host.ptr().add(8 * k) };
         // SAFETY: `feed` has 8 device bytes (caller's contract), `dst` 8 pinned bytes.
         unsafe { copy::copy_dtoh_async(dst.cast(), feed, 8, std::ptr::null_mut())? };
         self.done[k].record(std::ptr::null_mut())?;
-        Ok(self.book.issue(vocab, sampled).0)
+        Ok(self.book.issue(vocab, sampled))
     }
 
     /// Wait for `ticket`'s token (a host wait, unless it already arrived): `None` when
@@ -327,13 +337,13 @@ mod tests {
         // Nothing issued: nothing to mark, nothing to ask about.
         book.mark_fed();
         assert!(book.fed("t", 0).is_err());
-        let (t0, _) = book.issue(10, false);
+        let t0 = book.issue(10, false);
         assert!(book.armed);
         assert_eq!(book.fed("t", t0).ok(), Some(false));
         book.mark_fed();
         assert_eq!(book.fed("t", t0).ok(), Some(true));
         // The next call's token is not fed until an input takes it; the earlier one stays fed.
-        let (t1, _) = book.issue(10, false);
+        let t1 = book.issue(10, false);
         assert_eq!(book.fed("t", t1).ok(), Some(false));
         assert_eq!(book.fed("t", t0).ok(), Some(true));
         book.mark_fed();
@@ -343,7 +353,7 @@ mod tests {
             book.issue(10, false);
         }
         let reused = book.next - 1;
-        assert_eq!(reused % RING as u64, t1 % RING as u64);
+        assert_eq!(slot_of(reused), slot_of(t1));
         assert_eq!(book.fed("t", reused).ok(), Some(false));
         let gone = book.fed("t", t1).expect_err("an overwritten ticket");
         assert!(gone.to_string().contains("is gone"), "{gone}");
